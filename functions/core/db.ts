@@ -1,0 +1,101 @@
+/**
+ * The DynamoDB client every function uses. Created once per process from the environment
+ * (FERRY_DYNAMODB_ENDPOINT points it at DynamoDB Local); tests and benchmarks may pass their own.
+ *
+ * A middleware counts every request sent, so benchmarks can report DynamoDB requests per API call
+ * without guessing.
+ */
+import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
+import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+
+let documentClient: DynamoDBDocumentClient | undefined;
+let requestCount = 0;
+const requestsByCommand = new Map<string, number>();
+
+export function dynamoConfigFromEnv(): DynamoDBClientConfig {
+  const endpoint = process.env.FERRY_DYNAMODB_ENDPOINT;
+  const config: DynamoDBClientConfig = { region: process.env.AWS_REGION ?? 'us-east-1', maxAttempts: 5 };
+  if (endpoint) {
+    config.endpoint = endpoint;
+    // DynamoDB Local accepts any credentials; fixed ones keep its data file name stable.
+    config.credentials = { accessKeyId: 'ferry', secretAccessKey: 'ferry' };
+  }
+  return config;
+}
+
+export function createDocumentClient(config: DynamoDBClientConfig = dynamoConfigFromEnv()): DynamoDBDocumentClient {
+  const client = DynamoDBDocumentClient.from(new DynamoDBClient(config), {
+    marshallOptions: { removeUndefinedValues: true, convertClassInstanceToMap: false },
+  });
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      requestCount++;
+      const name = context.commandName ?? 'unknown';
+      requestsByCommand.set(name, (requestsByCommand.get(name) ?? 0) + 1);
+      return next(args);
+    },
+    { step: 'initialize', name: 'ferryRequestCounter' },
+  );
+  return client;
+}
+
+/** The process-wide client. */
+export function db(): DynamoDBDocumentClient {
+  documentClient ??= createDocumentClient();
+  return documentClient;
+}
+
+/** Replace the process-wide client (tests, local stack restarts). */
+export function setDb(client: DynamoDBDocumentClient | undefined): void {
+  documentClient = client;
+}
+
+export function dynamoRequests(): { total: number; byCommand: Record<string, number> } {
+  return { total: requestCount, byCommand: Object.fromEntries(requestsByCommand) };
+}
+
+export function resetDynamoRequests(): void {
+  requestCount = 0;
+  requestsByCommand.clear();
+}
+
+/** True when a DynamoDB error means a condition did not hold (plain or inside a transaction). */
+export function isConditionFailure(e: unknown): boolean {
+  const name = (e as { name?: string })?.name;
+  if (name === 'ConditionalCheckFailedException') return true;
+  if (name === 'TransactionCanceledException') {
+    const reasons = (e as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? [];
+    return reasons.some((r) => r.Code === 'ConditionalCheckFailed');
+  }
+  return false;
+}
+
+/** True when a transaction lost to a concurrent transaction on the same item (safe to retry). */
+export function isTransactionConflict(e: unknown): boolean {
+  const name = (e as { name?: string })?.name;
+  if (name === 'TransactionConflictException') return true;
+  if (name === 'TransactionCanceledException') {
+    const reasons = (e as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? [];
+    return reasons.some((r) => r.Code === 'TransactionConflict');
+  }
+  return false;
+}
+
+/**
+ * Runs `attempt` again while it loses races (condition failures the caller marks as retryable,
+ * or transaction conflicts), with jittered backoff. The attempt re-reads and re-applies its pure
+ * transition each time, so a retry never writes stale state.
+ */
+export async function withRetries<T>(attempt: (n: number) => Promise<T>, options: { attempts?: number; retryable?: (e: unknown) => boolean } = {}): Promise<T> {
+  const attempts = options.attempts ?? 50;
+  const retryable = options.retryable ?? isTransactionConflict;
+  for (let n = 0; ; n++) {
+    try {
+      return await attempt(n);
+    } catch (e) {
+      if (n + 1 >= attempts || !retryable(e)) throw e;
+      const ceiling = Math.min(200, 5 * 2 ** Math.min(n, 6));
+      await new Promise((r) => setTimeout(r, Math.random() * ceiling));
+    }
+  }
+}

@@ -1,0 +1,102 @@
+/**
+ * One typed error hierarchy for everything Ferry refuses or fails at.
+ *
+ * Each error carries the HTTP status the reference API answers with, and the fault name the
+ * upstream services put around the message (`{"badRequest": {"code": 400, "message": "..."}}`),
+ * so the API layer turns any FerryError into the exact body the OpenStack CLIs parse.
+ */
+export type FaultName =
+  | 'badRequest'
+  | 'unauthorized'
+  | 'forbidden'
+  | 'itemNotFound'
+  | 'notAcceptable'
+  | 'conflictingRequest'
+  | 'overLimit'
+  | 'computeFault'
+  | 'serviceUnavailable';
+
+export class FerryError extends Error {
+  readonly status: number;
+  readonly fault: FaultName;
+  readonly context: Record<string, unknown>;
+  constructor(status: number, fault: FaultName, message: string, options?: { cause?: unknown; context?: Record<string, unknown> }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.status = status;
+    this.fault = fault;
+    this.context = options?.context ?? {};
+  }
+}
+
+export class BadRequest extends FerryError {
+  constructor(message: string, options?: { cause?: unknown; context?: Record<string, unknown> }) {
+    super(400, 'badRequest', message, options);
+  }
+}
+
+/** Cinder's InvalidVolume: a 400 whose message starts with "Invalid volume: ". */
+export class InvalidVolume extends BadRequest {
+  constructor(reason: string, context?: Record<string, unknown>) {
+    super(`Invalid volume: ${reason}`, { context });
+  }
+}
+
+export class Unauthorized extends FerryError {
+  constructor(message = 'Authentication required') {
+    super(401, 'unauthorized', message);
+  }
+}
+
+export class Forbidden extends FerryError {
+  constructor(message: string, context?: Record<string, unknown>) {
+    super(403, 'forbidden', message, { context });
+  }
+}
+
+export class NotFound extends FerryError {
+  constructor(message = 'The resource could not be found.', context?: Record<string, unknown>) {
+    super(404, 'itemNotFound', message, { context });
+  }
+}
+
+export class NotAcceptable extends FerryError {
+  constructor(message: string) {
+    super(406, 'notAcceptable', message);
+  }
+}
+
+export class Conflict extends FerryError {
+  constructor(message: string, context?: Record<string, unknown>) {
+    super(409, 'conflictingRequest', message, { context });
+  }
+}
+
+/** Over quota or capacity: the scheduler found no pool. Upstream answers these with 413 or sets error. */
+export class OverLimit extends FerryError {
+  constructor(message: string) {
+    super(413, 'overLimit', message);
+  }
+}
+
+/**
+ * A write lost a race: the conditional write found the item changed since it was read.
+ * Callers retry by re-reading and re-applying the pure transition; never surfaced to a client
+ * unless retries are exhausted (then 409).
+ */
+export class ConcurrentModification extends FerryError {
+  constructor(what: string, cause?: unknown) {
+    super(409, 'conflictingRequest', `${what} was changed by another request at the same time; try again.`, { cause });
+  }
+}
+
+/** A backend (driver) call failed. Carries the driver's message for operators. */
+export class DriverError extends FerryError {
+  constructor(message: string, options?: { cause?: unknown; context?: Record<string, unknown> }) {
+    super(500, 'computeFault', message, options);
+  }
+}
+
+export function isFerryError(e: unknown): e is FerryError {
+  return e instanceof FerryError;
+}

@@ -1,0 +1,51 @@
+/**
+ * Starting and reading state machine executions through the Step Functions API. On AWS the
+ * machine ARNs come from FERRY_SM_<NAME> (set by CDK); locally FERRY_SFN_ENDPOINT points the same
+ * client at the local stack's Step Functions endpoint, which runs the same ASL files.
+ *
+ * Execution names are derived from the operation id, so a retried request cannot start a second
+ * execution of the same operation: StartExecution with an existing name and the same input
+ * returns the existing execution.
+ */
+import { SFNClient, StartExecutionCommand, DescribeExecutionCommand } from '@aws-sdk/client-sfn';
+import { stateMachineEnvName, type StateMachineName } from '../wiring.js';
+
+let client: SFNClient | undefined;
+
+export function sfn(): SFNClient {
+  if (!client) {
+    const endpoint = process.env.FERRY_SFN_ENDPOINT;
+    client = new SFNClient({
+      region: process.env.AWS_REGION ?? 'us-east-1',
+      ...(endpoint ? { endpoint, credentials: { accessKeyId: 'ferry', secretAccessKey: 'ferry' } } : {}),
+    });
+  }
+  return client;
+}
+
+export function setSfn(c: SFNClient | undefined): void {
+  client = c;
+}
+
+export function stateMachineArn(name: StateMachineName): string {
+  const fromEnv = process.env[stateMachineEnvName(name)];
+  if (fromEnv) return fromEnv;
+  const region = process.env.AWS_REGION ?? 'us-east-1';
+  return `arn:aws:states:${region}:000000000000:stateMachine:ferry-${name}`;
+}
+
+/** Execution names allow 80 chars of [A-Za-z0-9-_]. */
+export function executionName(operation: string, id: string): string {
+  return `${operation}-${id}`.replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 80);
+}
+
+export async function startExecution(machine: StateMachineName, name: string, input: unknown): Promise<string> {
+  const out = await sfn().send(
+    new StartExecutionCommand({ stateMachineArn: stateMachineArn(machine), name, input: JSON.stringify(input) }),
+  );
+  return out.executionArn!;
+}
+
+export async function describeExecution(executionArn: string) {
+  return sfn().send(new DescribeExecutionCommand({ executionArn }));
+}

@@ -1,0 +1,86 @@
+/**
+ * The volume driver interface, after Cinder's VolumeDriver: drivers do backend work and return
+ * model updates; the orchestrator persists them. Every call is idempotent: creating a volume that
+ * exists, deleting one that is gone, connecting a host that is connected all succeed without
+ * change, so a retried step never fails on its own earlier success.
+ *
+ * A volume on the backend is named by its stable backend name (`Volume.backendName`), fixed for
+ * the volume's whole life (seed 003: attachments never rename a volume).
+ */
+
+/** A host's connector, as Nova / os-brick send it (`connector` in the attachments API). */
+export interface Connector {
+  host: string;
+  initiator?: string | null;
+  ip?: string | null;
+  platform?: string | null;
+  os_type?: string | null;
+  multipath?: boolean | null;
+  mountpoint?: string | null;
+  mode?: string | null;
+  [key: string]: unknown;
+}
+
+export interface PoolCapabilities {
+  /** Pool name; the full host string is `<backend.host>#<pool>`. */
+  pool: string;
+  totalCapacityGb: number;
+  freeCapacityGb: number;
+  multiattach: boolean;
+  sharedTargets: boolean;
+  storageProtocol: string;
+  volumeBackendName: string;
+  driverVersion: string;
+  vendorName: string;
+}
+
+/** What `initialize_connection` returns before the manager adds access_mode, qos_specs, ... (reference §3.5). */
+export interface ConnectionProperties {
+  driverVolumeType: string;
+  data: Record<string, unknown>;
+}
+
+export interface BackendVolume {
+  backendName: string;
+  sizeGb: number;
+}
+
+export interface BackendConnection {
+  backendName: string;
+  host: string;
+}
+
+export interface VolumeDriver {
+  /** `host@backend`, e.g. `ferry@lvm-a`. */
+  readonly backendHost: string;
+  capabilities(): Promise<PoolCapabilities[]>;
+  createVolume(req: { backendName: string; sizeGb: number; pool: string }): Promise<{ providerLocation: string }>;
+  deleteVolume(backendName: string): Promise<void>;
+  extendVolume(backendName: string, newSizeGb: number): Promise<void>;
+  /** Exports the volume to the connector's host. Connecting an already connected host returns the same properties. */
+  initializeConnection(backendName: string, connector: Connector): Promise<ConnectionProperties>;
+  /** Removes the export to the host. Disconnecting a host that is not connected succeeds. */
+  terminateConnection(backendName: string, connector: Connector): Promise<void>;
+  /** Every volume the backend holds (the audit and manageable-volumes listing read this). */
+  listVolumes(): Promise<BackendVolume[]>;
+  /** Every host connection the backend holds (the audit reads this). */
+  listConnections(): Promise<BackendConnection[]>;
+  /** Size of an existing backend volume to be managed, or undefined if there is none by that name. */
+  getVolume(backendName: string): Promise<BackendVolume | undefined>;
+}
+
+/** How a backend is configured (a record in the volume table, seeded by the local stack or by the operator). */
+export interface BackendConfig {
+  /** `host@backend` */
+  host: string;
+  driver: 'local' | 'aws-ebs';
+  /** local driver: directory under which volumes live. */
+  root?: string;
+  /** aws-ebs driver: availability zone and volume type. */
+  availabilityZone?: string;
+  ebsVolumeType?: string;
+  pools: { name: string; totalCapacityGb: number }[];
+  /** The services-table uuid of this backend's volume service (reference §3.6 `service_uuid`). */
+  serviceUuid: string;
+  volumeBackendName: string;
+}

@@ -1,0 +1,104 @@
+/**
+ * The Volume entity and how it is laid out in the volume table.
+ *
+ * A volume item is the aggregate root for everything whose invariants span a volume: its
+ * attachments' summaries, the instances attached (for the non-multiattach rule), and the host
+ * connections with the attachments using each (for refcounted disconnects). Keeping them on one
+ * item lets a single conditional write or transaction enforce each invariant, with no
+ * read-then-write race.
+ */
+
+/** Cinder volume status strings (C/objects/fields.py VolumeStatus), as the API shows them. */
+export type VolumeStatus =
+  | 'creating'
+  | 'available'
+  | 'deleting'
+  | 'error'
+  | 'error_deleting'
+  | 'error_managing'
+  | 'managing'
+  | 'attaching'
+  | 'in-use'
+  | 'detaching'
+  | 'maintenance'
+  | 'reserved'
+  | 'downloading'
+  | 'uploading'
+  | 'retyping'
+  | 'extending'
+  | 'error_extending'
+  | 'backing-up'
+  | 'restoring-backup'
+  | 'error_restoring';
+
+export type VolumeAttachStatus = 'attached' | 'attaching' | 'detached' | 'reserved' | 'error_attaching' | 'error_detaching' | 'detaching';
+
+export type AttachMode = 'rw' | 'ro' | 'null';
+
+/** What the volume item keeps of each of its attachments. The full record is the attachment item. */
+export interface AttachmentSummary {
+  status: VolumeAttachStatus;
+  instanceUuid: string | null;
+  /** connector.host once a connector is given. */
+  host: string | null;
+  mode: AttachMode;
+  attachedAt: string | null;
+  /** True once the attachment has connection_info (the duplicate-connector guard reads this). */
+  connected: boolean;
+}
+
+export interface Volume {
+  id: string;
+  projectId: string;
+  userId: string;
+  name: string | null;
+  description: string | null;
+  /** GiB */
+  size: number;
+  status: VolumeStatus;
+  attachStatus: VolumeAttachStatus;
+  previousStatus: string | null;
+  migrationStatus: string | null;
+  replicationStatus: string | null;
+  volumeTypeId: string;
+  volumeTypeName: string;
+  multiattach: boolean;
+  bootable: boolean;
+  /** `host@backend#pool` once scheduled, null before. */
+  host: string | null;
+  /** The backend object's name, stable for the volume's life (volume-<id>, or the legacy name of a managed volume). */
+  backendName: string;
+  providerLocation: string | null;
+  serviceUuid: string | null;
+  sharedTargets: boolean | null;
+  availabilityZone: string;
+  metadata: Record<string, string>;
+  adminMetadata: Record<string, string>;
+  /** attachment id -> summary */
+  attachments: Record<string, AttachmentSummary>;
+  /** instance uuid -> number of attachments of this volume to it */
+  instances: Record<string, number>;
+  /** connector host -> attachment ids using the backend connection on that host (refcount = length) */
+  connections: Record<string, string[]>;
+  /** Set by create with server_id: attach to this instance once available. */
+  pendingServerId?: string | null;
+  createdAt: string;
+  updatedAt: string;
+  /** Optimistic-concurrency version; every write conditions on it or bumps it. */
+  version: number;
+}
+
+export const volumeKey = (id: string) => ({ pk: `VOL#${id}`, sk: 'VOL' });
+/** GSI1 entry for listing a project's volumes, newest last. */
+export const volumeGsi1 = (v: Pick<Volume, 'projectId' | 'createdAt' | 'id'>) => ({ gsi1pk: `PROJ#${v.projectId}#VOL`, gsi1sk: `${v.createdAt}#${v.id}` });
+
+/** The backend object name Cinder's volume_name_template gives a new volume. */
+export const defaultBackendName = (volumeId: string) => `volume-${volumeId}`;
+
+export const ERROR_STATUSES = (s: string) => s.includes('error');
+
+/** Upstream timestamps: `YYYY-MM-DDTHH:MM:SS.ffffff`, no zone. */
+export function upstreamTime(iso: string | null | undefined): string | null {
+  if (!iso) return null;
+  return iso.replace('Z', '').replace(/\.(\d{3})$/, '.$1000');
+}

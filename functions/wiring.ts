@@ -1,0 +1,102 @@
+/**
+ * The one wiring table: which functions exist, which module and export run each, which tables
+ * and state machines each touches, and which ASL file each state machine is. infra/aws deploys
+ * exactly this; infra/local runs exactly this. Nothing else declares a function or a machine.
+ *
+ * In an ASL file a Task names a function by the substitution `${Fn<PascalName>}`, e.g.
+ * `"Resource": "${FnVolumeSteps}"` for `volume-steps`. CDK substitutes the Lambda ARN; the local
+ * stack maps the same placeholder to the handler in-process.
+ */
+import type { TableKey } from './core/tables.js';
+
+export type FunctionKind = 'api' | 'authorizer' | 'step';
+
+export interface FunctionWiring {
+  name: string;
+  kind: FunctionKind;
+  /** Module path from the repository root. */
+  entry: string;
+  /** Exported handler name in that module. */
+  export: string;
+  description: string;
+  /** For `api` functions: the path prefix the HTTP API routes here (`/volume` gets `/volume` and `/volume/{proxy+}`). */
+  httpPrefix?: string;
+  tables: TableKey[];
+  /** State machines this function starts (gets their ARNs in the environment and start permission). */
+  starts?: StateMachineName[];
+  usesBucket?: boolean;
+  timeoutSeconds?: number;
+  memoryMb?: number;
+}
+
+export interface StateMachineWiring {
+  name: string;
+  file: string;
+  description: string;
+  /** Functions its Task states call. */
+  functions: string[];
+}
+
+export const STATE_MACHINES = [
+  {
+    name: 'volume-create',
+    file: 'statemachines/volume-create.asl.json',
+    description: 'Schedules a new volume onto a pool, creates it on the backend, and makes it available (or error, with capacity released).',
+    functions: ['volume-steps'],
+  },
+  {
+    name: 'volume-delete',
+    file: 'statemachines/volume-delete.asl.json',
+    description: 'Deletes a volume on its backend, releases its capacity and removes its record (or error_deleting).',
+    functions: ['volume-steps'],
+  },
+] as const satisfies readonly StateMachineWiring[];
+
+export type StateMachineName = (typeof STATE_MACHINES)[number]['name'];
+
+export const FUNCTIONS: FunctionWiring[] = [
+  {
+    name: 'authorizer',
+    kind: 'authorizer',
+    entry: 'functions/auth/authorizer.ts',
+    export: 'handler',
+    description: 'HTTP API Lambda authorizer: token table lookup on AWS, upstream noauth `user:project` tokens locally.',
+    tables: ['tokens'],
+  },
+  {
+    name: 'volume-api',
+    kind: 'api',
+    entry: 'functions/api/volume.ts',
+    export: 'handler',
+    description: 'Cinder v3 REST API: versions, volumes, types, manageable volumes, attachments.',
+    httpPrefix: '/volume',
+    tables: ['volume'],
+    starts: ['volume-create', 'volume-delete'],
+    timeoutSeconds: 29,
+  },
+  {
+    name: 'volume-steps',
+    kind: 'step',
+    entry: 'functions/volumes/steps.ts',
+    export: 'handler',
+    description: 'Step handlers of the volume state machines (schedule, create on backend, delete, mark status).',
+    tables: ['volume'],
+    timeoutSeconds: 120,
+  },
+];
+
+/** `volume-steps` -> `FnVolumeSteps`: the ASL substitution key for a function's ARN. */
+export function substitutionKey(functionName: string): string {
+  return 'Fn' + functionName.split(/[-_]/).map((p) => p.charAt(0).toUpperCase() + p.slice(1)).join('');
+}
+
+/** `volume-create` -> `FERRY_SM_VOLUME_CREATE`: the environment variable holding a machine's ARN. */
+export function stateMachineEnvName(name: string): string {
+  return 'FERRY_SM_' + name.toUpperCase().replace(/-/g, '_');
+}
+
+export function functionByName(name: string): FunctionWiring {
+  const f = FUNCTIONS.find((x) => x.name === name);
+  if (!f) throw new Error(`no function ${name} in the wiring table`);
+  return f;
+}
