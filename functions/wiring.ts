@@ -21,6 +21,8 @@ export interface FunctionWiring {
   description: string;
   /** For `api` functions: the path prefix the HTTP API routes here (`/volume` gets `/volume` and `/volume/{proxy+}`). */
   httpPrefix?: string;
+  /** For `api` functions: `GET` paths answered without a token (version discovery), trailing slash ignored. */
+  publicPaths?: string[];
   tables: TableKey[];
   /** State machines this function starts (gets their ARNs in the environment and start permission). */
   starts?: StateMachineName[];
@@ -70,6 +72,7 @@ export const FUNCTIONS: FunctionWiring[] = [
     export: 'handler',
     description: 'Cinder v3 REST API: versions, volumes, types, manageable volumes, attachments.',
     httpPrefix: '/volume',
+    publicPaths: ['/volume', '/volume/v3'],
     tables: ['volume'],
     starts: ['volume-create', 'volume-delete'],
     timeoutSeconds: 29,

@@ -1,0 +1,41 @@
+/**
+ * Volume backends (Cinder's volume services) as records in the volume table, so every function
+ * finds the same configuration: `pk = BACKEND#<host@backend>`, `sk = BACKEND`.
+ * The local stack seeds them; an operator adds one with a put of the same shape.
+ */
+import { GetCommand, PutCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
+import { db } from '../core/db.js';
+import { NotFound } from '../core/errors.js';
+import { GSI1, tableName } from '../core/tables.js';
+import type { BackendConfig } from '../drivers/volume/driver.js';
+
+const backendKey = (host: string) => ({ pk: `BACKEND#${host}`, sk: 'BACKEND' });
+
+/** `ferry@lvm-a#pool0` -> `ferry@lvm-a` */
+export function backendOf(host: string): string {
+  const i = host.indexOf('#');
+  return i < 0 ? host : host.slice(0, i);
+}
+
+/** `ferry@lvm-a#pool0` -> `pool0` (Cinder's volume_utils.extract_host level 'pool'). */
+export function poolOf(host: string): string | undefined {
+  const i = host.indexOf('#');
+  return i < 0 ? undefined : host.slice(i + 1);
+}
+
+export async function putBackend(config: BackendConfig): Promise<void> {
+  await db().send(new PutCommand({ TableName: tableName('volume'), Item: { ...backendKey(config.host), gsi1pk: 'BACKENDS', gsi1sk: config.host, config } }));
+}
+
+export async function getBackend(host: string): Promise<BackendConfig> {
+  const out = await db().send(new GetCommand({ TableName: tableName('volume'), Key: backendKey(backendOf(host)) }));
+  if (!out.Item) throw new NotFound(`Service ${backendOf(host)} could not be found.`);
+  return out.Item.config as BackendConfig;
+}
+
+export async function listBackends(): Promise<BackendConfig[]> {
+  const out = await db().send(
+    new QueryCommand({ TableName: tableName('volume'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': 'BACKENDS' } }),
+  );
+  return (out.Items ?? []).map((i) => i.config as BackendConfig);
+}
