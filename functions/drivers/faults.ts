@@ -1,0 +1,241 @@
+/**
+ * Fault injection for any driver kind (volume, share, compute): a test, or an operator rehearsing
+ * a failure, makes a named driver call fail, hang, or succeed-then-fail at a named point.
+ *
+ * The registry wraps every driver it builds in `withFaults`, so a fault reaches the driver no matter
+ * which function calls it. Faults live in this process; a child process (the copy worker) gets them
+ * through the FERRY_FAULTS environment variable, read when this module loads.
+ */
+import { randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import { DriverError } from '../core/errors.js';
+
+export const FAULTS_ENV = 'FERRY_FAULTS';
+
+/** The call log is for tests and short rehearsals; a long-running stack must not grow it without bound. */
+export const MAX_LOGGED_CALLS = 10_000;
+
+export const faultSpecSchema = z.object({
+  kind: z.string().min(1),
+  /** The backend host (`host@backend`) the fault applies to; any backend when omitted. */
+  backend: z.string().min(1).optional(),
+  /** Method name, or `*` for every method. */
+  method: z.string().min(1),
+  mode: z.enum(['fail', 'hang', 'fail-after']),
+  /** How many calls the fault applies to; unlimited when omitted. */
+  times: z.number().int().positive().optional(),
+  message: z.string().optional(),
+});
+
+export type FaultSpec = z.infer<typeof faultSpecSchema>;
+export type FaultMode = FaultSpec['mode'];
+
+export interface Fault extends FaultSpec {
+  id: string;
+  /** Calls left before the fault removes itself; undefined = unlimited. */
+  remaining?: number;
+}
+
+export type FaultCallOutcome =
+  /** The call is still running (or held by a hang fault: see `hanging`). */
+  | 'pending'
+  | 'ok'
+  | 'error'
+  /** Refused by a 'fail' fault; the real method was not called. */
+  | 'injected-fail'
+  /** The real method ran and succeeded, then a 'fail-after' fault threw. */
+  | 'injected-fail-after';
+
+export interface FaultCall {
+  /** Order of the calls, strictly increasing (times can tie). */
+  seq: number;
+  kind: string;
+  backend: string;
+  method: string;
+  /** Epoch milliseconds when the call was intercepted. */
+  time: number;
+  outcome: FaultCallOutcome;
+  /** The fault that applied, if any. */
+  faultId?: string;
+  mode?: FaultMode;
+  /** True while the call waits on a hang fault. */
+  hanging?: boolean;
+}
+
+const faults: Fault[] = [];
+/** Calls held by a hang fault, released when that fault is cleared (even after `times` ran out). */
+const hangReleases = new Map<string, { promise: Promise<void>; release: () => void }>();
+const calls: FaultCall[] = [];
+let nextSeq = 1;
+
+export function injectFault(spec: FaultSpec): string {
+  const parsed = faultSpecSchema.parse(spec);
+  const id = randomUUID();
+  faults.push({ ...parsed, id, remaining: parsed.times });
+  return id;
+}
+
+export function clearFault(id: string): void {
+  const i = faults.findIndex((f) => f.id === id);
+  if (i >= 0) faults.splice(i, 1);
+  const hold = hangReleases.get(id);
+  if (hold) {
+    hangReleases.delete(id);
+    hold.release();
+  }
+}
+
+export function clearFaults(): void {
+  faults.splice(0);
+  for (const id of [...hangReleases.keys()]) clearFault(id);
+}
+
+export function listFaults(): Fault[] {
+  return faults.map((f) => ({ ...f }));
+}
+
+export function faultCalls(): FaultCall[] {
+  return calls.map((c) => ({ ...c }));
+}
+
+export function clearFaultCalls(): void {
+  calls.splice(0);
+}
+
+/** The active faults as a FERRY_FAULTS value, to hand to a child process. */
+export function faultsForEnv(): string {
+  return JSON.stringify(
+    faults.map(({ kind, backend, method, mode, remaining, message }) => ({ kind, backend, method, mode, times: remaining, message })),
+  );
+}
+
+/** Takes the first matching fault and counts it down; a fault that reaches 0 stops matching. */
+function takeFault(kind: string, backend: string, method: string): Fault | undefined {
+  const i = faults.findIndex(
+    (f) => f.kind === kind && (f.backend === undefined || f.backend === backend) && (f.method === '*' || f.method === method),
+  );
+  if (i < 0) return undefined;
+  const fault = faults[i];
+  if (fault.remaining !== undefined) {
+    fault.remaining -= 1;
+    if (fault.remaining <= 0) faults.splice(i, 1);
+  }
+  return { ...fault };
+}
+
+function hangFor(id: string): Promise<void> {
+  let hold = hangReleases.get(id);
+  if (!hold) {
+    let release!: () => void;
+    const promise = new Promise<void>((resolve) => (release = resolve));
+    hold = { promise, release };
+    hangReleases.set(id, hold);
+  }
+  return hold.promise;
+}
+
+function logCall(kind: string, backend: string, method: string, fault: Fault | undefined): FaultCall {
+  const entry: FaultCall = { seq: nextSeq++, kind, backend, method, time: Date.now(), outcome: 'pending' };
+  if (fault) {
+    entry.faultId = fault.id;
+    entry.mode = fault.mode;
+  }
+  calls.push(entry);
+  if (calls.length > MAX_LOGGED_CALLS) calls.splice(0, calls.length - MAX_LOGGED_CALLS);
+  return entry;
+}
+
+function injectedError(kind: string, backend: string, method: string, fault: Fault): DriverError {
+  return new DriverError(fault.message ?? `injected fault: ${kind}.${method} on ${backend}`, {
+    context: { kind, backend, method, faultId: fault.id, mode: fault.mode },
+  });
+}
+
+async function callWithFault(
+  kind: string,
+  backend: string,
+  method: string,
+  fault: Fault,
+  entry: FaultCall,
+  call: () => unknown,
+): Promise<unknown> {
+  if (fault.mode === 'fail') {
+    entry.outcome = 'injected-fail';
+    throw injectedError(kind, backend, method, fault);
+  }
+  if (fault.mode === 'hang') {
+    entry.hanging = true;
+    await hangFor(fault.id);
+    entry.hanging = false;
+  }
+  let result: unknown;
+  try {
+    result = await call();
+  } catch (e) {
+    entry.outcome = 'error';
+    throw e;
+  }
+  if (fault.mode === 'fail-after') {
+    entry.outcome = 'injected-fail-after';
+    throw injectedError(kind, backend, method, fault);
+  }
+  entry.outcome = 'ok';
+  return result;
+}
+
+/**
+ * Wraps a driver so each method call first consults the faults. Methods run with the real driver as
+ * `this`, so a driver's calls to its own methods are neither intercepted nor logged.
+ */
+export function withFaults<T extends object>(kind: string, backend: string, impl: T): T {
+  return new Proxy(impl, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver);
+      if (typeof value !== 'function' || typeof prop !== 'string' || prop === 'constructor') return value;
+      return function intercepted(...args: unknown[]): unknown {
+        const fault = takeFault(kind, backend, prop);
+        const entry = logCall(kind, backend, prop, fault);
+        const call = () => (value as (...a: unknown[]) => unknown).apply(target, args);
+        if (fault) return callWithFault(kind, backend, prop, fault, entry, call);
+        // No fault: keep the method's own shape (a sync method stays sync); only record the outcome.
+        let result: unknown;
+        try {
+          result = call();
+        } catch (e) {
+          entry.outcome = 'error';
+          throw e;
+        }
+        if (result instanceof Promise) {
+          return result.then(
+            (v) => {
+              entry.outcome = 'ok';
+              return v;
+            },
+            (e) => {
+              entry.outcome = 'error';
+              throw e;
+            },
+          );
+        }
+        entry.outcome = 'ok';
+        return result;
+      };
+    },
+  });
+}
+
+function loadFaultsFromEnv(): void {
+  const raw = process.env[FAULTS_ENV];
+  if (!raw) return;
+  let specs: unknown;
+  try {
+    specs = JSON.parse(raw);
+  } catch (e) {
+    throw new Error(`${FAULTS_ENV} is not valid JSON (expected an array of faults): ${(e as Error).message}`);
+  }
+  const parsed = z.array(faultSpecSchema).safeParse(specs);
+  if (!parsed.success) throw new Error(`${FAULTS_ENV} must be an array of {kind, backend?, method, mode, times?, message?}: ${parsed.error.message}`);
+  for (const spec of parsed.data) injectFault(spec);
+}
+
+loadFaultsFromEnv();
