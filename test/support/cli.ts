@@ -1,0 +1,47 @@
+/**
+ * Runs the upstream OpenStack CLIs (Debian's python3-*client packages) against the local stack
+ * and parses the tables they print.
+ */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+export interface CliResult {
+  stdout: string;
+  stderr: string;
+  code: number;
+}
+
+/** Runs `cinder` with the noauth plugin (reference §4.2): X-Auth-Token `<user>:<project>`. */
+export async function cinderCli(endpoint: string, user: string, project: string, args: string[]): Promise<CliResult> {
+  const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', LANG: 'C.UTF-8' };
+  const argv = ['--os-auth-type', 'noauth', '--os-user-id', user, '--os-project-id', project, '--os-endpoint', endpoint, ...args];
+  try {
+    const { stdout, stderr } = await run('cinder', argv, { env, timeout: 60_000 });
+    return { stdout, stderr, code: 0 };
+  } catch (e) {
+    const err = e as { stdout?: string; stderr?: string; code?: number };
+    return { stdout: err.stdout ?? '', stderr: err.stderr ?? '', code: typeof err.code === 'number' ? err.code : 1 };
+  }
+}
+
+/** Parses a prettytable of `| Property | Value |` rows into an object (later tables of the output are merged in). */
+export function parsePropertyTable(out: string): Record<string, string> {
+  const props: Record<string, string> = {};
+  for (const line of out.split('\n')) {
+    const m = /^\|\s*(.*?)\s*\|\s*(.*?)\s*\|$/.exec(line.trim());
+    if (!m || m[1] === 'Property') continue;
+    props[m[1]!] = m[2]!;
+  }
+  return props;
+}
+
+/** Parses a list table into rows keyed by the header cells. */
+export function parseListTable(out: string): Record<string, string>[] {
+  const lines = out.split('\n').map((l) => l.trim()).filter((l) => l.startsWith('|'));
+  if (lines.length === 0) return [];
+  const cells = (l: string) => l.slice(1, -1).split('|').map((c) => c.trim());
+  const header = cells(lines[0]!);
+  return lines.slice(1).map((l) => Object.fromEntries(cells(l).map((c, i) => [header[i], c])));
+}
