@@ -1,0 +1,100 @@
+/**
+ * bench/attachments: attachment create -> update -> complete -> delete cycles against the local
+ * stack over HTTP, with 1 client and with 32 concurrent clients (each on its own volume).
+ *
+ * Prints p50/p99 per call and DynamoDB requests per API call (goal: at most 3). Absolute times
+ * drift on a noisy machine, so it also prints ratios against a baseline measured in the same run:
+ * a single DynamoDB GetItem round trip (how many round trips an API call costs) and the 1-client
+ * throughput (how well 32 clients scale).
+ *
+ *   npm run bench:attachments            (BENCH_CYCLES=50 by default)
+ */
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
+import { tableName } from '../../functions/core/tables.js';
+import { startLocalStack } from '../../infra/local/stack.js';
+import { Recorder, fmt, percentile } from '../support/stats.js';
+
+const CYCLES = Number(process.env.BENCH_CYCLES ?? 50);
+const CLIENTS = 32;
+const HEADERS = { 'X-Auth-Token': 'demo:demo', 'OpenStack-API-Version': 'volume 3.70', 'Content-Type': 'application/json' };
+
+async function api(base: string, method: string, path: string, body?: unknown): Promise<any> {
+  const res = await fetch(base + path, { method, headers: HEADERS, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  if (res.status >= 400) throw new Error(`${method} ${path} -> ${res.status} ${text}`);
+  return text ? JSON.parse(text) : undefined;
+}
+
+async function createVolumes(base: string, n: number): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++) ids.push((await api(base, 'POST', '/volumes', { volume: { size: 1, name: `bench-${i}` } })).volume.id);
+  for (const id of ids) {
+    for (let i = 0; ; i++) {
+      const v = (await api(base, 'GET', `/volumes/${id}`)).volume;
+      if (v.status === 'available') break;
+      if (v.status.startsWith('error') || i > 600) throw new Error(`volume ${id}: ${v.status}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  return ids;
+}
+
+async function cycle(base: string, rec: Recorder, volumeId: string, instance: string, host: string): Promise<void> {
+  const att = (await rec.time('create', () => api(base, 'POST', '/attachments', { attachment: { volume_uuid: volumeId, instance_uuid: instance, connector: null } }))).attachment;
+  await rec.time('update', () => api(base, 'PUT', `/attachments/${att.id}`, { attachment: { connector: { host, initiator: 'iqn.bench', ip: '127.0.0.1', platform: 'x86_64', os_type: 'linux2', multipath: false, mountpoint: '/dev/vdb' } } }));
+  await rec.time('complete', () => api(base, 'POST', `/attachments/${att.id}/action`, { 'os-complete': null }));
+  await rec.time('delete', () => api(base, 'DELETE', `/attachments/${att.id}`));
+}
+
+async function run(base: string, volumes: string[], clients: number): Promise<{ rec: Recorder; seconds: number; ddbPerCall: number }> {
+  const rec = new Recorder();
+  resetDynamoRequests();
+  const t0 = performance.now();
+  await Promise.all(
+    volumes.slice(0, clients).map(async (vol, c) => {
+      for (let i = 0; i < CYCLES; i++) await cycle(base, rec, vol, `00000000-0000-4000-8000-${String(c).padStart(12, '0')}`, `bench-host-${c}`);
+    }),
+  );
+  const seconds = (performance.now() - t0) / 1000;
+  return { rec, seconds, ddbPerCall: dynamoRequests().total / rec.count() };
+}
+
+async function baselineGetItem(volumeId: string, n = 200): Promise<number> {
+  const samples: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await db().send(new GetCommand({ TableName: tableName('volume'), Key: { pk: `VOL#${volumeId}`, sk: 'VOL' } }));
+    samples.push(performance.now() - t0);
+  }
+  return percentile(samples, 50);
+}
+
+function report(label: string, r: { rec: Recorder; seconds: number; ddbPerCall: number }, getItemP50: number): number {
+  const calls = r.rec.count();
+  const throughput = calls / r.seconds;
+  console.log(`\n${label}: ${calls} API calls in ${r.seconds.toFixed(1)} s = ${throughput.toFixed(0)} calls/s; DynamoDB requests per API call: ${r.ddbPerCall.toFixed(2)} (goal <= 3)`);
+  for (const [name, s] of r.rec.samples) {
+    const p50 = percentile(s, 50);
+    console.log(`  ${name.padEnd(9)} p50 ${fmt(p50).padStart(10)}  p99 ${fmt(percentile(s, 99)).padStart(10)}  p50/GetItem ${(p50 / getItemP50).toFixed(1)}x`);
+  }
+  return throughput;
+}
+
+const dataDir = mkdtempSync(join(tmpdir(), 'ferry-bench-'));
+const stack = await startLocalStack({ dataDir, port: 0, quiet: true });
+try {
+  const base = `${stack.url}/volume/v3`;
+  const volumes = await createVolumes(base, CLIENTS);
+  const getItemP50 = await baselineGetItem(volumes[0]!);
+  console.log(`bench/attachments: ${CYCLES} cycles per client; baseline DynamoDB GetItem p50 ${fmt(getItemP50)}`);
+  const one = report('1 client', await run(base, volumes, 1), getItemP50);
+  const many = report(`${CLIENTS} clients`, await run(base, volumes, CLIENTS), getItemP50);
+  console.log(`\nthroughput ratio ${CLIENTS} clients / 1 client: ${(many / one).toFixed(2)}x`);
+} finally {
+  await stack.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+}
