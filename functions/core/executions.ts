@@ -39,11 +39,24 @@ export function executionName(operation: string, id: string): string {
   return `${operation}-${id}`.replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 80);
 }
 
+/** The ARN Step Functions gives an execution: the machine's ARN with `execution` and the name. */
+export function executionArnOf(machine: StateMachineName, name: string): string {
+  return stateMachineArn(machine).replace(':stateMachine:', ':execution:') + ':' + name;
+}
+
+/**
+ * Starts the operation's execution, or finds the one already started for it. Step Functions
+ * answers a repeated name with the running execution (same input) or ExecutionAlreadyExists
+ * (finished, or other input); either way the name is the operation, so it is the same execution.
+ */
 export async function startExecution(machine: StateMachineName, name: string, input: unknown): Promise<string> {
-  const out = await sfn().send(
-    new StartExecutionCommand({ stateMachineArn: stateMachineArn(machine), name, input: JSON.stringify(input) }),
-  );
-  return out.executionArn!;
+  try {
+    const out = await sfn().send(new StartExecutionCommand({ stateMachineArn: stateMachineArn(machine), name, input: JSON.stringify(input) }));
+    return out.executionArn!;
+  } catch (e) {
+    if ((e as { name?: string }).name === 'ExecutionAlreadyExists') return executionArnOf(machine, name);
+    throw e;
+  }
 }
 
 export async function describeExecution(executionArn: string) {

@@ -1,0 +1,118 @@
+/**
+ * The embedded local stack behind `npm start`: DynamoDB Local, s3rver, the local Step Functions
+ * and the HTTP server, all with their data under one directory, so a stop and a start on the same
+ * directory keep every table, object and execution.
+ *
+ * It points the process's functions at these services through the same environment variables the
+ * functions read on AWS (FERRY_DYNAMODB_ENDPOINT, FERRY_S3_ENDPOINT, FERRY_BUCKET,
+ * FERRY_SFN_ENDPOINT), so the handlers run unchanged.
+ */
+import { mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join, resolve } from 'node:path';
+import { setDb } from '../../functions/core/db.js';
+import { setSfn } from '../../functions/core/executions.js';
+import { setS3 } from '../../functions/core/s3.js';
+import { FUNCTIONS, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
+import { startDynamo } from './dynamo.js';
+import { STEP_FUNCTIONS_PATH, startHttpServer } from './http.js';
+import { seedSandbox } from './sandbox.js';
+import { LocalStepFunctions, type TaskIntegration } from './stepfunctions.js';
+
+const require = createRequire(import.meta.url);
+
+export const LOCAL_BUCKET = 'ferry-local';
+
+export interface LocalStackOptions {
+  dataDir: string;
+  /** 0 = a free port chosen by the kernel. */
+  port?: number;
+  /** No warnings or request errors on the console. */
+  quiet?: boolean;
+  /** Default: FUNCTIONS of the wiring table (tests add fixture functions). */
+  functions?: readonly FunctionWiring[];
+  /** Default: STATE_MACHINES of the wiring table (tests run fixture machines). */
+  machines?: readonly StateMachineWiring[];
+  /** Task integrations other than Lambda, by resource ARN (see TaskIntegration). */
+  integrations?: Record<string, TaskIntegration>;
+}
+
+export interface LocalStack {
+  url: string;
+  port: number;
+  dataDir: string;
+  stop(): Promise<void>;
+}
+
+interface S3rverInstance {
+  run(): Promise<{ port: number }>;
+  close(): Promise<void>;
+  httpServer?: { closeAllConnections(): void };
+}
+
+export async function startLocalStack(options: LocalStackOptions): Promise<LocalStack> {
+  const dataDir = resolve(options.dataDir);
+  mkdirSync(dataDir, { recursive: true });
+  const stops: (() => Promise<void>)[] = [];
+  const stopAll = async () => {
+    for (const stop of stops.reverse()) await stop();
+    stops.length = 0;
+    // Clients cached for this stack point at ports that are gone now.
+    setDb(undefined);
+    setS3(undefined);
+    setSfn(undefined);
+  };
+
+  try {
+    const dynamo = await startDynamo({ dataDir: join(dataDir, 'dynamodb') });
+    stops.push(() => dynamo.stop());
+
+    const S3rver = require('s3rver') as new (o: Record<string, unknown>) => S3rverInstance;
+    const s3rver = new S3rver({
+      address: '127.0.0.1',
+      port: 0,
+      silent: true,
+      directory: join(dataDir, 's3'),
+      configureBuckets: [{ name: LOCAL_BUCKET }],
+    });
+    const s3Address = await s3rver.run();
+    stops.push(async () => {
+      const closing = s3rver.close();
+      s3rver.httpServer?.closeAllConnections();
+      await closing;
+    });
+
+    process.env.FERRY_DYNAMODB_ENDPOINT = dynamo.endpoint;
+    process.env.FERRY_S3_ENDPOINT = `http://127.0.0.1:${s3Address.port}`;
+    process.env.FERRY_BUCKET = LOCAL_BUCKET;
+    process.env.FERRY_AUTH_MODE = 'noauth';
+    process.env.FERRY_DATA_DIR = dataDir;
+    setDb(undefined);
+    setS3(undefined);
+    setSfn(undefined);
+
+    await seedSandbox(dataDir);
+
+    const functions = options.functions ?? FUNCTIONS;
+    const stepFunctions = new LocalStepFunctions({
+      dataDir,
+      functions,
+      ...(options.machines ? { machines: options.machines } : {}),
+      ...(options.integrations ? { integrations: options.integrations } : {}),
+      quiet: options.quiet,
+    });
+    const server = await startHttpServer({ port: options.port ?? 0, functions, stepFunctions, quiet: options.quiet });
+    // The server closes first, so no new request starts an execution while executions stop.
+    stops.push(() => stepFunctions.stop());
+    stops.push(() => server.close());
+    process.env.FERRY_SFN_ENDPOINT = server.url + STEP_FUNCTIONS_PATH;
+    setSfn(undefined);
+
+    stepFunctions.resumeRunning();
+
+    return { url: server.url, port: server.port, dataDir, stop: stopAll };
+  } catch (e) {
+    await stopAll();
+    throw e;
+  }
+}

@@ -1,0 +1,50 @@
+/**
+ * The embedded local stack for an integration or e2e test file: a fresh temp data directory, a
+ * free port. Use in beforeAll/afterAll:
+ *   const stack = await useLocalStack();  ...  await stack.stop();
+ * `stop()` tears everything down (the data directory too); `restart()` stops and starts again on
+ * the same data directory and port, which is how a test proves that a restart loses nothing.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startLocalStack, type LocalStack, type LocalStackOptions } from '../../infra/local/stack.js';
+
+export interface TestLocalStack extends LocalStack {
+  /** Stops and starts the stack on the same data directory and port; `whileStopped` runs in between. */
+  restart(whileStopped?: () => Promise<void> | void): Promise<void>;
+}
+
+export async function useLocalStack(options: Omit<LocalStackOptions, 'dataDir' | 'port'> = {}): Promise<TestLocalStack> {
+  const dataDir = await mkdtemp(join(tmpdir(), 'ferry-stack-'));
+  let current: LocalStack | undefined = await startLocalStack({ quiet: true, ...options, dataDir, port: 0 });
+  const handle: TestLocalStack = {
+    url: current.url,
+    port: current.port,
+    dataDir,
+    async restart(whileStopped) {
+      await current?.stop();
+      current = undefined;
+      await whileStopped?.();
+      current = await startLocalStack({ quiet: true, ...options, dataDir, port: handle.port });
+      handle.url = current.url;
+    },
+    async stop() {
+      await current?.stop();
+      current = undefined;
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+  return handle;
+}
+
+/** Polls `probe` until it returns a value other than undefined (or throws after `timeoutMs`). */
+export async function eventually<T>(probe: () => Promise<T | undefined>, what: string, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
