@@ -7,7 +7,7 @@
  * functions read on AWS (FERRY_DYNAMODB_ENDPOINT, FERRY_S3_ENDPOINT, FERRY_BUCKET,
  * FERRY_SFN_ENDPOINT), so the handlers run unchanged.
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
 import { setDb } from '../../functions/core/db.js';
@@ -22,6 +22,8 @@ import { LocalStepFunctions, type TaskIntegration } from './stepfunctions.js';
 const require = createRequire(import.meta.url);
 
 export const LOCAL_BUCKET = 'ferry-local';
+/** Written in the data dir while the stack runs: its URL and service endpoints. */
+export const STACK_FILE = 'stack.json';
 
 export interface LocalStackOptions {
   dataDir: string;
@@ -109,6 +111,11 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     setSfn(undefined);
 
     stepFunctions.resumeRunning();
+
+    // Where a running stack's services are, so `ferry audit` in another terminal can reach them.
+    const stackFile = join(dataDir, STACK_FILE);
+    writeFileSync(stackFile, JSON.stringify({ url: server.url, dynamodbEndpoint: dynamo.endpoint, s3Endpoint: process.env.FERRY_S3_ENDPOINT, pid: process.pid }, null, 2));
+    stops.push(async () => rmSync(stackFile, { force: true }));
 
     return { url: server.url, port: server.port, dataDir, stop: stopAll };
   } catch (e) {

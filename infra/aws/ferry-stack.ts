@@ -1,0 +1,373 @@
+/**
+ * The whole AWS deployment, generated from the one wiring table (functions/wiring.ts) and the
+ * table list (functions/core/tables.ts). Nothing here names a function, a table or a state
+ * machine: add an entry there and it appears here (and in the local stack) on the next synth.
+ *
+ * Synth is offline: NodejsFunction bundles with the repository's esbuild (no Docker), the ASL
+ * files are read from disk, and nothing looks up context from an account.
+ */
+import { existsSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { App, ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack, Validations, type StackProps } from 'aws-cdk-lib';
+import { HttpApi, HttpMethod, HttpStage, LogGroupLogDestination } from 'aws-cdk-lib/aws-apigatewayv2';
+import { HttpLambdaAuthorizer, HttpLambdaResponseType } from 'aws-cdk-lib/aws-apigatewayv2-authorizers';
+import { HttpLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations';
+import { AccessLogFormat } from 'aws-cdk-lib/aws-apigateway';
+import { AttributeType, BillingMode, Table, TableEncryption } from 'aws-cdk-lib/aws-dynamodb';
+import { PolicyStatement } from 'aws-cdk-lib/aws-iam';
+import { Architecture, Runtime, Tracing, type IFunction } from 'aws-cdk-lib/aws-lambda';
+import { NodejsFunction, OutputFormat } from 'aws-cdk-lib/aws-lambda-nodejs';
+import { LogGroup, RetentionDays } from 'aws-cdk-lib/aws-logs';
+import { BlockPublicAccess, Bucket, BucketEncryption, ObjectOwnership } from 'aws-cdk-lib/aws-s3';
+import { DefinitionBody, LogLevel, StateMachine } from 'aws-cdk-lib/aws-stepfunctions';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import type { Construct } from 'constructs';
+import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName, type TableKey } from '../../functions/core/tables.js';
+import { FUNCTIONS, STATE_MACHINES, stateMachineEnvName, substitutionKey, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
+
+/** The repository root: entries and ASL files in the wiring table are relative to it. */
+export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+
+/** Lambda defaults for wiring entries that do not set their own. */
+export const DEFAULT_TIMEOUT_SECONDS = 30;
+export const DEFAULT_MEMORY_MB = 512;
+/** Every function runs on this runtime; the code stays runnable on the local Node 20. */
+export const LAMBDA_RUNTIME = Runtime.NODEJS_22_X;
+/** How long logs (functions, machines, API access) are kept. */
+export const LOG_RETENTION = RetentionDays.ONE_MONTH;
+/** Objects under this prefix (temporary snapshots, staging) are expired by a lifecycle rule. */
+export const TMP_PREFIX = 'tmp/';
+export const TMP_EXPIRATION_DAYS = 7;
+
+/** The env var that holds the bucket name for functions with `usesBucket`. */
+export const BUCKET_ENV = 'FERRY_BUCKET';
+/** The authorizer checks tokens against the token table on AWS (noauth is for the local stack only). */
+export const AUTH_MODE_ENV = 'FERRY_AUTH_MODE';
+/** The header the HTTP API passes to the authorizer (the OpenStack clients send it). */
+export const AUTH_HEADER = 'X-Auth-Token';
+
+/**
+ * ESM bundles have no `require`; some dependencies (bundled CJS) still call it. The banner gives
+ * them one, built from the bundle's own URL.
+ */
+export const ESM_REQUIRE_BANNER = "import { createRequire as __ferryCreateRequire } from 'node:module'; const require = __ferryCreateRequire(import.meta.url);";
+
+export interface FerryStackProps extends StackProps {
+  /**
+   * What happens to the tables and the buckets when the stack is deleted.
+   * @default RemovalPolicy.RETAIN (data outlives the stack; context `removalPolicy=destroy` for sandboxes)
+   */
+  readonly removalPolicy?: RemovalPolicy;
+}
+
+const pascal = (name: string) => substitutionKey(name).slice(2);
+
+export class FerryStack extends Stack {
+  readonly tables = new Map<TableKey, Table>();
+  readonly functions = new Map<string, NodejsFunction>();
+  readonly stateMachines = new Map<string, StateMachine>();
+  readonly bucket: Bucket;
+  readonly httpApi?: HttpApi;
+
+  constructor(scope: Construct, id: string, props: FerryStackProps = {}) {
+    super(scope, id, props);
+    const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
+
+    for (const t of TABLES) this.tables.set(t.key, this.addTable(t.key, removalPolicy));
+    this.bucket = this.addBucket(removalPolicy);
+    for (const f of FUNCTIONS) this.functions.set(f.name, this.addFunction(f));
+    for (const m of STATE_MACHINES) this.stateMachines.set(m.name, this.addStateMachine(m));
+    this.httpApi = this.addHttpApi();
+    this.addCopyWorker();
+
+    for (const [key, table] of this.tables) new CfnOutput(this, `TableName${pascal(key)}`, { value: table.tableName, description: tableEnvName(key) });
+    new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName, description: BUCKET_ENV });
+  }
+
+  private addTable(key: TableKey, removalPolicy: RemovalPolicy): Table {
+    const table = new Table(this, `Table${pascal(key)}`, {
+      partitionKey: { name: 'pk', type: AttributeType.STRING },
+      sortKey: { name: 'sk', type: AttributeType.STRING },
+      billingMode: BillingMode.PAY_PER_REQUEST,
+      pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
+      encryption: TableEncryption.AWS_MANAGED,
+      timeToLiveAttribute: TTL_ATTRIBUTE,
+      removalPolicy,
+    });
+    table.addGlobalSecondaryIndex({
+      indexName: GSI1,
+      partitionKey: { name: 'gsi1pk', type: AttributeType.STRING },
+      sortKey: { name: 'gsi1sk', type: AttributeType.STRING },
+    });
+    return table;
+  }
+
+  private addBucket(removalPolicy: RemovalPolicy): Bucket {
+    const common = {
+      blockPublicAccess: BlockPublicAccess.BLOCK_ALL,
+      enforceSSL: true,
+      // Server access logs can only be delivered to an SSE-S3 bucket, so both use S3-managed keys.
+      encryption: BucketEncryption.S3_MANAGED,
+      objectOwnership: ObjectOwnership.BUCKET_OWNER_ENFORCED,
+      removalPolicy,
+    };
+    // cdk-nag's S1 (access logging) does not apply to a bucket that is itself a log destination.
+    const logBucket = new Bucket(this, 'AccessLogBucket', {
+      ...common,
+      lifecycleRules: [{ id: 'expire-access-logs', expiration: Duration.days(365) }],
+    });
+    return new Bucket(this, 'Bucket', {
+      ...common,
+      versioned: true,
+      serverAccessLogsBucket: logBucket,
+      serverAccessLogsPrefix: 'ferry-bucket/',
+      lifecycleRules: [
+        {
+          id: 'expire-tmp',
+          prefix: TMP_PREFIX,
+          expiration: Duration.days(TMP_EXPIRATION_DAYS),
+          noncurrentVersionExpiration: Duration.days(1),
+          abortIncompleteMultipartUploadAfter: Duration.days(1),
+        },
+        // Versioning protects against overwrites; old versions of everything else still go eventually.
+        { id: 'expire-noncurrent', noncurrentVersionExpiration: Duration.days(30) },
+      ],
+    });
+  }
+
+  private addFunction(f: FunctionWiring): NodejsFunction {
+    const entry = resolve(REPO_ROOT, f.entry);
+    if (!existsSync(entry)) {
+      throw new Error(`functions/wiring.ts: function ${f.name} has entry ${f.entry}, which does not exist. Write the module or fix the entry.`);
+    }
+    const environment: Record<string, string> = { NODE_OPTIONS: '--enable-source-maps', POWERTOOLS_SERVICE_NAME: `ferry-${f.name}` };
+    for (const key of f.tables) environment[tableEnvName(key)] = this.table(key, f.name).tableName;
+    for (const machine of f.starts ?? []) environment[stateMachineEnvName(machine)] = this.stateMachineArn(machine);
+    if (f.usesBucket) environment[BUCKET_ENV] = this.bucket.bucketName;
+    if (f.kind === 'authorizer') environment[AUTH_MODE_ENV] = 'token';
+
+    const id = `Fn${pascal(f.name)}`;
+    const fn = new NodejsFunction(this, id, {
+      entry,
+      handler: f.export,
+      description: f.description.slice(0, 256),
+      runtime: LAMBDA_RUNTIME,
+      architecture: Architecture.ARM_64,
+      timeout: Duration.seconds(f.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS),
+      memorySize: f.memoryMb ?? DEFAULT_MEMORY_MB,
+      tracing: Tracing.ACTIVE,
+      environment,
+      logGroup: new LogGroup(this, `${id}Logs`, { retention: LOG_RETENTION, removalPolicy: RemovalPolicy.DESTROY }),
+      projectRoot: REPO_ROOT,
+      depsLockFilePath: resolve(REPO_ROOT, 'package-lock.json'),
+      bundling: {
+        format: OutputFormat.ESM,
+        target: 'node22',
+        mainFields: ['module', 'main'],
+        banner: ESM_REQUIRE_BANNER,
+        sourceMap: true,
+        minify: true,
+        // The runtime provides AWS SDK v3; bundling it would only make cold starts slower.
+        externalModules: ['@aws-sdk/*'],
+      },
+    });
+
+    for (const key of f.tables) this.table(key, f.name).grantReadWriteData(fn);
+    if (f.usesBucket) this.bucket.grantReadWrite(fn);
+    for (const machine of f.starts ?? []) {
+      fn.addToRolePolicy(new PolicyStatement({ actions: ['states:StartExecution'], resources: [this.stateMachineArn(machine)] }));
+      fn.addToRolePolicy(new PolicyStatement({ actions: ['states:DescribeExecution'], resources: [this.executionArns(machine)] }));
+    }
+    this.acknowledgeFunction(fn, f);
+    return fn;
+  }
+
+  private addStateMachine(m: StateMachineWiring): StateMachine {
+    const file = resolve(REPO_ROOT, m.file);
+    if (!existsSync(file)) {
+      throw new Error(`functions/wiring.ts: state machine ${m.name} has file ${m.file}, which does not exist. Write the ASL file or fix the entry.`);
+    }
+    const definitionSubstitutions: Record<string, string> = {};
+    const invoked: IFunction[] = [];
+    for (const name of m.functions) {
+      const fn = this.functions.get(name);
+      if (!fn) throw new Error(`functions/wiring.ts: state machine ${m.name} lists function ${name}, which is not in FUNCTIONS.`);
+      definitionSubstitutions[substitutionKey(name)] = fn.functionArn;
+      invoked.push(fn);
+    }
+    const id = `Sm${pascal(m.name)}`;
+    const machine = new StateMachine(this, id, {
+      // A fixed name gives a known ARN, so the functions that start it can get it in their
+      // environment without a reference (which would form a cycle if a step ever starts a machine).
+      stateMachineName: this.stateMachineName(m.name),
+      comment: m.description,
+      definitionBody: DefinitionBody.fromFile(file),
+      definitionSubstitutions,
+      tracingEnabled: true,
+      logs: {
+        destination: new LogGroup(this, `${id}Logs`, {
+          // Step Functions wants its vended-log groups under /aws/vendedlogs/ (resource policy size limits).
+          logGroupName: `/aws/vendedlogs/states/${this.stateMachineName(m.name)}`,
+          retention: LOG_RETENTION,
+          removalPolicy: RemovalPolicy.DESTROY,
+        }),
+        level: LogLevel.ALL,
+        includeExecutionData: true,
+      },
+    });
+    for (const fn of invoked) fn.grantInvoke(machine);
+    for (const fn of invoked) {
+      // grantInvoke also covers the function's versions and aliases (`<arn>:*`).
+      Validations.of(machine).acknowledge({
+        id: `AwsSolutions-IAM5[Resource::<${this.logicalIdOf(fn)}.Arn>:*]`,
+        reason: 'lambda:InvokeFunction on the function and its versions/aliases (`:*`), as grantInvoke writes it; scoped to the functions this machine lists in the wiring table.',
+      });
+    }
+    // The X-Ray and CloudWatch Logs delivery actions have no resource-level permissions.
+    Validations.of(machine).acknowledge({
+      id: 'AwsSolutions-IAM5[Resource::*]',
+      reason: 'X-Ray tracing and CloudWatch Logs delivery actions (xray:Put*, logs:CreateLogDelivery...) do not support resource-level permissions; CDK writes them with `*`.',
+    });
+    return machine;
+  }
+
+  private addHttpApi(): HttpApi | undefined {
+    const apis = FUNCTIONS.filter((f) => f.kind === 'api');
+    if (apis.length === 0) return undefined;
+    const authorizers = FUNCTIONS.filter((f) => f.kind === 'authorizer');
+    if (authorizers.length !== 1) {
+      throw new Error(`functions/wiring.ts: the HTTP API needs exactly one function of kind 'authorizer', found ${authorizers.length}.`);
+    }
+    const authorizer = new HttpLambdaAuthorizer('TokenAuthorizer', this.functions.get(authorizers[0]!.name)!, {
+      responseTypes: [HttpLambdaResponseType.SIMPLE],
+      identitySource: [`$request.header.${AUTH_HEADER}`],
+      // Off: a revoked or expired token must stop working at once, not after a cache period.
+      resultsCacheTtl: Duration.seconds(0),
+    });
+    const api = new HttpApi(this, 'HttpApi', { apiName: `${this.stackName}-api`, createDefaultStage: false });
+    const accessLogs = new LogGroup(this, 'HttpApiAccessLogs', { retention: LOG_RETENTION, removalPolicy: RemovalPolicy.DESTROY });
+    const stage = new HttpStage(this, 'HttpApiStage', {
+      httpApi: api,
+      stageName: '$default',
+      autoDeploy: true,
+      accessLogSettings: {
+        destination: new LogGroupLogDestination(accessLogs),
+        format: AccessLogFormat.jsonWithStandardFields(),
+      },
+    });
+
+    for (const f of apis) {
+      if (!f.httpPrefix) throw new Error(`functions/wiring.ts: api function ${f.name} has no httpPrefix.`);
+      const integration = new HttpLambdaIntegration(`Integration${pascal(f.name)}`, this.functions.get(f.name)!);
+      for (const path of [f.httpPrefix, `${f.httpPrefix}/{proxy+}`]) {
+        api.addRoutes({ path, methods: [HttpMethod.ANY], integration, authorizer });
+      }
+      for (const publicPath of f.publicPaths ?? []) {
+        // Version discovery answers without a token, as upstream does (clients call it before authenticating).
+        const routes = api.addRoutes({ path: publicPath.replace(/\/+$/, '') || '/', methods: [HttpMethod.GET], integration });
+        for (const route of routes) {
+          Validations.of(route).acknowledge({
+            id: 'AwsSolutions-APIG4',
+            reason: `GET ${publicPath} is version discovery, public in the reference API (the OpenStack clients call it before they have a token); it returns no tenant data.`,
+          });
+        }
+      }
+    }
+    new CfnOutput(this, 'ApiUrl', { value: stage.url, description: 'Base URL of the HTTP API (the cinder endpoint is <ApiUrl>volume/v3)' });
+    return api;
+  }
+
+  /**
+   * TODO(copy worker issue): the ECS cluster and the Fargate task definition for the copy worker
+   * go here (ContainerImage.fromAsset only copies the folder at synth, so synth stays Docker-free),
+   * and the machines that copy call it with `ecs:runTask.sync`. Keep it generated from the wiring
+   * table like the rest: a machine that lists the worker gets the task's ARN as a substitution.
+   */
+  private addCopyWorker(): void {}
+
+  private table(key: TableKey, user: string): Table {
+    const t = this.tables.get(key);
+    if (!t) throw new Error(`functions/wiring.ts: function ${user} uses table ${key}, which is not in functions/core/tables.ts TABLES.`);
+    return t;
+  }
+
+  stateMachineName(name: string): string {
+    return `${this.stackName}-${name}`;
+  }
+
+  stateMachineArn(name: string): string {
+    return this.formatArn({ service: 'states', resource: 'stateMachine', resourceName: this.stateMachineName(name), arnFormat: ArnFormat.COLON_RESOURCE_NAME });
+  }
+
+  private executionArns(name: string): string {
+    return this.formatArn({ service: 'states', resource: 'execution', resourceName: `${this.stateMachineName(name)}:*`, arnFormat: ArnFormat.COLON_RESOURCE_NAME });
+  }
+
+  private logicalIdOf(c: Construct): string {
+    const child = (c.node.defaultChild ?? c) as Parameters<Stack['getLogicalId']>[0];
+    return this.resolve(this.getLogicalId(child)) as string;
+  }
+
+  /** Wildcards the least-privilege grants of one function still contain, each with its reason. */
+  private acknowledgeFunction(fn: NodejsFunction, f: FunctionWiring): void {
+    const v = Validations.of(fn);
+    v.acknowledge({
+      id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
+      reason: 'AWSLambdaBasicExecutionRole only allows writing the function\'s own CloudWatch logs; it is the AWS-maintained minimum for any Lambda.',
+    });
+    v.acknowledge({
+      id: 'AwsSolutions-IAM5[Resource::*]',
+      reason: 'X-Ray tracing (xray:PutTraceSegments, xray:PutTelemetryRecords) has no resource-level permissions.',
+    });
+    v.acknowledge({
+      id: 'AwsSolutions-L1',
+      reason: 'nodejs22.x is a supported Lambda runtime chosen on purpose: the same code runs unchanged on the local stack (Node 20/22); move to the newest runtime deliberately, not by lint.',
+    });
+    for (const key of f.tables) {
+      v.acknowledge({
+        id: `AwsSolutions-IAM5[Resource::<${this.logicalIdOf(this.table(key, f.name))}.Arn>/index/*]`,
+        reason: `Queries on the ${key} table's GSI (${GSI1}); grantReadWriteData scopes it to this table's indexes only.`,
+      });
+    }
+    for (const machine of f.starts ?? []) {
+      v.acknowledge({
+        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:${this.stateMachineName(machine)}:*]`,
+        reason: `DescribeExecution on executions of ${machine} only; execution names are per operation and not known at deploy time.`,
+      });
+    }
+    if (f.usesBucket) {
+      const bucket = this.logicalIdOf(this.bucket);
+      for (const finding of ['Action::s3:GetObject*', 'Action::s3:GetBucket*', 'Action::s3:List*', 'Action::s3:DeleteObject*', 'Action::s3:Abort*', `Resource::<${bucket}.Arn>/*`]) {
+        v.acknowledge({ id: `AwsSolutions-IAM5[${finding}]`, reason: 'grantReadWrite on the one Ferry bucket (temporary snapshots, images): object-level wildcards within that bucket only.' });
+      }
+    }
+  }
+}
+
+const S3_LOGS_BY_POLICY = '@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy';
+
+export interface BuildOptions {
+  /** Stack name. @default 'Ferry' */
+  stackName?: string;
+  /** Apply cdk-nag's AwsSolutionsChecks as a validation plugin (fails synth on unacknowledged errors). @default true */
+  nag?: boolean;
+}
+
+/**
+ * The app `cdk synth` runs (infra/aws/app.ts) and the tests synth in-process. Context:
+ * `removalPolicy` = `retain` (default) | `destroy`.
+ */
+export function buildFerryApp(app: App = new App(), options: BuildOptions = {}): { app: App; stack: FerryStack } {
+  // Access logs are delivered by a bucket policy rather than the legacy LogDelivery ACL, which
+  // bucket-owner-enforced ownership forbids. A feature flag, set here so tests and the CLI agree.
+  if (app.node.tryGetContext(S3_LOGS_BY_POLICY) === undefined) app.node.setContext(S3_LOGS_BY_POLICY, true);
+  const policy = String(app.node.tryGetContext('removalPolicy') ?? 'retain').toLowerCase();
+  if (policy !== 'retain' && policy !== 'destroy') throw new Error(`context removalPolicy must be retain or destroy, not ${policy}`);
+  const stack = new FerryStack(app, options.stackName ?? 'Ferry', {
+    description: 'Ferry: Cinder/Manila/Nova move operations as serverless functions',
+    removalPolicy: policy === 'destroy' ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
+  });
+  if (options.nag ?? true) Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+  return { app, stack };
+}
