@@ -10,7 +10,8 @@
  *
  * Run as `ferry ...` (bin/ferry.mjs registers tsx) or `npm run ferry -- ...`.
  */
-import { resolve } from 'node:path';
+import { existsSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
@@ -83,10 +84,24 @@ async function audit(args: string[], io: Io): Promise<number> {
   return report.findings.length > 0 ? 1 : 0;
 }
 
+/**
+ * With no endpoint configured, use the local stack running on this machine (`npm start` writes its
+ * endpoints to <data dir>/stack.json), so `ferry audit` works in a second terminal as it is.
+ */
+export function useRunningLocalStack(): void {
+  if (process.env.FERRY_DYNAMODB_ENDPOINT || process.env.FERRY_TABLE_VOLUME) return;
+  const file = join(process.env.FERRY_DATA_DIR ?? '.ferry', 'stack.json');
+  if (!existsSync(file)) return;
+  const stack = JSON.parse(readFileSync(file, 'utf8')) as { dynamodbEndpoint?: string; s3Endpoint?: string };
+  if (stack.dynamodbEndpoint) process.env.FERRY_DYNAMODB_ENDPOINT = stack.dynamodbEndpoint;
+  if (stack.s3Endpoint) process.env.FERRY_S3_ENDPOINT = stack.s3Endpoint;
+}
+
 /** Runs one command line (without `node ferry`); resolves to the process exit code. */
 export async function main(argv: string[], io: Io = processIo): Promise<number> {
   const [command, ...rest] = argv;
   try {
+    useRunningLocalStack();
     switch (command) {
       case 'token': {
         const [sub, ...args] = rest;
