@@ -45,6 +45,15 @@ export interface AttachmentSummary {
   attachedAt: string | null;
   /** True once the attachment has connection_info (the duplicate-connector guard reads this). */
   connected: boolean;
+  /** connector.mountpoint, shown as `device` in the volume view (optional: added by volumes). */
+  mountpoint?: string | null;
+}
+
+/** Capacity a volume holds on a pool item (scheduler.ts); present exactly while it is held, so release happens once. */
+export interface HeldCapacity {
+  /** `host@backend#pool` */
+  pool: string;
+  gb: number;
 }
 
 export interface Volume {
@@ -82,6 +91,14 @@ export interface Volume {
   connections: Record<string, string[]>;
   /** Set by create with server_id: attach to this instance once available. */
   pendingServerId?: string | null;
+  /** Capacity held on a pool; null once released (or never reserved). Added by volumes. */
+  capacity?: HeldCapacity | null;
+  /** True for a volume brought under Ferry by manage (its backend object predates it). Added by volumes. */
+  managed?: boolean;
+  /** True once the backend object is Ferry's to delete (created, or managed successfully). Added by volumes. */
+  ownsBackendObject?: boolean;
+  /** Why the volume went to an error status (scheduler or driver message), for operators. Added by volumes. */
+  errorReason?: string | null;
   createdAt: string;
   updatedAt: string;
   /** Optimistic-concurrency version; every write conditions on it or bumps it. */

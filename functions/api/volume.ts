@@ -1,0 +1,27 @@
+/**
+ * The Cinder v3 REST API (volume-api in functions/wiring.ts): version discovery, volumes, volume
+ * types, manageable volumes, and the attachments API.
+ */
+import { attachmentRoutes } from '../attachments/routes.js';
+import { createApiHandler } from '../core/api.js';
+import { VOLUME_VERSIONS } from '../core/microversion.js';
+import { manageRoutes } from '../volumes/manage.js';
+import { volumeRoutes } from '../volumes/routes.js';
+import { typeRoutes } from '../volumes/types.js';
+import { versionRoutes, type VersionInfo } from './versions.js';
+
+export const VOLUME_VERSION_INFO: VersionInfo = {
+  service: VOLUME_VERSIONS,
+  id: 'v3.0',
+  versionPath: '/v3',
+  updated: '2022-08-31T00:00:00Z',
+  mediaType: 'application/vnd.openstack.volume+json;version=3',
+};
+
+export const handler = createApiHandler({
+  service: VOLUME_VERSIONS,
+  rootPath: '/volume',
+  versionPath: '/v3',
+  routes: [...volumeRoutes, ...typeRoutes, ...manageRoutes, ...attachmentRoutes],
+  unversioned: versionRoutes(VOLUME_VERSION_INFO),
+});

@@ -1,0 +1,303 @@
+/**
+ * Persistence of volumes: every write is conditional on the item's `version` (and bumps it), so a
+ * transition computed from a stale read is refused and re-applied to a fresh read.
+ *
+ * Items this module writes besides the volume itself:
+ * - backend-object claim: pk `BACKOBJ#<host@backend>`, sk `<backendName>`, `volumeId` — one per
+ *   backend object Ferry knows, so an object is managed (or created) by one volume only, and the
+ *   manageable-volumes listing can tell known objects from unknown ones.
+ * - the volume type's `volumeCount` (types.ts), moved in the same transaction as the volume item.
+ * - the pool item's `allocatedGb` (scheduler.ts) when the volume held capacity.
+ */
+import { GetCommand, QueryCommand, ScanCommand, TransactWriteCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
+import type { AuthContext } from '../core/auth.js';
+import { db, isConditionFailure, withRetries } from '../core/db.js';
+import { BadRequest, ConcurrentModification, Conflict, FerryError, NotFound } from '../core/errors.js';
+import { tableName } from '../core/tables.js';
+import { backendOf } from './backends.js';
+import { volumeGsi1, volumeKey, type Volume } from './model.js';
+import { transition, type VolumeEvent } from './transitions.js';
+import { volumeTypeKey } from './types.js';
+
+export type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
+
+const KEY_ATTRIBUTES = ['pk', 'sk', 'gsi1pk', 'gsi1sk'];
+
+export const claimKey = (backend: string, backendName: string) => ({ pk: `BACKOBJ#${backendOf(backend)}`, sk: backendName });
+export const poolKey = (poolHost: string) => ({ pk: `POOL#${poolHost}`, sk: 'POOL' });
+
+export const volumeNotFound = (id: string) => new NotFound(`Volume ${id} could not be found.`);
+
+export function toVolume(item: Record<string, unknown>): Volume {
+  const v = Object.fromEntries(Object.entries(item).filter(([k]) => !KEY_ATTRIBUTES.includes(k))) as unknown as Volume;
+  v.attachments ??= {};
+  v.instances ??= {};
+  v.connections ??= {};
+  return v;
+}
+
+export async function getVolume(id: string): Promise<Volume | undefined> {
+  const out = await db().send(new GetCommand({ TableName: tableName('volume'), Key: volumeKey(id), ConsistentRead: true }));
+  return out.Item ? toVolume(out.Item) : undefined;
+}
+
+export async function getVolumeOrThrow(id: string): Promise<Volume> {
+  const v = await getVolume(id);
+  if (!v) throw volumeNotFound(id);
+  return v;
+}
+
+/** Upstream's project-scoped lookup: another project's volume does not exist for a non-admin. */
+export async function getVolumeScoped(auth: AuthContext, id: string): Promise<Volume> {
+  const v = await getVolume(id);
+  if (!v || (!auth.isAdmin && v.projectId !== auth.projectId)) throw volumeNotFound(id);
+  return v;
+}
+
+/**
+ * The Update (for a transaction or alone) that turns `before` into `after`: SET for each changed
+ * top-level attribute, REMOVE for each that became undefined, `version` bumped, condition on the
+ * version read. Attributes not changed (attachments, instances, connections, which the attachments
+ * API maintains) are not touched.
+ */
+export interface ExtraCondition {
+  expression: string;
+  names?: Record<string, string>;
+  values?: Record<string, unknown>;
+}
+
+export function volumeUpdate(before: Volume, after: Volume, extraCondition?: ExtraCondition): NonNullable<TransactItem['Update']> {
+  const names: Record<string, string> = { '#version': 'version', ...(extraCondition?.names ?? {}) };
+  const values: Record<string, unknown> = { ':expected': before.version, ':next': before.version + 1, ...(extraCondition?.values ?? {}) };
+  const sets: string[] = ['#version = :next'];
+  const removes: string[] = [];
+  const keys = new Set([...Object.keys(before), ...Object.keys(after)]);
+  let i = 0;
+  for (const k of keys) {
+    if (k === 'version' || k === 'id') continue;
+    const a = (before as unknown as Record<string, unknown>)[k];
+    const b = (after as unknown as Record<string, unknown>)[k];
+    if (JSON.stringify(a) === JSON.stringify(b)) continue;
+    names[`#a${i}`] = k;
+    if (b === undefined) removes.push(`#a${i}`);
+    else {
+      values[`:a${i}`] = b;
+      sets.push(`#a${i} = :a${i}`);
+    }
+    i++;
+  }
+  return {
+    TableName: tableName('volume'),
+    Key: volumeKey(before.id),
+    UpdateExpression: `SET ${sets.join(', ')}${removes.length ? ` REMOVE ${removes.join(', ')}` : ''}`,
+    ConditionExpression: `#version = :expected${extraCondition ? ` AND (${extraCondition.expression})` : ''}`,
+    ExpressionAttributeNames: names,
+    ExpressionAttributeValues: values,
+  };
+}
+
+/** `after` as it is stored once `volumeUpdate(before, after)` has been written. */
+export function written(before: Volume, after: Volume): Volume {
+  return { ...after, version: before.version + 1 };
+}
+
+/**
+ * Reads the volume, applies the event the callback builds from it, and writes the result with a
+ * condition on the version read. A lost race re-reads and re-applies (the transition decides again
+ * on fresh state). A refused transition throws its FerryError and writes nothing. An event that
+ * changes nothing writes nothing (so steps are idempotent).
+ */
+export async function updateVolume(id: string, event: VolumeEvent | ((v: Volume) => VolumeEvent)): Promise<Volume> {
+  return withRetries(
+    async () => {
+      const before = await getVolumeOrThrow(id);
+      const e = typeof event === 'function' ? event(before) : event;
+      const after = transition(before, e);
+      if (after instanceof FerryError) throw after;
+      if (after === before) return before;
+      await db().send(new TransactWriteCommand({ TransactItems: [{ Update: volumeUpdate(before, after) }] }));
+      return written(before, after);
+    },
+    { retryable: (e) => isConditionFailure(e) || (e as { name?: string }).name === 'TransactionConflictException' },
+  ).catch((e) => {
+    if (isConditionFailure(e)) throw new ConcurrentModification(`Volume ${id}`, e);
+    throw e;
+  });
+}
+
+/** Writes a transition together with other items in one transaction (capacity, claims). */
+export async function writeVolumeWith(before: Volume, after: Volume, others: TransactItem[], extraCondition?: ExtraCondition): Promise<Volume> {
+  await db().send(new TransactWriteCommand({ TransactItems: [{ Update: volumeUpdate(before, after, extraCondition) }, ...others] }));
+  return written(before, after);
+}
+
+/** The code of each item of a cancelled transaction, in order ([] for any other error). */
+export function cancellationCodes(e: unknown): (string | undefined)[] {
+  return ((e as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? []).map((r) => r.Code);
+}
+
+function cancellationItem(e: unknown, index: number): Record<string, unknown> | undefined {
+  return (e as { CancellationReasons?: { Item?: Record<string, unknown> }[] }).CancellationReasons?.[index]?.Item;
+}
+
+/** A value from a cancellation reason's item, marshalled (`{S: ...}`) or not. */
+function plain(v: unknown): unknown {
+  if (v && typeof v === 'object' && 'S' in (v as Record<string, unknown>)) return (v as { S: string }).S;
+  return v;
+}
+
+/**
+ * Creates the volume item, counting it on its type (which must still exist) and, for a managed
+ * volume, claiming its backend object — all or nothing.
+ */
+export async function insertVolume(v: Volume, options: { claimBackendObject?: boolean } = {}): Promise<void> {
+  const items: TransactItem[] = [
+    { Put: { TableName: tableName('volume'), Item: { ...volumeKey(v.id), ...volumeGsi1(v), ...v }, ConditionExpression: 'attribute_not_exists(pk)' } },
+    {
+      Update: {
+        TableName: tableName('volume'),
+        Key: volumeTypeKey(v.volumeTypeId),
+        UpdateExpression: 'ADD volumeCount :one',
+        ConditionExpression: 'attribute_exists(pk)',
+        ExpressionAttributeValues: { ':one': 1 },
+      },
+    },
+  ];
+  if (options.claimBackendObject) {
+    items.push({
+      Put: {
+        TableName: tableName('volume'),
+        Item: { ...claimKey(v.host!, v.backendName), volumeId: v.id, host: backendOf(v.host!), backendName: v.backendName },
+        ConditionExpression: 'attribute_not_exists(pk)',
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+      },
+    });
+  }
+  try {
+    await db().send(new TransactWriteCommand({ TransactItems: items }));
+  } catch (e) {
+    const codes = cancellationCodes(e);
+    if (codes[0] === 'ConditionalCheckFailed') throw new Conflict(`Volume ${v.id} already exists.`);
+    if (codes[1] === 'ConditionalCheckFailed') throw new NotFound(`Volume type ${v.volumeTypeId} could not be found.`);
+    if (codes[2] === 'ConditionalCheckFailed') {
+      const owner = plain(cancellationItem(e, 2)?.volumeId);
+      throw new BadRequest(`Invalid volume: Backend object ${v.backendName} on ${backendOf(v.host!)} is already managed by volume ${owner}.`);
+    }
+    throw e;
+  }
+}
+
+/** The claim Put for a newly scheduled volume's backend object (idempotent for the same volume). */
+export function claimItem(v: Volume, poolHost: string): TransactItem {
+  return {
+    Put: {
+      TableName: tableName('volume'),
+      Item: { ...claimKey(poolHost, v.backendName), volumeId: v.id, host: backendOf(poolHost), backendName: v.backendName },
+      ConditionExpression: 'attribute_not_exists(pk) OR volumeId = :vid',
+      ExpressionAttributeValues: { ':vid': v.id },
+    },
+  };
+}
+
+/** Deletes the claim of a volume's backend object, if it is this volume's. */
+export function releaseClaimItem(v: Volume): TransactItem | undefined {
+  if (!v.host) return undefined;
+  return {
+    Delete: {
+      TableName: tableName('volume'),
+      Key: claimKey(v.host, v.backendName),
+      ConditionExpression: 'attribute_not_exists(pk) OR volumeId = :vid',
+      ExpressionAttributeValues: { ':vid': v.id },
+    },
+  };
+}
+
+/** Gives back held capacity on its pool item (the volume side of the same transaction drops `capacity`). */
+export function releasePoolItem(v: Volume): TransactItem | undefined {
+  if (!v.capacity) return undefined;
+  return {
+    Update: {
+      TableName: tableName('volume'),
+      Key: poolKey(v.capacity.pool),
+      UpdateExpression: 'ADD allocatedGb :minus',
+      ConditionExpression: 'attribute_exists(pk)',
+      ExpressionAttributeValues: { ':minus': -v.capacity.gb },
+    },
+  };
+}
+
+/** The backend object names Ferry knows on a backend, with their volumes. */
+export async function listClaims(backend: string): Promise<Map<string, string>> {
+  const out = new Map<string, string>();
+  let start: Record<string, unknown> | undefined;
+  do {
+    const page = await db().send(
+      new QueryCommand({ TableName: tableName('volume'), KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': claimKey(backend, '').pk }, ExclusiveStartKey: start }),
+    );
+    for (const i of page.Items ?? []) out.set(i.sk as string, i.volumeId as string);
+    start = page.LastEvaluatedKey;
+  } while (start);
+  return out;
+}
+
+/**
+ * Removes a volume's record with everything it holds — capacity, backend-object claim, type count —
+ * in one transaction, conditional on the version read (so the state the caller validated is the
+ * state removed). Removing a volume that is already gone succeeds (idempotent delete step).
+ */
+export async function removeVolumeRecord(before: Volume, condition?: ExtraCondition): Promise<void> {
+  const items: TransactItem[] = [
+    {
+      Delete: {
+        TableName: tableName('volume'),
+        Key: volumeKey(before.id),
+        ConditionExpression: `#version = :expected${condition ? ` AND (${condition.expression})` : ''}`,
+        ExpressionAttributeNames: { '#version': 'version', ...(condition?.names ?? {}) },
+        ExpressionAttributeValues: { ':expected': before.version, ...(condition?.values ?? {}) },
+      },
+    },
+    {
+      Update: {
+        TableName: tableName('volume'),
+        Key: volumeTypeKey(before.volumeTypeId),
+        UpdateExpression: 'ADD volumeCount :minus',
+        ConditionExpression: 'attribute_exists(pk)',
+        ExpressionAttributeValues: { ':minus': -1 },
+      },
+    },
+  ];
+  const pool = releasePoolItem(before);
+  if (pool) items.push(pool);
+  const claim = releaseClaimItem(before);
+  if (claim) items.push(claim);
+  await db().send(new TransactWriteCommand({ TransactItems: items }));
+}
+
+/** Every volume of a project, or of all projects (admin `all_tenants`). Filtering and paging happen in routes.ts. */
+export async function listVolumes(projectId?: string): Promise<Volume[]> {
+  const items: Record<string, unknown>[] = [];
+  let start: Record<string, unknown> | undefined;
+  do {
+    const page = projectId
+      ? await db().send(
+          new QueryCommand({
+            TableName: tableName('volume'),
+            IndexName: 'gsi1',
+            KeyConditionExpression: 'gsi1pk = :p',
+            ExpressionAttributeValues: { ':p': volumeGsi1({ projectId, createdAt: '', id: '' }).gsi1pk },
+            ExclusiveStartKey: start,
+          }),
+        )
+      : await db().send(
+          new ScanCommand({
+            TableName: tableName('volume'),
+            FilterExpression: 'sk = :sk AND begins_with(pk, :prefix)',
+            ExpressionAttributeValues: { ':sk': 'VOL', ':prefix': 'VOL#' },
+            ExclusiveStartKey: start,
+          }),
+        );
+    items.push(...(page.Items ?? []));
+    start = page.LastEvaluatedKey;
+  } while (start);
+  return items.map(toVolume);
+}

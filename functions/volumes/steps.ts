@@ -1,0 +1,278 @@
+/**
+ * The step handlers of the volume machines (statemachines/volume-create.asl.json,
+ * volume-delete.asl.json): one Lambda, `handler({step, ...})` dispatching to small steps.
+ *
+ * Every step is idempotent — it reads the volume, decides from its recorded state, and does
+ * nothing a second time — so a retried Task, or a local stack that runs an execution again from
+ * the start after a restart, leaves the same state. Each step's rollback sits right after it.
+ */
+import { DeleteCommand } from '@aws-sdk/lib-dynamodb';
+import { createHash } from 'node:crypto';
+import type { AuthContext } from '../core/auth.js';
+import { db, isConditionFailure, withRetries } from '../core/db.js';
+import { tableName } from '../core/tables.js';
+import { Conflict, DriverError, FerryError } from '../core/errors.js';
+import { logger } from '../core/logger.js';
+import { driverForHost } from '../drivers/volume/registry.js';
+import { poolOf } from './backends.js';
+import type { Volume } from './model.js';
+import { claimKey, getVolume, getVolumeOrThrow, removeVolumeRecord, updateVolume } from './repo.js';
+import { parseCreateBody, recordNewVolume } from './routes.js';
+import { releaseCapacity, scheduleVolume } from './scheduler.js';
+
+const now = () => new Date().toISOString();
+
+/** What a Catch puts in `$.error`: the error name, and the message (AWS wraps it in Lambda's JSON). */
+export interface CaughtError {
+  Error?: string;
+  Cause?: string;
+}
+
+export interface StepInput {
+  step: string;
+  volumeId?: string;
+  error?: CaughtError;
+  /** record: the execution's input — `{volumeId}` (API start) or `{volume, projectId, userId}` (console start). */
+  request?: { volumeId?: string; volume?: unknown; projectId?: string; userId?: string };
+  executionName?: string;
+}
+
+/** The readable message of a caught error. */
+export function reasonOf(error: CaughtError | undefined): string {
+  if (!error) return 'unknown error';
+  const cause = error.Cause ?? '';
+  try {
+    const parsed = JSON.parse(cause) as { errorMessage?: string };
+    if (parsed && typeof parsed.errorMessage === 'string') return parsed.errorMessage;
+  } catch {
+    /* a plain message */
+  }
+  return cause || error.Error || 'unknown error';
+}
+
+/** The owner's context, for work done on the owner's behalf (the pending attach). */
+function ownerAuth(v: Volume): AuthContext {
+  return { userId: v.userId, projectId: v.projectId, isAdmin: false, roles: ['member', 'reader'] };
+}
+
+/** A UUID derived from the execution name, so a retried console `record` step records the same volume. */
+export function volumeIdForExecution(executionName: string): string {
+  const h = createHash('sha256').update(`ferry-volume-create:${executionName}`).digest('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-4${h.slice(13, 16)}-a${h.slice(17, 20)}-${h.slice(20, 32)}`;
+}
+
+// ---- volume-create ------------------------------------------------------------------------------
+
+/**
+ * First state of volume-create. An API start passes `{volumeId}` of a volume the API recorded; a
+ * console start passes `{volume: <create body>, projectId, userId}` and gets the same validation
+ * and recording as POST /volumes. No rollback: nothing is written when it fails.
+ */
+export async function record(input: StepInput): Promise<{ volumeId: string }> {
+  const req = input.request ?? {};
+  if (req.volumeId) {
+    await getVolumeOrThrow(req.volumeId);
+    return { volumeId: req.volumeId };
+  }
+  const request = parseCreateBody({ volume: req.volume });
+  const projectId = req.projectId ?? 'admin';
+  // A console start is an operator's: the volume belongs to the project named (default admin).
+  const auth: AuthContext = { userId: req.userId ?? 'admin', projectId, isAdmin: true, roles: ['admin', 'member', 'reader'] };
+  const id = volumeIdForExecution(input.executionName ?? 'console');
+  try {
+    await recordNewVolume(auth, request, id);
+  } catch (e) {
+    // Already recorded by an earlier run of this step.
+    if (!(e instanceof Conflict && (await getVolume(id)))) throw e;
+  }
+  return { volumeId: id };
+}
+
+/** Reserves capacity on a pool (scheduler.ts). Undone by rollbackCreate (releaseCapacity). */
+export async function schedule(volumeId: string): Promise<{ host: string }> {
+  const v = await scheduleVolume(volumeId);
+  return { host: v.host! };
+}
+
+/**
+ * Creates the backend object under its stable name — or, for a managed volume, checks the legacy
+ * object is there. Undone by rollbackCreate (deleteVolume; never for a managed object).
+ */
+export async function createOnBackend(volumeId: string): Promise<{ providerLocation: string | null }> {
+  const v = await getVolumeOrThrow(volumeId);
+  if (v.status === 'available') return { providerLocation: v.providerLocation };
+  if (!v.host) throw new DriverError(`Volume ${volumeId} has no host: schedule did not run.`);
+  const driver = await driverForHost(v.host);
+  if (v.managed) {
+    const found = await driver.getVolume(v.backendName);
+    if (!found) throw new DriverError(`Manage existing volume failed: backend object ${v.backendName} is not on ${v.host}.`);
+    const after = await updateVolume(volumeId, { type: 'created-on-backend', at: now(), providerLocation: v.providerLocation, sizeGb: found.sizeGb });
+    return { providerLocation: after.providerLocation };
+  }
+  const { providerLocation } = await driver.createVolume({ backendName: v.backendName, sizeGb: v.size, pool: poolOf(v.host)! });
+  await updateVolume(volumeId, { type: 'created-on-backend', at: now(), providerLocation });
+  return { providerLocation };
+}
+
+/** creating/managing -> available (conditional on the version read). */
+export async function markAvailable(volumeId: string): Promise<{ pendingServerId: string | null }> {
+  const v = await updateVolume(volumeId, { type: 'mark-available', at: now() });
+  return { pendingServerId: v.pendingServerId ?? null };
+}
+
+/**
+ * Create-and-attach (seed 003): reserve an attachment for the instance given at create. Skipped
+ * when the instance already has one (an earlier run got that far). Its failure does not undo the
+ * create: the volume stays available and the reason is recorded (attachFailed).
+ */
+export async function attachPending(volumeId: string): Promise<{ attached: boolean }> {
+  const v = await getVolumeOrThrow(volumeId);
+  const instance = v.pendingServerId;
+  if (!instance) return { attached: false };
+  if (!v.instances?.[instance]) {
+    const { createAttachment } = await import('../attachments/service.js');
+    await createAttachment({ auth: ownerAuth(v), volumeId, instanceUuid: instance, connector: null });
+  }
+  await updateVolume(volumeId, { type: 'pending-attach-done', at: now() });
+  return { attached: true };
+}
+
+/** Rollback of attachPending: the volume stays available; the pending instance is dropped with the reason. */
+export async function attachFailed(volumeId: string, error: CaughtError | undefined): Promise<void> {
+  await updateVolume(volumeId, { type: 'pending-attach-done', at: now(), reason: `Attach to instance failed: ${reasonOf(error)}` });
+}
+
+/**
+ * The create machine's Catch: undo whatever ran, then mark the volume `error` (`error_managing`).
+ * - the backend object of a new volume is deleted (its name is the volume's own, so this is safe
+ *   even if create never ran); a managed object is never touched;
+ * - capacity is released only when no object of ours may remain, so the pool's accounting never
+ *   drops below what the backend holds.
+ */
+export async function rollbackCreate(volumeId: string, error: CaughtError | undefined): Promise<{ status: string }> {
+  const v = await getVolume(volumeId);
+  if (!v) return { status: 'gone' };
+  let reason = reasonOf(error);
+  let objectGone = true;
+  if (!v.managed && v.host) {
+    try {
+      const driver = await driverForHost(v.host);
+      await driver.deleteVolume(v.backendName);
+      await updateVolume(volumeId, { type: 'backend-object-released', at: now() });
+    } catch (e) {
+      objectGone = false;
+      reason = `${reason} (rollback could not delete ${v.backendName}: ${e instanceof Error ? e.message : String(e)}; capacity kept held until the volume is deleted)`;
+      logger.error('rollback could not delete the backend object', { volumeId, error: e as Error });
+    }
+  }
+  if (objectGone) await releaseCapacity(volumeId);
+  if (v.managed) await releaseManagedClaim(volumeId);
+  const after = await updateVolume(volumeId, { type: 'create-failed', at: now(), reason });
+  return { status: after.status };
+}
+
+/**
+ * A failed manage gives the legacy object back (its claim is removed), so it can be managed again;
+ * the error_managing record stays for the operator to see and delete, and that delete leaves the
+ * object alone (ownsBackendObject is false).
+ */
+async function releaseManagedClaim(volumeId: string): Promise<void> {
+  const v = await getVolume(volumeId);
+  if (!v?.host) return;
+  await db()
+    .send(
+      new DeleteCommand({
+        TableName: tableName('volume'),
+        Key: claimKey(v.host, v.backendName),
+        ConditionExpression: 'volumeId = :vid',
+        ExpressionAttributeValues: { ':vid': volumeId },
+      }),
+    )
+    .catch((e) => {
+      if (!isConditionFailure(e)) throw e;
+    });
+}
+
+// ---- volume-delete ------------------------------------------------------------------------------
+
+/**
+ * First state of volume-delete: the same guarded transition the API applies (a console start is
+ * as safe as DELETE /volumes/{id}); a volume the API already set `deleting` passes. No rollback.
+ */
+export async function beginDelete(volumeId: string): Promise<{ volumeId: string }> {
+  const v = await getVolume(volumeId);
+  if (!v) return { volumeId }; // removed by an earlier run
+  await updateVolume(volumeId, { type: 'begin-delete', at: now(), resume: true });
+  return { volumeId };
+}
+
+/** Whether deleting the volume may delete its backend object: a new volume's own object always; a managed one only once managed. */
+export function mayDeleteBackendObject(v: Volume): boolean {
+  return !!v.host && (!v.managed || !!v.ownsBackendObject);
+}
+
+/** Deletes the backend object (idempotent in the driver). Failure -> markErrorDeleting; the record is kept. */
+export async function deleteOnBackend(volumeId: string): Promise<void> {
+  const v = await getVolume(volumeId);
+  if (!v) return;
+  if (!mayDeleteBackendObject(v)) return;
+  const driver = await driverForHost(v.host!);
+  await driver.deleteVolume(v.backendName);
+}
+
+/** Releases capacity, the claim and the type count, and removes the record — one transaction. */
+export async function finishDelete(volumeId: string): Promise<void> {
+  await withRetries(
+    async () => {
+      const v = await getVolume(volumeId);
+      if (!v) return;
+      await removeVolumeRecord(v, { expression: '#status = :deleting', names: { '#status': 'status' }, values: { ':deleting': 'deleting' } });
+    },
+    { retryable: isConditionFailure, attempts: 10 },
+  );
+}
+
+/** The delete machine's Catch: deleting -> error_deleting. Nothing else changes (backend object, capacity). */
+export async function markErrorDeleting(volumeId: string, error: CaughtError | undefined): Promise<void> {
+  await updateVolume(volumeId, { type: 'delete-failed', at: now(), reason: reasonOf(error) });
+}
+
+// ---- dispatch -----------------------------------------------------------------------------------
+
+function need(input: StepInput): string {
+  if (!input.volumeId) throw new FerryError(400, 'badRequest', `step ${input.step} needs volumeId`);
+  return input.volumeId;
+}
+
+export async function handler(input: StepInput): Promise<unknown> {
+  switch (input.step) {
+    case 'record':
+      return record(input);
+    case 'schedule':
+      return schedule(need(input));
+    case 'create-on-backend':
+      return createOnBackend(need(input));
+    case 'mark-available':
+      return markAvailable(need(input));
+    case 'attach':
+      return attachPending(need(input));
+    case 'attach-failed':
+      await attachFailed(need(input), input.error);
+      return {};
+    case 'rollback-create':
+      return rollbackCreate(need(input), input.error);
+    case 'begin-delete':
+      return beginDelete(need(input));
+    case 'delete-on-backend':
+      await deleteOnBackend(need(input));
+      return {};
+    case 'finish-delete':
+      await finishDelete(need(input));
+      return {};
+    case 'mark-error-deleting':
+      await markErrorDeleting(need(input), input.error);
+      return {};
+    default:
+      throw new FerryError(400, 'badRequest', `unknown volume step ${JSON.stringify(input.step)}`);
+  }
+}
