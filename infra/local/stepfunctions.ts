@@ -16,6 +16,7 @@
 import { mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync, existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { randomUUID } from 'node:crypto';
+import { unsupportedFeatures } from './asl-subset.js';
 import { ExecutionAbortedError, ExecutionError, ExecutionTimeoutError, StateMachine, type StateMachineDefinition, type RunOptions } from 'aws-local-stepfunctions';
 import { FUNCTIONS, STATE_MACHINES, substitutionKey, type FunctionWiring, type StateMachineName, type StateMachineWiring } from '../../functions/wiring.js';
 import { stateMachineArn } from '../../functions/core/executions.js';
@@ -557,21 +558,8 @@ function* allStates(def: Pick<StateMachineDefinition, 'States'>): Generator<[str
 
 /** Refuses what aws-local-stepfunctions would run wrongly without saying so (see TOOLCHAIN.md). */
 function refuseUnsupported(definition: StateMachineDefinition, where: string): void {
-  const refuse = (what: string) => {
-    throw new Error(`${where}: ${what}, which the local interpreter cannot run faithfully; use the JSONPath subset (see TOOLCHAIN.md)`);
-  };
-  if ((definition as { QueryLanguage?: string }).QueryLanguage === 'JSONata') refuse('the machine uses JSONata');
-  for (const [name, state] of allStates(definition)) {
-    const s = state as unknown as Record<string, unknown>;
-    if (s.QueryLanguage === 'JSONata' || 'Arguments' in s || 'Output' in s) refuse(`state "${name}" uses JSONata`);
-    if ('Assign' in s) refuse(`state "${name}" uses Assign variables`);
-    if (typeof s.Resource === 'string' && s.Resource.endsWith('.waitForTaskToken')) refuse(`state "${name}" waits for a task token`);
-    if ('ToleratedFailurePercentage' in s || 'ToleratedFailurePercentagePath' in s || 'ToleratedFailureCount' in s || 'ToleratedFailureCountPath' in s) {
-      refuse(`Map state "${name}" tolerates failures`);
-    }
-    const processor = s.ItemProcessor as { ProcessorConfig?: { Mode?: string } } | undefined;
-    if ('ItemReader' in s || 'ItemBatcher' in s || 'ResultWriter' in s || processor?.ProcessorConfig?.Mode === 'DISTRIBUTED') refuse(`Map state "${name}" is a distributed Map`);
-  }
+  const problems = unsupportedFeatures(definition);
+  if (problems.length > 0) throw new Error(`${where}: outside what the local interpreter runs faithfully: ${problems.join('; ')}`);
 }
 
 function outcomeOfFailure(e: unknown): (Partial<ExecutionRecord> & { status: ExecutionStatus }) | undefined {

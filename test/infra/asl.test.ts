@@ -11,6 +11,9 @@ import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { FUNCTIONS, STATE_MACHINES, substitutionKey } from '../../functions/wiring.js';
+import { unsupportedFeatures as unsupportedIn } from '../../infra/local/asl-subset.js';
+
+const unsupportedFeatures = (text: string) => unsupportedIn(JSON.parse(text));
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const ASL_DIR = 'statemachines';
@@ -41,69 +44,6 @@ function substitutePlaceholders(text: string): string {
 function validateAsl(text: string): string[] {
   const result = aslValidator(JSON.parse(substitutePlaceholders(text)), { checkPaths: true, checkArn: true });
   return result.isValid ? [] : [result.errorsText('\n')];
-}
-
-type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
-type JsonObject = { [k: string]: Json };
-const isObject = (v: Json | undefined): v is JsonObject => typeof v === 'object' && v !== null && !Array.isArray(v);
-
-/** Every state of a machine, with its path, including those inside Parallel branches and Map processors. */
-function* allStates(machine: JsonObject, path = ''): Generator<{ name: string; state: JsonObject }> {
-  const states = machine.States;
-  if (!isObject(states)) return;
-  for (const [name, state] of Object.entries(states)) {
-    if (!isObject(state)) continue;
-    const here = path ? `${path}/${name}` : name;
-    yield { name: here, state };
-    if (Array.isArray(state.Branches)) for (const b of state.Branches) if (isObject(b)) yield* allStates(b, here);
-    const processor = state.ItemProcessor ?? state.Iterator;
-    if (isObject(processor)) yield* allStates(processor, here);
-  }
-}
-
-/** Every key anywhere in the document, with its value (for rules that apply at any depth). */
-function* allEntries(v: Json, path = '$'): Generator<{ path: string; key: string; value: Json }> {
-  if (Array.isArray(v)) for (const [i, x] of v.entries()) yield* allEntries(x, `${path}[${i}]`);
-  else if (isObject(v)) {
-    for (const [key, value] of Object.entries(v)) {
-      yield { path: `${path}.${key}`, key, value };
-      yield* allEntries(value, `${path}.${key}`);
-    }
-  }
-}
-
-/** State fields that only exist with JSONata / variables, which the local interpreter ignores. */
-const JSONATA_STATE_FIELDS = ['Assign', 'Arguments', 'Output'];
-/** Map fields the local interpreter does not honour (tolerated failures, Distributed Map I/O). */
-const UNSUPPORTED_MAP_FIELDS = ['ToleratedFailurePercentage', 'ToleratedFailurePercentagePath', 'ToleratedFailureCount', 'ToleratedFailureCountPath', 'ItemReader', 'ResultWriter'];
-
-/**
- * Everything in the definition outside the subset aws-local-stepfunctions runs correctly
- * (docs: /work/shared/TOOLCHAIN.md, "Local stand-ins"). Each message names the state and the fix.
- */
-function unsupportedFeatures(text: string): string[] {
-  const definition = JSON.parse(text) as Json;
-  const problems: string[] = [];
-  for (const { path, key, value } of allEntries(definition)) {
-    if (key === 'QueryLanguage' && value === 'JSONata') problems.push(`${path}: JSONata is ignored by the local interpreter; use JSONPath`);
-  }
-  if (!isObject(definition)) return [...problems, 'definition is not an object'];
-  for (const { name, state } of allStates(definition)) {
-    for (const field of JSONATA_STATE_FIELDS) {
-      if (field in state) problems.push(`${name}: ${field} (JSONata/variables) is not supported locally; use Parameters/ResultSelector/ResultPath`);
-    }
-    if (typeof state.Resource === 'string' && state.Resource.includes('.waitForTaskToken')) {
-      problems.push(`${name}: .waitForTaskToken cannot run locally (no task token); use .sync or a bounded Wait/poll loop`);
-    }
-    if (state.Type === 'Map') {
-      for (const field of UNSUPPORTED_MAP_FIELDS) if (field in state) problems.push(`${name}: Map ${field} is not supported locally`);
-      const processor = state.ItemProcessor;
-      if (isObject(processor) && isObject(processor.ProcessorConfig) && processor.ProcessorConfig.Mode === 'DISTRIBUTED') {
-        problems.push(`${name}: Distributed Map runs inline locally; use an INLINE Map`);
-      }
-    }
-  }
-  return problems;
 }
 
 /** `${...}` placeholders in the file that are not the substitution key of a function the machine lists. */
@@ -205,8 +145,13 @@ describe('the checks reject bad definitions', () => {
     expect(unsupportedFeatures(JSON.stringify(parsed)).join()).toMatch(/Each\.QueryLanguage: JSONata/);
   });
 
-  test.each(JSONATA_STATE_FIELDS)('%s on a state is rejected', (field) => {
+  test.each(['Assign', 'Arguments', 'Output'])('%s on a state is rejected', (field) => {
     expect(unsupportedFeatures(machine({ A: task({ [field]: { x: 1 } }) })).join()).toMatch(new RegExp(`A: ${field}`));
+  });
+
+  test('"ResultPath": "$" is rejected (the interpreter writes a key named "$")', () => {
+    expect(unsupportedFeatures(machine({ A: task({ ResultPath: '$' }) })).join()).toMatch(/A: "ResultPath": "\$"/);
+    expect(unsupportedFeatures(machine({ A: task({ ResultPath: '$.out' }) }))).toEqual([]);
   });
 
   test('Assign inside a Parallel branch is rejected', () => {
