@@ -9,7 +9,7 @@
  *
  *   npm run bench:attachments            (BENCH_CYCLES=50 by default)
  */
-import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -43,11 +43,20 @@ async function createVolumes(base: string, n: number): Promise<string[]> {
   return ids;
 }
 
+/** With one client the calls are sequential, so the counter's delta around a call is that call's own requests. */
+const perCall = new Map<string, number[]>();
+async function counted<T>(name: string, fn: () => Promise<T>): Promise<T> {
+  const before = dynamoRequests().total;
+  const out = await fn();
+  perCall.set(name, [...(perCall.get(name) ?? []), dynamoRequests().total - before]);
+  return out;
+}
+
 async function cycle(base: string, rec: Recorder, volumeId: string, instance: string, host: string): Promise<void> {
-  const att = (await rec.time('create', () => api(base, 'POST', '/attachments', { attachment: { volume_uuid: volumeId, instance_uuid: instance, connector: null } }))).attachment;
-  await rec.time('update', () => api(base, 'PUT', `/attachments/${att.id}`, { attachment: { connector: { host, initiator: 'iqn.bench', ip: '127.0.0.1', platform: 'x86_64', os_type: 'linux2', multipath: false, mountpoint: '/dev/vdb' } } }));
-  await rec.time('complete', () => api(base, 'POST', `/attachments/${att.id}/action`, { 'os-complete': null }));
-  await rec.time('delete', () => api(base, 'DELETE', `/attachments/${att.id}`));
+  const att = (await rec.time('create', () => counted('create', () => api(base, 'POST', '/attachments', { attachment: { volume_uuid: volumeId, instance_uuid: instance, connector: null } })))).attachment;
+  await rec.time('update', () => counted('update', () => api(base, 'PUT', `/attachments/${att.id}`, { attachment: { connector: { host, initiator: 'iqn.bench', ip: '127.0.0.1', platform: 'x86_64', os_type: 'linux2', multipath: false, mountpoint: '/dev/vdb' } } })));
+  await rec.time('complete', () => counted('complete', () => api(base, 'POST', `/attachments/${att.id}/action`, { 'os-complete': null })));
+  await rec.time('delete', () => counted('delete', () => api(base, 'DELETE', `/attachments/${att.id}`)));
 }
 
 async function run(base: string, volumes: string[], clients: number): Promise<{ rec: Recorder; seconds: number; ddbPerCall: number }> {
@@ -73,6 +82,32 @@ async function baselineGetItem(volumeId: string, n = 200): Promise<number> {
   return percentile(samples, 50);
 }
 
+/**
+ * The bare DynamoDB work of one attachment API call (two reads and one two-item transaction), run
+ * by `clients` loops at once: the ceiling the database itself puts on the API's throughput.
+ */
+async function dynamoCeiling(clients: number, perClient: number): Promise<number> {
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: clients }, async (_, c) => {
+      const key = (k: string) => ({ pk: `BENCH#${c}`, sk: k });
+      for (let i = 0; i < perClient; i++) {
+        await db().send(new GetCommand({ TableName: tableName('volume'), Key: key('A') }));
+        await db().send(new GetCommand({ TableName: tableName('volume'), Key: key('B') }));
+        await db().send(
+          new TransactWriteCommand({
+            TransactItems: [
+              { Put: { TableName: tableName('volume'), Item: { ...key('A'), n: i } } },
+              { Update: { TableName: tableName('volume'), Key: key('B'), UpdateExpression: 'ADD n :one', ExpressionAttributeValues: { ':one': 1 } } },
+            ],
+          }),
+        );
+      }
+    }),
+  );
+  return (clients * perClient) / ((performance.now() - t0) / 1000);
+}
+
 function report(label: string, r: { rec: Recorder; seconds: number; ddbPerCall: number }, getItemP50: number): number {
   const calls = r.rec.count();
   const throughput = calls / r.seconds;
@@ -92,8 +127,14 @@ try {
   const getItemP50 = await baselineGetItem(volumes[0]!);
   console.log(`bench/attachments: ${CYCLES} cycles per client; baseline DynamoDB GetItem p50 ${fmt(getItemP50)}`);
   const one = report('1 client', await run(base, volumes, 1), getItemP50);
+  console.log('  DynamoDB requests per call (1 client, exact): ' + [...perCall].map(([n, v]) => `${n} ${(v.reduce((a, b) => a + b, 0) / v.length).toFixed(2)}`).join(', '));
+  perCall.clear();
   const many = report(`${CLIENTS} clients`, await run(base, volumes, CLIENTS), getItemP50);
   console.log(`\nthroughput ratio ${CLIENTS} clients / 1 client: ${(many / one).toFixed(2)}x`);
+  const ceilingOne = await dynamoCeiling(1, CYCLES * 4);
+  const ceilingMany = await dynamoCeiling(CLIENTS, CYCLES * 4);
+  console.log(`DynamoDB-only ceiling (2 reads + 1 transaction per call): 1 loop ${ceilingOne.toFixed(0)}/s, ${CLIENTS} loops ${ceilingMany.toFixed(0)}/s`);
+  console.log(`API throughput / DynamoDB-only ceiling: 1 client ${(one / ceilingOne).toFixed(2)}x, ${CLIENTS} clients ${(many / ceilingMany).toFixed(2)}x`);
 } finally {
   await stack.stop();
   rmSync(dataDir, { recursive: true, force: true });
