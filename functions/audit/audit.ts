@@ -67,6 +67,33 @@ export async function runAudit(options: AuditOptions = {}): Promise<AuditReport>
   const attachmentItems = items.filter((i) => i.sk === 'ATT').map((i) => attachmentFromItem(i));
   const liveAttachments = new Map<string, Attachment>(attachmentItems.filter((a) => !a.deleted).map((a) => [a.id, a]));
   const volumesById = new Map(volumes.map((v) => [v.id, v]));
+  const unmanagedMarkers = new Set(items.filter((i) => String(i.pk).startsWith('UNMANAGED#')).map((i) => `${String(i.pk).slice('UNMANAGED#'.length)} ${String(i.sk)}`));
+
+  // Pool capacity: each pool's allocation is exactly what its volumes hold.
+  const heldByPool = new Map<string, number>();
+  for (const v of volumes) if (v.capacity) heldByPool.set(v.capacity.pool, (heldByPool.get(v.capacity.pool) ?? 0) + v.capacity.gb);
+  const pools = items.filter((i) => String(i.pk).startsWith('POOL#'));
+  for (const p of pools) {
+    const pool = String(p.pk).slice('POOL#'.length);
+    const allocated = Number(p.allocatedGb ?? 0);
+    const held = heldByPool.get(pool) ?? 0;
+    if (allocated !== held) find('capacity-mismatch', `pool ${pool}`, `allocated ${allocated} GiB, its volumes hold ${held} GiB`);
+    if (p.totalGb !== undefined && allocated > Number(p.totalGb)) find('capacity-overcommitted', `pool ${pool}`, `allocated ${allocated} GiB of ${p.totalGb} GiB`);
+    heldByPool.delete(pool);
+  }
+  for (const [pool, held] of heldByPool) find('capacity-mismatch', `pool ${pool}`, `volumes hold ${held} GiB on a pool with no allocation record`);
+
+  // Backend-object claims: one per volume that has a backend object, none without.
+  const claims = new Map(items.filter((i) => String(i.pk).startsWith('BACKOBJ#')).map((i) => [`${String(i.pk).slice('BACKOBJ#'.length)} ${String(i.sk)}`, String(i.volumeId)]));
+  for (const [object, volumeId] of claims) {
+    const v = volumesById.get(volumeId);
+    if (!v || !v.host || `${backendOf(v.host)} ${v.backendName}` !== object) find('orphan-claim', `backend object ${object}`, `claimed by volume ${volumeId}, which does not hold it`);
+  }
+  for (const v of volumes) {
+    if (v.host && MUST_EXIST_ON_BACKEND.has(v.status) && claims.get(`${backendOf(v.host)} ${v.backendName}`) !== v.id) {
+      find('missing-claim', `volume ${v.id}`, `its backend object ${v.backendName} on ${backendOf(v.host)} is not claimed by it`);
+    }
+  }
 
   // What each backend really holds.
   const backends = await listBackends();
@@ -171,7 +198,7 @@ export async function runAudit(options: AuditOptions = {}): Promise<AuditReport>
     const known = knownBackendNames.get(host) ?? new Set<string>();
     for (const name of b.volumes.keys()) {
       if (known.has(name)) continue;
-      if (FERRY_NAME.test(name)) find('orphan-backend-volume', `${host} ${name}`, 'a Ferry volume object with no volume record');
+      if (FERRY_NAME.test(name) && !unmanagedMarkers.has(`${host} ${name}`)) find('orphan-backend-volume', `${host} ${name}`, 'a Ferry volume object with no volume record');
       else unmanaged++;
     }
     for (const c of b.connections) {
@@ -190,6 +217,7 @@ export async function runAudit(options: AuditOptions = {}): Promise<AuditReport>
       'backend volumes': [...held.values()].reduce((n, b) => n + b.volumes.size, 0),
       'host connections': [...held.values()].reduce((n, b) => n + b.connections.length, 0),
       'unmanaged backend volumes (ignored)': unmanaged,
+      pools: pools.length,
     },
     findings,
   };

@@ -25,6 +25,11 @@ const KEY_ATTRIBUTES = ['pk', 'sk', 'gsi1pk', 'gsi1sk'];
 
 export const claimKey = (backend: string, backendName: string) => ({ pk: `BACKOBJ#${backendOf(backend)}`, sk: backendName });
 export const poolKey = (poolHost: string) => ({ pk: `POOL#${poolHost}`, sk: 'POOL' });
+/**
+ * A backend object an admin let go of with os-unmanage: it keeps Ferry's name but is no longer
+ * Ferry's, so the audit counts it as unmanaged rather than an orphan. Removed when it is managed again.
+ */
+export const unmanagedKey = (backend: string, backendName: string) => ({ pk: `UNMANAGED#${backendOf(backend)}`, sk: backendName });
 
 export const volumeNotFound = (id: string) => new NotFound(`Volume ${id} could not be found.`);
 
@@ -164,6 +169,7 @@ export async function insertVolume(v: Volume, options: { claimBackendObject?: bo
     },
   ];
   if (options.claimBackendObject) {
+    items.push({ Delete: { TableName: tableName('volume'), Key: unmanagedKey(v.host!, v.backendName) } });
     items.push({
       Put: {
         TableName: tableName('volume'),
@@ -179,8 +185,8 @@ export async function insertVolume(v: Volume, options: { claimBackendObject?: bo
     const codes = cancellationCodes(e);
     if (codes[0] === 'ConditionalCheckFailed') throw new Conflict(`Volume ${v.id} already exists.`);
     if (codes[1] === 'ConditionalCheckFailed') throw new NotFound(`Volume type ${v.volumeTypeId} could not be found.`);
-    if (codes[2] === 'ConditionalCheckFailed') {
-      const owner = plain(cancellationItem(e, 2)?.volumeId);
+    if (codes[3] === 'ConditionalCheckFailed') {
+      const owner = plain(cancellationItem(e, 3)?.volumeId);
       throw new BadRequest(`Invalid volume: Backend object ${v.backendName} on ${backendOf(v.host!)} is already managed by volume ${owner}.`);
     }
     throw e;
@@ -245,7 +251,7 @@ export async function listClaims(backend: string): Promise<Map<string, string>> 
  * in one transaction, conditional on the version read (so the state the caller validated is the
  * state removed). Removing a volume that is already gone succeeds (idempotent delete step).
  */
-export async function removeVolumeRecord(before: Volume, condition?: ExtraCondition): Promise<void> {
+export async function removeVolumeRecord(before: Volume, condition?: ExtraCondition, options: { unmanaged?: boolean } = {}): Promise<void> {
   const items: TransactItem[] = [
     {
       Delete: {
@@ -270,6 +276,9 @@ export async function removeVolumeRecord(before: Volume, condition?: ExtraCondit
   if (pool) items.push(pool);
   const claim = releaseClaimItem(before);
   if (claim) items.push(claim);
+  if (options.unmanaged && before.host) {
+    items.push({ Put: { TableName: tableName('volume'), Item: { ...unmanagedKey(before.host, before.backendName), volumeId: before.id, at: new Date().toISOString() } } });
+  }
   await db().send(new TransactWriteCommand({ TransactItems: items }));
 }
 

@@ -466,7 +466,7 @@ async function unmanage(req: ApiRequest, v: Volume) {
   // The delete guard decides (upstream's unmanage is delete with unmanage_only).
   apply(v, { type: 'begin-delete', at: now() });
   try {
-    await removeVolumeRecord(v);
+    await removeVolumeRecord(v, undefined, { unmanaged: true });
   } catch (e) {
     if (isConditionFailure(e)) throw new ConcurrentModification(`Volume ${v.id}`, e);
     throw e;

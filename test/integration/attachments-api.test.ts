@@ -3,7 +3,8 @@
  * (reference traces/cinderclient-requests.jsonl).
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { runAudit } from '../../functions/audit/audit.js';
 import { createApiHandler } from '../../functions/core/api.js';
 import { VOLUME_VERSIONS } from '../../functions/core/microversion.js';
 import { resetPolicyCache } from '../../functions/core/policy.js';
@@ -17,6 +18,10 @@ const base = '/volume/v3';
 let env: AttachmentTestEnv;
 beforeAll(async () => {
   env = await startAttachmentEnv();
+});
+// Every scenario ends with DynamoDB and the backends agreeing.
+afterEach(async () => {
+  expect((await runAudit()).findings).toEqual([]);
 });
 afterAll(async () => env.stop());
 

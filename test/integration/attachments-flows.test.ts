@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { runAudit } from '../../functions/audit/audit.js';
 import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
@@ -32,7 +33,11 @@ beforeAll(async () => {
   env = await startAttachmentEnv();
 });
 afterAll(async () => env.stop());
-afterEach(() => clearFaults());
+// Every scenario ends with DynamoDB and the backends agreeing.
+afterEach(async () => {
+  clearFaults();
+  expect((await runAudit()).findings).toEqual([]);
+});
 
 const auth = DEMO_AUTH;
 

@@ -15,6 +15,7 @@ import type { BackendConfig, Connector } from '../../functions/drivers/volume/dr
 import { clearDriverCache, driverForHost } from '../../functions/drivers/volume/registry.js';
 import { putBackend } from '../../functions/volumes/backends.js';
 import { volumeGsi1, volumeKey, type Volume } from '../../functions/volumes/model.js';
+import { claimKey } from '../../functions/volumes/repo.js';
 import { useLocalDynamo } from '../support/dynamo.js';
 
 export const BACKEND = 'ferry@lvm-a';
@@ -101,6 +102,8 @@ export async function putVolume(overrides: Partial<Volume> = {}): Promise<Volume
   const driver = await driverForHost(VOLUME_HOST);
   await driver.createVolume({ backendName: volume.backendName, sizeGb: volume.size, pool: 'pool0' });
   await db().send(new PutCommand({ TableName: tableName('volume'), Item: { ...volumeKey(id), ...volumeGsi1(volume), ...volume } }));
+  // The volumes code claims every backend object it creates; the audit checks the claim.
+  await db().send(new PutCommand({ TableName: tableName('volume'), Item: { ...claimKey(VOLUME_HOST, volume.backendName), volumeId: id, host: BACKEND, backendName: volume.backendName } }));
   return volume;
 }
 

@@ -17,6 +17,7 @@ import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
 import { clearDriverCache, driverFor } from '../../functions/drivers/volume/registry.js';
 import { putBackend } from '../../functions/volumes/backends.js';
 import { volumeGsi1, volumeKey, type Volume } from '../../functions/volumes/model.js';
+import { claimKey, poolKey, unmanagedKey } from '../../functions/volumes/repo.js';
 import type { LocalDynamo } from '../../infra/local/dynamo.js';
 import { useLocalDynamo } from '../support/dynamo.js';
 
@@ -56,6 +57,7 @@ async function consistentVolume(): Promise<{ volume: Volume; attachment: Attachm
   };
   await db().send(new PutCommand({ TableName: T, Item: { ...volumeKey(id), ...volumeGsi1(volume), ...volume } }));
   await db().send(new PutCommand({ TableName: T, Item: attachmentToItem(attachment) }));
+  await db().send(new PutCommand({ TableName: T, Item: { ...claimKey(volume.host!, backendName), volumeId: id, host: backend.host, backendName } }));
   return { volume, attachment };
 }
 
@@ -124,6 +126,31 @@ describe('ferry audit', () => {
     await db().send(new UpdateCommand({ TableName: T, Key: volumeKey(volume.id), UpdateExpression: 'SET attachments = :e, connections = :e', ExpressionAttributeValues: { ':e': {} } }));
     await driverFor(backend).terminateConnection(volume.backendName, { host: 'cmp1' });
     expect(await kinds()).toEqual(['instances-mismatch', 'status-mismatch']);
+  });
+
+  test('pool allocation that does not match what its volumes hold', async () => {
+    const { volume } = await consistentVolume();
+    const pool = `${backend.host}#pool0`;
+    await db().send(new UpdateCommand({ TableName: T, Key: volumeKey(volume.id), UpdateExpression: 'SET #c = :c', ExpressionAttributeNames: { '#c': 'capacity' }, ExpressionAttributeValues: { ':c': { pool, gb: 1 } } }));
+    await db().send(new PutCommand({ TableName: T, Item: { ...poolKey(pool), allocatedGb: 1, totalGb: 100 } }));
+    expect(await kinds()).toEqual([]);
+    await db().send(new UpdateCommand({ TableName: T, Key: poolKey(pool), UpdateExpression: 'SET allocatedGb = :a', ExpressionAttributeValues: { ':a': 3 } }));
+    expect(await kinds()).toEqual(['capacity-mismatch']);
+  });
+
+  test('a claim whose volume is gone, and a volume whose object is unclaimed', async () => {
+    const { volume } = await consistentVolume();
+    await db().send(new PutCommand({ TableName: T, Item: { ...claimKey(volume.host!, volume.backendName), volumeId: 'someone-else', host: backend.host, backendName: volume.backendName } }));
+    expect(await kinds()).toEqual(['missing-claim', 'orphan-claim']);
+  });
+
+  test('a Ferry-named object let go of with os-unmanage is not an orphan', async () => {
+    await consistentVolume();
+    const name = `volume-${randomUUID()}`;
+    await driverFor(backend).createVolume({ backendName: name, sizeGb: 1, pool: 'pool0' });
+    expect(await kinds()).toEqual(['orphan-backend-volume']);
+    await db().send(new PutCommand({ TableName: T, Item: { ...unmanagedKey(backend.host, name), volumeId: 'x', at: new Date().toISOString() } }));
+    expect(await kinds()).toEqual([]);
   });
 
   test('a volume stuck in reserved past the threshold', async () => {

@@ -6,6 +6,7 @@
  * creates the same way.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { runAudit } from '../../functions/audit/audit.js';
 import { SFNClient, StartExecutionCommand, DescribeExecutionCommand } from '@aws-sdk/client-sfn';
 import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
 import { driverForHost } from '../../functions/drivers/volume/registry.js';
@@ -19,7 +20,11 @@ beforeAll(async () => {
   stack = await useLocalStack();
 });
 afterAll(async () => stack?.stop());
-afterEach(() => clearFaults());
+// Every scenario ends with DynamoDB and the backends agreeing.
+afterEach(async () => {
+  clearFaults();
+  expect((await runAudit()).findings).toEqual([]);
+});
 
 async function api(method: string, path: string, body?: unknown, token = 'demo:demo') {
   const res = await fetch(`${stack.url}/volume/v3${path}`, {
