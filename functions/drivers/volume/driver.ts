@@ -83,4 +83,79 @@ export interface BackendConfig {
   /** The services-table uuid of this backend's volume service (reference §3.6 `service_uuid`). */
   serviceUuid: string;
   volumeBackendName: string;
+  /** Replication targets (`replication_device`); none = not replicated. */
+  replicationDevices?: ReplicationDevice[];
+}
+
+// ---- Replication v2.1 (seed 001, reference §2) -------------------------------------------------
+
+/** One `replication_device` entry of a backend: `backend_id` (never `default`) plus driver keys (the local driver reads `root`). */
+export interface ReplicationDevice {
+  backend_id: string;
+  [key: string]: string;
+}
+
+/** The service-level replication state of a backend (reference §2.3), persisted beside its config. */
+export interface BackendServiceState {
+  /** `enabled` | `disabled` | `not-capable` | `failing-over` | `failed-over` | `failover-error` | `error` */
+  replicationStatus: string;
+  /** '' or absent = the primary; otherwise the replication_device backend_id the backend runs on. */
+  activeBackendId: string;
+  frozen: boolean;
+  disabled: boolean;
+  disabledReason: string;
+}
+
+/** A volume handed to failover: the driver finds its replicas by the stable backend name. */
+export interface ReplicatedVolumeRef {
+  volumeId: string;
+  backendName: string;
+  sizeGb: number;
+}
+
+/** `failover_host`'s answer: the backend now active, and model updates per volume (upstream's `volume_update_list`). */
+export interface FailoverResult {
+  activeBackendId: string;
+  volumeUpdates: { volumeId: string; updates: { replicationStatus?: string; status?: string; providerLocation?: string } }[];
+}
+
+/** What a drill made: the target-side copies it brought up, to be removed by `endDrill`. */
+export interface DrillCopy {
+  volumeId: string;
+  backendName: string;
+  targetBackendId: string;
+  /** Where the copy can be opened (local driver: a file path). */
+  location: string;
+}
+
+/**
+ * Drivers of replicated backends implement this beside VolumeDriver. A driver is constructed with
+ * the service's active backend id and then reads and writes that site. Every call is idempotent.
+ */
+export interface ReplicationDriver {
+  /** The replication_device backend_ids, in configuration order (capability `replication_targets`). */
+  replicationTargets(): string[];
+  /** Starts keeping the volume in sync on every target (called once the volume exists). */
+  enableReplication(backendName: string): Promise<void>;
+  /** Stops replicating the volume and removes its replicas. */
+  disableReplication(backendName: string): Promise<void>;
+  /**
+   * Upstream `failover_host(volumes, secondary_id)`: `secondaryId` null = the driver picks a target,
+   * 'default' = fail back to the primary. Throws InvalidReplicationTarget (a FerryError 400) for an
+   * unknown target. Volumes it cannot bring up get `{status: 'error'}` updates instead of throwing.
+   */
+  failoverHost(volumes: ReplicatedVolumeRef[], secondaryId: string | null): Promise<FailoverResult>;
+  freezeBackend(): Promise<void>;
+  thawBackend(): Promise<void>;
+  /** Beyond upstream: bring the volumes up on a target as copies, leaving the primary untouched. */
+  startDrill(volumes: ReplicatedVolumeRef[], targetBackendId: string): Promise<DrillCopy[]>;
+  /** Removes every copy a drill made (idempotent). */
+  endDrill(copies: DrillCopy[]): Promise<void>;
+}
+
+/** Snapshots (Cinder's create_snapshot / delete_snapshot), by stable names. */
+export interface SnapshotDriver {
+  createSnapshot(backendName: string, snapshotName: string): Promise<void>;
+  deleteSnapshot(backendName: string, snapshotName: string): Promise<void>;
+  listSnapshots(): Promise<{ backendName: string; snapshotName: string }[]>;
 }
