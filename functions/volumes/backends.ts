@@ -7,7 +7,7 @@ import { GetCommand, PutCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { db } from '../core/db.js';
 import { NotFound } from '../core/errors.js';
 import { GSI1, tableName } from '../core/tables.js';
-import type { BackendConfig } from '../drivers/volume/driver.js';
+import type { BackendConfig, BackendServiceState } from '../drivers/volume/driver.js';
 
 const backendKey = (host: string) => ({ pk: `BACKEND#${host}`, sk: 'BACKEND' });
 
@@ -28,9 +28,26 @@ export async function putBackend(config: BackendConfig): Promise<void> {
 }
 
 export async function getBackend(host: string): Promise<BackendConfig> {
+  return (await getBackendRecord(host)).config;
+}
+
+/** The service state of a backend never failed over or frozen. */
+export function initialServiceState(config: BackendConfig): BackendServiceState {
+  return {
+    replicationStatus: config.replicationDevices?.length ? 'enabled' : 'disabled',
+    activeBackendId: '',
+    frozen: false,
+    disabled: false,
+    disabledReason: '',
+  };
+}
+
+/** A backend's config and its service state (replication status, active backend, frozen). */
+export async function getBackendRecord(host: string): Promise<{ config: BackendConfig; service: BackendServiceState }> {
   const out = await db().send(new GetCommand({ TableName: tableName('volume'), Key: backendKey(backendOf(host)) }));
   if (!out.Item) throw new NotFound(`Service ${backendOf(host)} could not be found.`);
-  return out.Item.config as BackendConfig;
+  const config = out.Item.config as BackendConfig;
+  return { config, service: (out.Item.service as BackendServiceState | undefined) ?? initialServiceState(config) };
 }
 
 export async function listBackends(): Promise<BackendConfig[]> {

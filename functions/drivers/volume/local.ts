@@ -122,7 +122,11 @@ export class LocalVolumeDriver implements VolumeDriver {
   readonly backendHost: string;
   private readonly root: string;
 
-  constructor(private readonly config: BackendConfig) {
+  /** `activeBackendId`: '' for the primary site; a replication target's id after a failover (the replication work reads it). */
+  constructor(
+    private readonly config: BackendConfig,
+    protected readonly options: { activeBackendId?: string } = {},
+  ) {
     this.backendHost = config.host;
     this.root = rootOf(config);
     for (const pool of config.pools) checkName('pool', pool.name, config);

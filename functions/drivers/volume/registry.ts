@@ -6,7 +6,7 @@
  * operator's changed record (a new pool, a bigger capacity) takes effect on the next call.
  */
 import type { BackendConfig, VolumeDriver } from './driver.js';
-import { getBackend } from '../../volumes/backends.js';
+import { getBackendRecord } from '../../volumes/backends.js';
 import { withFaults } from '../faults.js';
 import { LocalVolumeDriver } from './local.js';
 import { AwsEbsVolumeDriver } from './aws-ebs.js';
@@ -25,10 +25,10 @@ function stableKey(value: unknown): string {
   return JSON.stringify(value);
 }
 
-function build(config: BackendConfig): VolumeDriver {
+function build(config: BackendConfig, activeBackendId: string): VolumeDriver {
   switch (config.driver) {
     case 'local':
-      return new LocalVolumeDriver(config);
+      return new LocalVolumeDriver(config, { activeBackendId });
     case 'aws-ebs':
       return new AwsEbsVolumeDriver(config);
     default:
@@ -36,19 +36,24 @@ function build(config: BackendConfig): VolumeDriver {
   }
 }
 
-/** Driver for a backend config: built once per host and config, fault-wrapped. */
-export function driverFor(config: BackendConfig): VolumeDriver {
-  const configKey = stableKey(config);
+/**
+ * Driver for a backend config: built once per host, config and active backend, fault-wrapped.
+ * `activeBackendId` is the service's (reference §2.3 "Use at startup"): '' for the primary, or the
+ * replication target a failover moved the backend to, so a restarted stack talks to the right site.
+ */
+export function driverFor(config: BackendConfig, activeBackendId = ''): VolumeDriver {
+  const configKey = stableKey({ config, activeBackendId });
   const cached = cache.get(config.host);
   if (cached && cached.configKey === configKey) return cached.driver;
-  const driver = withFaults('volume', config.host, build(config));
+  const driver = withFaults('volume', config.host, build(config, activeBackendId));
   cache.set(config.host, { configKey, driver });
   return driver;
 }
 
 /** Driver for a volume's `host` (`host@backend#pool`) or a backend `host@backend`. */
 export async function driverForHost(host: string): Promise<VolumeDriver> {
-  return driverFor(await getBackend(host));
+  const record = await getBackendRecord(host);
+  return driverFor(record.config, record.service.activeBackendId);
 }
 
 /** Forgets every cached driver (tests that rebuild backends between cases). */
