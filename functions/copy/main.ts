@@ -1,0 +1,63 @@
+/**
+ * The copy worker as a process: locally a child process of the stack, on AWS the command of the
+ * Fargate task that has both shares mounted. Configured by the environment only, so the two places
+ * start it the same way:
+ *
+ *   FERRY_COPY_OPERATION_ID       the operation record to claim (share table, pk COPY#<id>)
+ *   FERRY_COPY_SOURCE             source share directory
+ *   FERRY_COPY_DESTINATION        destination share directory (created if missing)
+ *   FERRY_COPY_PROGRESS_INTERVAL_MS   optional, default 500
+ *   FERRY_COPY_THREADS            optional, default min(4, max(2, cores))
+ *   FERRY_COPY_BYTES_PER_SECOND   optional rate limit, default none
+ *   FERRY_DYNAMODB_ENDPOINT, FERRY_TABLE_SHARE (or FERRY_TABLE_PREFIX), AWS_REGION as everywhere
+ *
+ * Exit codes: 0 completed (or already completed), 1 failed, 2 bad configuration, 3 cancelled,
+ * 4 superseded by a newer worker. The final state is in the operation record either way.
+ */
+import { pathToFileURL } from 'node:url';
+import { z } from 'zod';
+import { logger } from '../core/logger.js';
+import { runCopyOperation } from './worker.js';
+
+export const EXIT_CODES = { completed: 0, failed: 1, badConfiguration: 2, cancelled: 3, superseded: 4 } as const;
+
+const envSchema = z.object({
+  FERRY_COPY_OPERATION_ID: z.string().regex(/^[A-Za-z0-9._-]{1,128}$/, 'letters, digits, . _ - (it names the journal file)'),
+  FERRY_COPY_SOURCE: z.string().min(1),
+  FERRY_COPY_DESTINATION: z.string().min(1),
+  FERRY_COPY_PROGRESS_INTERVAL_MS: z.coerce.number().int().positive().optional(),
+  FERRY_COPY_THREADS: z.coerce.number().int().positive().max(64).optional(),
+  FERRY_COPY_BYTES_PER_SECOND: z.coerce.number().int().nonnegative().optional(),
+});
+
+export async function main(env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  const parsed = envSchema.safeParse(env);
+  if (!parsed.success) {
+    const problems = parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
+    logger.error(`copy worker: bad configuration: ${problems}`);
+    return EXIT_CODES.badConfiguration;
+  }
+  const config = parsed.data;
+  const outcome = await runCopyOperation({
+    operationId: config.FERRY_COPY_OPERATION_ID,
+    source: config.FERRY_COPY_SOURCE,
+    destination: config.FERRY_COPY_DESTINATION,
+    progressIntervalMs: config.FERRY_COPY_PROGRESS_INTERVAL_MS,
+    threads: config.FERRY_COPY_THREADS,
+    bytesPerSecond: config.FERRY_COPY_BYTES_PER_SECOND,
+  });
+  if (outcome.status === 'failed') logger.error('copy failed', { operationId: config.FERRY_COPY_OPERATION_ID, error: outcome.record.error });
+  else logger.info(`copy ${outcome.status}`, { operationId: config.FERRY_COPY_OPERATION_ID });
+  return EXIT_CODES[outcome.status];
+}
+
+// Run only as the entrypoint, so tests can import main() without starting a copy.
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().then(
+    (code) => process.exit(code),
+    (e) => {
+      logger.error('copy worker crashed', { error: (e as Error)?.stack ?? String(e) });
+      process.exit(EXIT_CODES.failed);
+    },
+  );
+}

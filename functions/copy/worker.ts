@@ -1,0 +1,511 @@
+/**
+ * The copy engine: copies a share's tree from `source` to `destination` with metadata, verifies
+ * every file by SHA-256, reports progress, stops on cancel within a file, and resumes from its
+ * journal after a crash.
+ *
+ * Called in-process by tests and the benchmark (`copyTree`, with any ProgressSink), and by
+ * `runCopyOperation` (main.ts, the Fargate task / child process), which ties it to the operation
+ * record in DynamoDB.
+ *
+ * Shape of a run:
+ *   1. walk the source once (tree.ts) for totals, hard links and notes;
+ *   2. create directories, recreate symlinks;
+ *   3. copy files in a small pool of threads (thread.ts, file-copy.ts): largest first, small files
+ *      in batches, each file read once, hashed, written, read back and compared;
+ *   4. link the other names of hard-linked files;
+ *   5. set directory owner/mode/times, deepest first, so later writes cannot disturb them;
+ *   6. remove the journal.
+ * A timer reports progress every `progressIntervalMs` (one write in flight at most) and learns of a
+ * cancel from the same write; copy threads poll a shared flag after every chunk.
+ */
+import { Worker } from 'node:worker_threads';
+import { availableParallelism } from 'node:os';
+import { createRequire } from 'node:module';
+import { chmodSync, lchownSync, linkSync, lstatSync, lutimesSync, mkdirSync, readlinkSync, symlinkSync, unlinkSync, utimesSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { logger } from '../core/logger.js';
+import { db } from '../core/db.js';
+import { CopyFailed, CopyLeaseLost } from './errors.js';
+import type { FileCopied, FileTask } from './file-copy.js';
+import { Journal, journalName, type JournalEntry } from './journal.js';
+import {
+  claimCopyOperation,
+  finishCopyOperation,
+  OperationRecordSink,
+  recordCopyPlan,
+  type CopyOperationRecord,
+  type CopyProgress,
+  type ProgressSink,
+} from './progress.js';
+import type { BatchReply, BatchRequest, CopyThreadData } from './thread.js';
+import { nsToSeconds, planCopy, type CopyPlan, type PlannedEntry, type PlannedFile, type SkippedEntry } from './tree.js';
+
+/** A few progress writes a second at most; also how often a cancel is noticed. */
+export const DEFAULT_PROGRESS_INTERVAL_MS = 500;
+/** Measured on a 2-core machine: 256 KiB keeps the chunk and its read-back in the CPU cache. */
+export const DEFAULT_CHUNK_BYTES = 256 * 1024;
+/** Small files travel to a copy thread in batches of up to this many files... */
+export const BATCH_MAX_FILES = 32;
+/** ...or this many bytes, so a batch is a few milliseconds of work and cancel stays prompt. */
+export const BATCH_MAX_BYTES = 4 * 1024 * 1024;
+/** Batches queued per thread: one running, one waiting, so a thread never idles on a message. */
+const BATCHES_IN_FLIGHT_PER_THREAD = 2;
+/** Destination mtime may differ from the source's by this much: utimes keeps microseconds (tree.ts). */
+const MTIME_TOLERANCE_NS = 2000n;
+
+export function defaultThreadCount(): number {
+  return Math.max(2, Math.min(4, availableParallelism()));
+}
+
+export interface CopyTreeOptions {
+  source: string;
+  destination: string;
+  /** Names the journal, so two operations never share one. */
+  operationId: string;
+  /** Where progress goes; none = progress is only returned at the end. */
+  sink?: ProgressSink;
+  progressIntervalMs?: number;
+  threads?: number;
+  chunkBytes?: number;
+  /** Limit on the copy rate (all threads together), bytes per second; 0 or absent = none. */
+  bytesPerSecond?: number;
+  /** Stops the copy like a cancel from the record (in-process callers). */
+  signal?: AbortSignal;
+  /** Test hooks: corrupt these files (relative paths) between writing and verifying. */
+  testHooks?: { corruptBeforeVerify?: string[] };
+}
+
+export interface CopyTreeResult {
+  status: 'completed' | 'cancelled' | 'failed';
+  progress: CopyProgress;
+  error?: Error;
+  skipped: SkippedEntry[];
+  /** False when owners could not be set (the worker is not root): files belong to the worker. */
+  ownerPreserved: boolean;
+}
+
+type StopReason = { kind: 'cancelled' } | { kind: 'failed'; error: Error } | { kind: 'lease-lost'; error: CopyLeaseLost };
+
+let threadSource: string | undefined;
+
+/**
+ * The code a copy thread runs. Built JavaScript starts thread.js directly. From TypeScript sources
+ * (tsx, vitest) the thread module and its imports are bundled once per process with esbuild, which
+ * takes tens of milliseconds, where starting tsx inside every thread took half a second.
+ */
+function startCopyThread(workerData: CopyThreadData): Worker {
+  const here = import.meta.url;
+  if (!here.endsWith('.ts')) return new Worker(new URL('./thread.js', here), { workerData });
+  threadSource ??= bundleThreadSource(here);
+  return new Worker(threadSource, { eval: true, workerData });
+}
+
+function bundleThreadSource(here: string): string {
+  const esbuild = createRequire(here)('esbuild') as typeof import('esbuild');
+  const out = esbuild.buildSync({
+    entryPoints: [fileURLToPath(new URL('./thread.ts', here))],
+    bundle: true,
+    platform: 'node',
+    format: 'cjs',
+    target: 'node20',
+    write: false,
+    logLevel: 'silent',
+  });
+  return out.outputFiles[0]!.text;
+}
+
+/** The copy threads and the memory they share with the engine. */
+class CopyThreads {
+  readonly stop = new Int32Array(new SharedArrayBuffer(4));
+  readonly progress: Float64Array;
+  readonly current: Int32Array;
+  private readonly workers: Worker[] = [];
+  private readonly pending = new Map<number, { resolve: (r: BatchReply) => void; reject: (e: Error) => void; thread: number }>();
+  private nextBatch = 1;
+
+  constructor(count: number, chunkBytes: number, bytesPerSecond: number) {
+    const progressBuffer = new SharedArrayBuffer(8 * count);
+    const currentBuffer = new SharedArrayBuffer(4 * count);
+    this.progress = new Float64Array(progressBuffer);
+    this.current = new Int32Array(currentBuffer);
+    this.current.fill(-1);
+    for (let slot = 0; slot < count; slot++) {
+      const worker = startCopyThread({
+        slot,
+        chunkBytes,
+        stop: this.stop.buffer as SharedArrayBuffer,
+        progress: progressBuffer,
+        current: currentBuffer,
+        bytesPerSecond: bytesPerSecond / count,
+      });
+      worker.on('message', (reply: BatchReply) => {
+        const waiter = this.pending.get(reply.batch);
+        this.pending.delete(reply.batch);
+        waiter?.resolve(reply);
+      });
+      // A thread that dies (cannot load, out of memory) fails every batch it held.
+      const failAll = (e: Error) => {
+        for (const [batch, waiter] of this.pending) {
+          if (waiter.thread !== slot) continue;
+          this.pending.delete(batch);
+          waiter.reject(new CopyFailed(`Copy thread ${slot} stopped: ${e.message}`, { cause: e }));
+        }
+      };
+      worker.on('error', failAll);
+      worker.on('exit', (code) => failAll(new Error(`exited with code ${code}`)));
+      this.workers.push(worker);
+    }
+  }
+
+  get count(): number {
+    return this.workers.length;
+  }
+
+  run(thread: number, tasks: FileTask[]): Promise<BatchReply> {
+    const batch = this.nextBatch++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(batch, { resolve, reject, thread });
+      this.workers[thread]!.postMessage({ batch, tasks } satisfies BatchRequest);
+    });
+  }
+
+  requestStop(): void {
+    Atomics.store(this.stop, 0, 1);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.terminate()));
+  }
+}
+
+function errnoCode(e: unknown): string | undefined {
+  return (e as NodeJS.ErrnoException)?.code;
+}
+
+function removeIfPresent(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch (e) {
+    if (errnoCode(e) !== 'ENOENT') throw e;
+  }
+}
+
+/** Owner is kept where permitted; the first EPERM turns it off quietly for the rest of the run. */
+class OwnerPolicy {
+  allowed = true;
+  apply(set: () => void): void {
+    if (!this.allowed) return;
+    try {
+      set();
+    } catch (e) {
+      if (errnoCode(e) !== 'EPERM') throw e;
+      this.allowed = false;
+    }
+  }
+}
+
+function createDirectories(plan: CopyPlan, destination: string): void {
+  mkdirSync(destination, { recursive: true });
+  for (const dir of plan.directories) {
+    if (dir.rel === '') continue;
+    try {
+      // Owner-only until the end: the final mode may forbid writing into it.
+      mkdirSync(join(destination, dir.rel), 0o700);
+    } catch (e) {
+      if (errnoCode(e) !== 'EEXIST') throw e;
+    }
+  }
+}
+
+function createSymlinks(plan: CopyPlan, source: string, destination: string, owner: OwnerPolicy): void {
+  for (const link of plan.symlinks) {
+    const dst = join(destination, link.rel);
+    removeIfPresent(dst);
+    symlinkSync(readlinkSync(join(source, link.rel)), dst);
+    owner.apply(() => lchownSync(dst, link.uid, link.gid));
+    // Linux has no symlink modes (always 0777); times are kept with lutimes, which never follows.
+    lutimesSync(dst, nsToSeconds(link.atimeNs), nsToSeconds(link.mtimeNs));
+  }
+}
+
+function createHardLinks(plan: CopyPlan, destination: string): void {
+  for (const link of plan.hardLinks) {
+    const dst = join(destination, link.rel);
+    const target = join(destination, link.primary);
+    const existing = lstatOrUndefined(dst);
+    if (existing && existing.ino === lstatSync(target, { bigint: true }).ino) continue;
+    if (existing) unlinkSync(dst);
+    linkSync(target, dst);
+  }
+}
+
+function applyDirectoryMetadata(dir: PlannedEntry, destination: string, owner: OwnerPolicy): void {
+  const path = join(destination, dir.rel);
+  owner.apply(() => lchownSync(path, dir.uid, dir.gid));
+  chmodSync(path, dir.mode & 0o7777);
+  utimesSync(path, nsToSeconds(dir.atimeNs), nsToSeconds(dir.mtimeNs));
+}
+
+function lstatOrUndefined(path: string) {
+  try {
+    return lstatSync(path, { bigint: true });
+  } catch (e) {
+    if (errnoCode(e) === 'ENOENT') return undefined;
+    throw e;
+  }
+}
+
+/** True when an earlier run finished this file and neither side changed since. */
+function finishedEarlier(file: PlannedFile, entry: JournalEntry | undefined, destination: string): boolean {
+  if (!entry || entry.size !== file.size || entry.mtimeNs !== String(file.mtimeNs)) return false;
+  const dst = lstatOrUndefined(join(destination, file.rel));
+  if (!dst || !dst.isFile() || Number(dst.size) !== file.size) return false;
+  const drift = dst.mtimeNs - file.mtimeNs;
+  return drift <= MTIME_TOLERANCE_NS && drift >= -MTIME_TOLERANCE_NS;
+}
+
+/** Largest first, then small files in batches: the big ones start early and the tail is short. */
+function makeBatches(tasks: { task: FileTask; size: number }[]): FileTask[][] {
+  tasks.sort((a, b) => b.size - a.size);
+  const batches: FileTask[][] = [];
+  let batch: FileTask[] = [];
+  let bytes = 0;
+  for (const { task, size } of tasks) {
+    if (batch.length > 0 && (batch.length >= BATCH_MAX_FILES || bytes + size > BATCH_MAX_BYTES)) {
+      batches.push(batch);
+      batch = [];
+      bytes = 0;
+    }
+    batch.push(task);
+    bytes += size;
+  }
+  if (batch.length > 0) batches.push(batch);
+  return batches;
+}
+
+/**
+ * Copies the tree. Resolves with the outcome (completed, cancelled, failed); throws CopyLeaseLost
+ * when the sink reports that a newer worker owns the operation (nothing more may be written).
+ * When it returns, no thread is writing to the destination any more.
+ */
+export async function copyTree(options: CopyTreeOptions): Promise<CopyTreeResult> {
+  const { source, destination, operationId } = options;
+  const progressIntervalMs = options.progressIntervalMs ?? DEFAULT_PROGRESS_INTERVAL_MS;
+  const corrupt = new Set(options.testHooks?.corruptBeforeVerify ?? []);
+  const owner = new OwnerPolicy();
+
+  const plan = planCopy(source, [journalName(operationId)]);
+  const progress: CopyProgress = { bytesTotal: plan.bytesTotal, filesTotal: plan.filesTotal, bytesDone: 0, filesDone: 0, filesResumed: 0 };
+  let stopReason: StopReason | undefined;
+  let threads: CopyThreads | undefined;
+  const stop = (reason: StopReason) => {
+    stopReason ??= reason;
+    threads?.requestStop();
+  };
+  const onAbort = () => stop({ kind: 'cancelled' });
+  if (options.signal?.aborted) onAbort();
+  options.signal?.addEventListener('abort', onAbort, { once: true });
+
+  // Progress: the bytes of finished files plus what the threads have done of their current files.
+  const indexToFile: PlannedFile[] = plan.files;
+  const snapshot = (): CopyProgress => {
+    const now: CopyProgress = { ...progress };
+    if (threads) {
+      let current: PlannedFile | undefined;
+      let currentBytes = 0;
+      for (let slot = 0; slot < threads.count; slot++) {
+        const index = threads.current[slot]!;
+        if (index < 0) continue;
+        const bytes = threads.progress[slot]!;
+        now.bytesDone += bytes;
+        const file = indexToFile[index]!;
+        if (!current || file.size > current.size) {
+          current = file;
+          currentBytes = bytes;
+        }
+      }
+      if (current) Object.assign(now, { currentFile: current.rel, currentFileBytes: currentBytes, currentFileSize: current.size });
+    }
+    now.bytesDone = Math.min(now.bytesDone, now.bytesTotal);
+    return now;
+  };
+
+  let reportInFlight: Promise<void> | undefined;
+  const report = () => {
+    if (!options.sink || reportInFlight) return;
+    reportInFlight = options.sink
+      .report(snapshot())
+      .then(
+        (answer) => {
+          if (answer.cancelRequested) stop({ kind: 'cancelled' });
+        },
+        (e) => {
+          if (e instanceof CopyLeaseLost) stop({ kind: 'lease-lost', error: e });
+          // A progress write that fails for another reason is not worth stopping a copy for; the
+          // SDK has already retried it, and the next tick tries again.
+          else logger.warn('copy progress write failed', { operationId, error: (e as Error)?.message });
+        },
+      )
+      .finally(() => {
+        reportInFlight = undefined;
+      });
+  };
+  const timer = setInterval(report, progressIntervalMs);
+
+  let journal: Journal | undefined;
+  try {
+    mkdirSync(destination, { recursive: true });
+    journal = new Journal(destination, operationId);
+    report();
+    createDirectories(plan, destination);
+    createSymlinks(plan, source, destination, owner);
+
+    // Files an earlier run finished are counted, not copied.
+    const tasks: { task: FileTask; size: number }[] = [];
+    plan.files.forEach((file, index) => {
+      if (finishedEarlier(file, journal!.finished.get(file.rel), destination)) {
+        progress.bytesDone += file.size;
+        progress.filesDone += 1;
+        progress.filesResumed += 1;
+        return;
+      }
+      tasks.push({
+        size: file.size,
+        task: {
+          index,
+          rel: file.rel,
+          src: join(source, file.rel),
+          dst: join(destination, file.rel),
+          mode: file.mode,
+          uid: file.uid,
+          gid: file.gid,
+          atime: nsToSeconds(file.atimeNs),
+          mtime: nsToSeconds(file.mtimeNs),
+          ...(corrupt.has(file.rel) ? { corruptBeforeVerify: true } : {}),
+        },
+      });
+    });
+
+    if (tasks.length > 0 && !stopReason) {
+      threads = new CopyThreads(
+        Math.max(1, Math.min(options.threads ?? defaultThreadCount(), tasks.length)),
+        options.chunkBytes ?? DEFAULT_CHUNK_BYTES,
+        options.bytesPerSecond ?? 0,
+      );
+      const batches = makeBatches(tasks);
+      let next = 0;
+      const finished = (copied: FileCopied[]) => {
+        const entries: JournalEntry[] = [];
+        for (const c of copied) {
+          const file = plan.files[c.index]!;
+          progress.bytesDone += c.bytes;
+          progress.filesDone += 1;
+          entries.push({ path: file.rel, size: file.size, mtimeNs: String(file.mtimeNs), sha256: c.sha256 });
+          if (!c.ownerKept) owner.allowed = false;
+        }
+        journal!.append(entries);
+      };
+      const feed = async (thread: number): Promise<void> => {
+        while (next < batches.length && !stopReason) {
+          const reply = await threads!.run(thread, batches[next++]!);
+          finished(reply.copied);
+          if (reply.outcome === 'failed') {
+            const error = new CopyFailed(reply.error.message, { context: reply.error.context });
+            error.name = reply.error.name;
+            stop({ kind: 'failed', error });
+          }
+        }
+      };
+      const lanes: Promise<void>[] = [];
+      for (let thread = 0; thread < threads.count; thread++) {
+        for (let lane = 0; lane < BATCHES_IN_FLIGHT_PER_THREAD; lane++) lanes.push(feed(thread));
+      }
+      const settled = await Promise.allSettled(lanes);
+      for (const s of settled) if (s.status === 'rejected') stop({ kind: 'failed', error: s.reason as Error });
+    }
+
+    if (!stopReason) {
+      createHardLinks(plan, destination);
+      // Children before parents: setting a directory's times is the last change inside its parent.
+      for (const dir of [...plan.directories].reverse()) applyDirectoryMetadata(dir, destination, owner);
+      journal.remove();
+      journal = undefined;
+      // Removing the journal changed the root's mtime; put it back.
+      const root = plan.directories[0]!;
+      utimesSync(destination, nsToSeconds(root.atimeNs), nsToSeconds(root.mtimeNs));
+    }
+  } catch (e) {
+    stop({ kind: 'failed', error: e instanceof Error ? e : new Error(String(e)) });
+  } finally {
+    clearInterval(timer);
+    options.signal?.removeEventListener('abort', onAbort);
+    await threads?.close();
+    threads = undefined;
+    journal?.close();
+    await reportInFlight;
+  }
+
+  const final: CopyProgress = { ...progress };
+  const base = { progress: final, skipped: plan.skipped, ownerPreserved: owner.allowed };
+  if (!stopReason) return { status: 'completed', ...base };
+  if (stopReason.kind === 'lease-lost') throw stopReason.error;
+  if (stopReason.kind === 'cancelled') return { status: 'cancelled', ...base };
+  return { status: 'failed', error: stopReason.error, ...base };
+}
+
+export interface CopyOperationInput extends Omit<CopyTreeOptions, 'sink'> {
+  client?: DynamoDBDocumentClient;
+}
+
+export type CopyOperationOutcome =
+  | { status: 'completed' | 'failed' | 'cancelled'; record: CopyOperationRecord }
+  /** A newer worker owns the operation; this one wrote nothing final. */
+  | { status: 'superseded'; record?: undefined };
+
+/**
+ * One worker run of a copy operation, with the record in DynamoDB: claim a generation, copy (or
+ * resume), record the final state. A completed or cancelled operation is not run again.
+ */
+export async function runCopyOperation(input: CopyOperationInput): Promise<CopyOperationOutcome> {
+  const client = input.client ?? db();
+  const claim = await claimCopyOperation({ operationId: input.operationId, source: input.source, destination: input.destination }, client);
+  if (!claim.claimed) {
+    const status = claim.record.status === 'completed' ? 'completed' : 'cancelled';
+    return { status, record: claim.record };
+  }
+  const generation = claim.record.generation;
+  const sink = new OperationRecordSink(input.operationId, generation, client);
+  try {
+    if (claim.record.cancelRequested) {
+      const record = await finishCopyOperation(input.operationId, generation, { status: 'cancelled', progress: emptyProgress() }, client);
+      return { status: 'cancelled', record };
+    }
+    let result: CopyTreeResult;
+    try {
+      result = await copyTree({ ...input, sink });
+    } catch (e) {
+      if (e instanceof CopyLeaseLost) throw e;
+      result = { status: 'failed', error: e as Error, progress: emptyProgress(), skipped: [], ownerPreserved: false };
+    }
+    if (result.skipped.length > 0) await recordCopyPlan(input.operationId, generation, { skipped: result.skipped }, client);
+    const record = await finishCopyOperation(
+      input.operationId,
+      generation,
+      { status: result.status, progress: result.progress, error: result.error?.message, ownerPreserved: result.ownerPreserved },
+      client,
+    );
+    return { status: result.status, record };
+  } catch (e) {
+    if (e instanceof CopyLeaseLost) {
+      logger.warn('copy operation taken over by a newer worker; stopping', { operationId: input.operationId, generation });
+      return { status: 'superseded' };
+    }
+    throw e;
+  }
+}
+
+function emptyProgress(): CopyProgress {
+  return { bytesTotal: 0, filesTotal: 0, bytesDone: 0, filesDone: 0, filesResumed: 0 };
+}
