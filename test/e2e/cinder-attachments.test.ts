@@ -7,6 +7,9 @@ import { runAudit } from '../../functions/audit/audit.js';
 import { cinderCli, parseListTable, parsePropertyTable } from '../support/cli.js';
 import { useLocalStack } from '../support/stack.js';
 
+/** Each CLI call starts a Python interpreter and rediscovers versions: a scenario of ~25 calls needs minutes on a busy 2-core machine. */
+const SCENARIO_TIMEOUT_MS = 300_000;
+
 let stack: Awaited<ReturnType<typeof useLocalStack>>;
 let endpoint: string;
 const SERVER_A = '4a4a4a4a-0000-4000-8000-00000000000a';
@@ -105,7 +108,7 @@ describe('cinder CLI against the local stack', () => {
     // Assess: nothing left behind anywhere.
     const audit = await runAudit();
     expect(audit.findings).toEqual([]);
-  });
+  }, SCENARIO_TIMEOUT_MS);
 
   test('a second server on a non-multiattach volume is refused with 400, and the CLI says why', async () => {
     const volumeId = parsePropertyTable(await cinder('create', '--name', 'e2e-single', '1')).id!;
@@ -120,5 +123,5 @@ describe('cinder CLI against the local stack', () => {
     await cinder('delete', volumeId);
     await waitGone(volumeId);
     expect((await runAudit()).findings).toEqual([]);
-  });
+  }, SCENARIO_TIMEOUT_MS);
 });
