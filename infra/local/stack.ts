@@ -13,6 +13,8 @@ import { join, resolve } from 'node:path';
 import { setDb } from '../../functions/core/db.js';
 import { setSfn } from '../../functions/core/executions.js';
 import { setS3 } from '../../functions/core/s3.js';
+import { startReplicationLoop } from '../../functions/drivers/volume/local-replication.js';
+import { getBackendRecord, listBackends } from '../../functions/volumes/backends.js';
 import { FUNCTIONS, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
 import { startDynamo } from './dynamo.js';
 import { STEP_FUNCTIONS_PATH, startHttpServer } from './http.js';
@@ -111,6 +113,23 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     setSfn(undefined);
 
     stepFunctions.resumeRunning();
+
+    // Replicated local backends copy changed chunks to their targets every
+    // FERRY_REPLICATION_INTERVAL_MS. Backends and their active site are read on every tick, so a
+    // failover or a backend added while the stack runs is followed without a restart.
+    const replication = startReplicationLoop({
+      backends: async () => {
+        const replicated = (await listBackends()).filter((b) => b.driver === 'local' && b.replicationDevices?.length);
+        const out = [];
+        for (const b of replicated) {
+          const record = await getBackendRecord(b.host);
+          out.push({ config: record.config, activeBackendId: record.service.activeBackendId ?? '', replicationStatus: record.service.replicationStatus });
+        }
+        return out;
+      },
+    });
+    // Stopped before the server and DynamoDB go (stops run in reverse), so no pass reads a closed table.
+    stops.push(() => replication.stop());
 
     // Where a running stack's services are, so `ferry audit` in another terminal can reach them.
     const stackFile = join(dataDir, STACK_FILE);

@@ -463,6 +463,7 @@ describe('listing and capabilities', () => {
         volumeBackendName: 'ebs-a',
         driverVersion: '1.0',
         vendorName: 'Ferry',
+        replicationEnabled: false,
       },
       expect.objectContaining({ pool: 'small', freeCapacityGb: 6 }),
     ]);

@@ -297,6 +297,10 @@ describe('listing and capabilities', () => {
         volumeBackendName: 'lvm-a',
         driverVersion: '1.0',
         vendorName: 'Ferry',
+        replicationEnabled: false,
+        replicationTargets: [],
+        replicationCount: 0,
+        replicationType: [],
       },
       expect.objectContaining({ pool: 'small', totalCapacityGb: 10, freeCapacityGb: 6 }),
     ]);

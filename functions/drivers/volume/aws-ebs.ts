@@ -6,18 +6,26 @@
  * `ferry:backend-name` (the stable backend name), so a step retried after a lost reply finds what
  * its first try made. CreateVolume also carries a ClientToken derived from the backend name, so two
  * tries racing each other make one volume.
+ *
+ * Snapshots are EBS snapshots found the same way, by tags (`ferry:backend`, `ferry:backend-name`,
+ * `ferry:snapshot-name`). EBS has no cross-site replication here: the driver is not a
+ * ReplicationDriver and reports `replicationEnabled: false`.
  */
 import { createHash } from 'node:crypto';
 import {
   AttachVolumeCommand,
+  CreateSnapshotCommand,
   CreateVolumeCommand,
+  DeleteSnapshotCommand,
   DeleteVolumeCommand,
   DescribeInstancesCommand,
+  DescribeSnapshotsCommand,
   DescribeVolumesCommand,
   DetachVolumeCommand,
   EC2Client,
   ModifyVolumeCommand,
   type Filter,
+  type Snapshot,
   type Volume,
   type VolumeAttachment,
   type VolumeType,
@@ -30,6 +38,7 @@ import type {
   ConnectionProperties,
   Connector,
   PoolCapabilities,
+  SnapshotDriver,
   VolumeDriver,
 } from './driver.js';
 
@@ -45,10 +54,14 @@ export const TAG_NAME = 'Name';
 export const TAG_BACKEND_NAME = 'ferry:backend-name';
 export const TAG_BACKEND = 'ferry:backend';
 export const TAG_POOL = 'ferry:pool';
+export const TAG_SNAPSHOT_NAME = 'ferry:snapshot-name';
 
 const GONE_STATES = new Set(['deleting', 'deleted']);
 const CONNECTED_STATES = new Set(['attaching', 'attached', 'busy']);
 const NOT_FOUND_CODES = new Set(['InvalidVolume.NotFound']);
+const SNAPSHOT_NOT_FOUND_CODES = new Set(['InvalidSnapshot.NotFound']);
+/** Snapshot states that still hold (or will hold) the data; `error` ones are replaced. */
+const LIVE_SNAPSHOT_STATES = new Set(['pending', 'completed', 'recoverable', 'recovering']);
 /** DetachVolume on a volume not attached to that instance. */
 const NOT_ATTACHED_CODES = new Set(['IncorrectState', 'InvalidAttachment.NotFound']);
 const MULTIATTACH_TYPES = new Set(['io1', 'io2']);
@@ -70,10 +83,10 @@ export function regionOfAvailabilityZone(az: string): string {
 }
 
 const errorCode = (e: unknown) => (e as { name?: string; Code?: string } | undefined)?.Code ?? (e as { name?: string } | undefined)?.name ?? 'Error';
-const tagOf = (v: Volume, key: string) => v.Tags?.find((t) => t.Key === key)?.Value;
+const tagOf = (v: Volume | Snapshot, key: string) => v.Tags?.find((t) => t.Key === key)?.Value;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export class AwsEbsVolumeDriver implements VolumeDriver {
+export class AwsEbsVolumeDriver implements VolumeDriver, SnapshotDriver {
   readonly backendHost: string;
   private readonly client: EC2Client;
   private readonly pollIntervalMs: number;
@@ -172,6 +185,7 @@ export class AwsEbsVolumeDriver implements VolumeDriver {
         volumeBackendName: this.config.volumeBackendName,
         driverVersion: EBS_DRIVER_VERSION,
         vendorName: 'Ferry',
+        replicationEnabled: false,
       };
     });
   }
@@ -346,5 +360,107 @@ export class AwsEbsVolumeDriver implements VolumeDriver {
   async getVolume(backendName: string): Promise<BackendVolume | undefined> {
     const v = await this.find(backendName);
     return v && { backendName, sizeGb: v.Size ?? 0 };
+  }
+
+  // ---- Snapshots ------------------------------------------------------------------------------
+
+  /** This backend's snapshots matching the extra filters, across pages (only our own account's). */
+  private async describeSnapshots(filters: Filter[]): Promise<Snapshot[]> {
+    const out: Snapshot[] = [];
+    const Filters = [{ Name: `tag:${TAG_BACKEND}`, Values: [this.backendHost] }, ...filters];
+    let NextToken: string | undefined;
+    do {
+      const page = await this.send('DescribeSnapshots', { filters: Filters }, () =>
+        this.client.send(new DescribeSnapshotsCommand({ OwnerIds: ['self'], Filters, NextToken })),
+      );
+      out.push(...(page.Snapshots ?? []));
+      NextToken = page.NextToken;
+    } while (NextToken);
+    return out;
+  }
+
+  private snapshotsNamed(backendName: string, snapshotName: string): Promise<Snapshot[]> {
+    return this.describeSnapshots([
+      { Name: `tag:${TAG_BACKEND_NAME}`, Values: [backendName] },
+      { Name: `tag:${TAG_SNAPSHOT_NAME}`, Values: [snapshotName] },
+    ]);
+  }
+
+  /**
+   * EC2 CreateSnapshot, then waits until it is completed (Cinder's snapshot is available only
+   * then). CreateSnapshot takes no client token: the tags make a retry find the snapshot its first
+   * try made; a snapshot in state `error` is replaced.
+   */
+  async createSnapshot(backendName: string, snapshotName: string): Promise<void> {
+    let snapshot = (await this.snapshotsNamed(backendName, snapshotName)).find((s) => LIVE_SNAPSHOT_STATES.has(s.State ?? ''));
+    if (!snapshot) {
+      const volume = await this.find(backendName);
+      if (!volume) throw this.fail(`volume ${backendName} not found`, { backendName, snapshotName });
+      snapshot = await this.send('CreateSnapshot', { backendName, snapshotName, volumeId: volume.VolumeId }, () =>
+        this.client.send(
+          new CreateSnapshotCommand({
+            VolumeId: volume.VolumeId,
+            Description: `Ferry snapshot ${snapshotName} of ${backendName}`,
+            TagSpecifications: [
+              {
+                ResourceType: 'snapshot',
+                Tags: [
+                  { Key: TAG_NAME, Value: snapshotName },
+                  { Key: TAG_BACKEND, Value: this.backendHost },
+                  { Key: TAG_BACKEND_NAME, Value: backendName },
+                  { Key: TAG_SNAPSHOT_NAME, Value: snapshotName },
+                ],
+              },
+            ],
+          }),
+        ),
+      );
+    }
+    const snapshotId = snapshot.SnapshotId;
+    if (!snapshotId) throw this.fail(`CreateSnapshot returned no snapshot id for ${snapshotName} of ${backendName}`, { backendName, snapshotName });
+    for (let attempt = 0; snapshot?.State !== 'completed'; attempt++) {
+      if (snapshot?.State === 'error') throw this.fail(`EBS snapshot ${snapshotId} (${snapshotName} of ${backendName}) went into state error: ${snapshot.StateMessage ?? ''}`, { snapshotId, backendName, snapshotName });
+      if (attempt >= this.pollAttempts) throw this.fail(`EBS snapshot ${snapshotId} was not completed after ${this.pollAttempts} checks`, { snapshotId, backendName, snapshotName });
+      await sleep(this.pollIntervalMs);
+      snapshot = await this.describeSnapshotById(snapshotId);
+      if (!snapshot) throw this.fail(`EBS snapshot ${snapshotId} (${snapshotName} of ${backendName}) vanished while being created`, { snapshotId, backendName, snapshotName });
+    }
+  }
+
+  private async describeSnapshotById(snapshotId: string): Promise<Snapshot | undefined> {
+    try {
+      const out = await this.client.send(new DescribeSnapshotsCommand({ SnapshotIds: [snapshotId] }));
+      return out.Snapshots?.[0];
+    } catch (e) {
+      if (SNAPSHOT_NOT_FOUND_CODES.has(errorCode(e))) return undefined;
+      throw this.awsFail('DescribeSnapshots', e, { snapshotId });
+    }
+  }
+
+  /** Deletes every EBS snapshot carrying the name (two racing creates may have made two); none left is success. */
+  async deleteSnapshot(backendName: string, snapshotName: string): Promise<void> {
+    for (const s of await this.snapshotsNamed(backendName, snapshotName)) {
+      try {
+        await this.client.send(new DeleteSnapshotCommand({ SnapshotId: s.SnapshotId }));
+      } catch (e) {
+        if (SNAPSHOT_NOT_FOUND_CODES.has(errorCode(e))) continue;
+        throw this.awsFail('DeleteSnapshot', e, { backendName, snapshotName, snapshotId: s.SnapshotId });
+      }
+    }
+  }
+
+  async listSnapshots(): Promise<{ backendName: string; snapshotName: string }[]> {
+    const seen = new Set<string>();
+    const out: { backendName: string; snapshotName: string }[] = [];
+    for (const s of await this.describeSnapshots([])) {
+      const backendName = tagOf(s, TAG_BACKEND_NAME);
+      const snapshotName = tagOf(s, TAG_SNAPSHOT_NAME);
+      if (!backendName || !snapshotName || s.State === 'error') continue;
+      const key = `${backendName}\0${snapshotName}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
+      out.push({ backendName, snapshotName });
+    }
+    return out;
   }
 }

@@ -32,6 +32,11 @@ export interface PoolCapabilities {
   volumeBackendName: string;
   driverVersion: string;
   vendorName: string;
+  /** Replication stats (reference §2.6 `replication_enabled`, `replication_targets`, `replication_count`, `replication_type`); absent = not replicated. */
+  replicationEnabled?: boolean;
+  replicationTargets?: string[];
+  replicationCount?: number;
+  replicationType?: string[];
 }
 
 /** What `initialize_connection` returns before the manager adds access_mode, qos_specs, ... (reference §3.5). */

@@ -2,37 +2,91 @@
  * The local volume driver: real bytes on the local disk, the embedded stack's default and what the
  * tests run. Layout under `config.root`:
  *
- *   <root>/<pool>/<backendName>                  the volume, a sparse file of the volume's size
- *   <root>/.connections/<host>/<backendName>     a host's connection: a symlink to the volume file
+ *   <root>/<pool>/<backendName>                          the volume, a sparse file of the volume's size
+ *   <root>/<pool>/.snapshots/<backendName>/<snapshot>    a snapshot: a sparse copy of the volume
+ *   <root>/.connections/<host>/<backendName>             a host's connection: a symlink to the volume file
  *
  * Keeping volumes per pool makes each pool's capacity real (its volumes' sizes on disk). Names that
  * start with '.' are never volumes or hosts: temp files and the connections tree use them.
  * Like LVM, the backend has no shared targets and any number of hosts may open a volume.
+ *
+ * A backend with replication_devices is replicated (local-replication.ts): each device's `root` is a
+ * second site with the same layout. The driver reads and writes the ACTIVE site only: the primary
+ * `config.root`, or after a failover the target's root (constructor option `activeBackendId`).
+ *
+ * Decisions beyond upstream's driver contract:
+ * - Connections follow the volume: the replicator mirrors each replicated volume's connection
+ *   entries to the targets on every pass, and a failover copies the current ones from the old site
+ *   when it is still readable; failback makes the primary's entries those of the target. So the
+ *   active site's connections always match the attachments recorded in DynamoDB, and a host's
+ *   `device_path` after a failover is on the target.
+ * - Snapshots: deleting a volume that has snapshots is refused with a DriverError (Cinder refuses at
+ *   the API); the replicator mirrors snapshots of replicated volumes, so they survive a failover.
+ * - Deleting or un-replicating a volume removes its copies from every other reachable site.
  */
-import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { lstat, link, mkdir, open, readdir, readlink, rename, stat, symlink, truncate, unlink } from 'node:fs/promises';
+import { lstat, link, mkdir, open, readlink, rename, rm, rmdir, symlink, truncate, unlink } from 'node:fs/promises';
 import { join, relative, dirname } from 'node:path';
 import { DriverError } from '../../core/errors.js';
+import { logger } from '../../core/logger.js';
 import type {
   BackendConfig,
   BackendConnection,
   BackendVolume,
   ConnectionProperties,
   Connector,
+  DrillCopy,
+  FailoverResult,
   PoolCapabilities,
+  ReplicatedVolumeRef,
+  ReplicationDriver,
+  SnapshotDriver,
   VolumeDriver,
 } from './driver.js';
+import {
+  CONNECTIONS_DIR,
+  FAILBACK_SENTINEL,
+  FROZEN_MARKER,
+  InvalidReplicationTarget,
+  PRIMARY_BACKEND_ID,
+  PROMOTED_MARKER,
+  REPLICATION_DIR,
+  SNAPSHOTS_DIR,
+  drillCopyPath,
+  findVolumeOn,
+  hasSiteMarker,
+  isDirectory,
+  isErrno,
+  listVisible as listDir,
+  mirrorConnections,
+  mirrorSnapshots,
+  removeSiteMarker,
+  removeVolumeFromSite,
+  replicationDevicesOf,
+  replicationEngineFor,
+  replicationMarkerPath,
+  siteRoot,
+  snapshotDirOf,
+  sparseCopyFile,
+  statOrUndefined,
+  tempName,
+  writeReplicationMarker,
+  writeSiteMarker,
+  type LocalReplicationEngine,
+  type ReplicaStatus,
+  type ReplicationPassReport,
+} from './local-replication.js';
+
+export { InvalidReplicationTarget } from './local-replication.js';
 
 export const GIB = 1024 ** 3;
 export const LOCAL_DRIVER_VERSION = '1.0';
-const CONNECTIONS_DIR = '.connections';
 /** Backend and pool names become file names: no separators, no leading dot, nothing odd. */
 const SAFE_NAME = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$/;
 
-function rootOf(config: BackendConfig): string {
-  if (!config.root) throw new DriverError(`backend ${config.host}: the local driver needs config.root`, { context: { host: config.host } });
-  return config.root;
+/** The root of the site the backend runs on: the primary's, or a replication target's after a failover. */
+function rootOf(config: BackendConfig, activeBackendId = PRIMARY_BACKEND_ID): string {
+  return siteRoot(config, activeBackendId);
 }
 
 function checkName(what: string, name: string, config: BackendConfig): void {
@@ -57,47 +111,28 @@ export function decodeHost(entry: string): string {
   return decodeURIComponent(entry);
 }
 
-/** Where a volume of `pool` lives (whether or not it exists). */
-export function poolVolumePath(config: BackendConfig, pool: string, backendName: string): string {
-  return join(rootOf(config), pool, backendName);
+/** Where a volume of `pool` lives on a site (whether or not it exists). */
+export function poolVolumePath(config: BackendConfig, pool: string, backendName: string, activeBackendId = PRIMARY_BACKEND_ID): string {
+  return join(rootOf(config, activeBackendId), pool, backendName);
 }
 
-/** The file of an existing volume, found in whichever pool holds it; undefined when there is none. */
-export function volumeFilePath(config: BackendConfig, backendName: string): string | undefined {
+/** The file of an existing volume on a site, found in whichever pool holds it; undefined when there is none. */
+export function volumeFilePath(config: BackendConfig, backendName: string, activeBackendId = PRIMARY_BACKEND_ID): string | undefined {
   for (const pool of config.pools) {
-    const path = poolVolumePath(config, pool.name, backendName);
+    const path = poolVolumePath(config, pool.name, backendName, activeBackendId);
     if (existsSync(path)) return path;
   }
   return undefined;
 }
 
-/** The entry a host opens for a connected volume (the `device_path` of its connection). */
-export function connectionPath(config: BackendConfig, host: string, backendName: string): string {
-  return join(rootOf(config), CONNECTIONS_DIR, encodeHost(host), backendName);
+/** The entry a host opens for a connected volume (the `device_path` of its connection) on a site. */
+export function connectionPath(config: BackendConfig, host: string, backendName: string, activeBackendId = PRIMARY_BACKEND_ID): string {
+  return join(rootOf(config, activeBackendId), CONNECTIONS_DIR, encodeHost(host), backendName);
 }
 
-const tempName = (name: string) => `.tmp-${name}-${process.pid}-${randomBytes(4).toString('hex')}`;
-
-function isErrno(e: unknown, ...codes: string[]): boolean {
-  return typeof e === 'object' && e !== null && codes.includes((e as NodeJS.ErrnoException).code ?? '');
-}
-
-async function listDir(path: string): Promise<string[]> {
-  try {
-    return (await readdir(path)).filter((n) => !n.startsWith('.'));
-  } catch (e) {
-    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return [];
-    throw e;
-  }
-}
-
-async function statOrUndefined(path: string) {
-  try {
-    return await stat(path);
-  } catch (e) {
-    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return undefined;
-    throw e;
-  }
+/** Where `createSnapshot` keeps a snapshot on a site. */
+export function snapshotPath(config: BackendConfig, pool: string, backendName: string, snapshotName: string, activeBackendId = PRIMARY_BACKEND_ID): string {
+  return join(snapshotDirOf(rootOf(config, activeBackendId), pool, backendName), snapshotName);
 }
 
 const sizeGbOf = (bytes: number) => Math.ceil(bytes / GIB);
@@ -118,18 +153,35 @@ function serialized<T>(root: string, fn: () => Promise<T>): Promise<T> {
   return run;
 }
 
-export class LocalVolumeDriver implements VolumeDriver {
+export class LocalVolumeDriver implements VolumeDriver, ReplicationDriver, SnapshotDriver {
   readonly backendHost: string;
+  /** '' = the primary; else the replication target the backend was failed over to. */
+  readonly activeBackendId: string;
+  /** The active site's root: every VolumeDriver call reads and writes here. */
   private readonly root: string;
 
-  /** `activeBackendId`: '' for the primary site; a replication target's id after a failover (the replication work reads it). */
+  /**
+   * `activeBackendId`: the service's (reference §2.3 "Use at startup"). The driver never switches
+   * site by itself: after failoverHost the caller persists the returned id and builds a new driver
+   * with it (registry.driverFor), so a retried failover on this instance gives the same answer.
+   */
   constructor(
     private readonly config: BackendConfig,
     protected readonly options: { activeBackendId?: string } = {},
   ) {
     this.backendHost = config.host;
-    this.root = rootOf(config);
+    replicationDevicesOf(config);
+    this.activeBackendId = options.activeBackendId ?? PRIMARY_BACKEND_ID;
+    this.root = rootOf(config, this.activeBackendId);
     for (const pool of config.pools) checkName('pool', pool.name, config);
+  }
+
+  private get engine(): LocalReplicationEngine {
+    return replicationEngineFor(this.config);
+  }
+
+  private get replicated(): boolean {
+    return (this.config.replicationDevices?.length ?? 0) > 0;
   }
 
   private fail(message: string, context: Record<string, unknown> = {}, cause?: unknown): DriverError {
@@ -182,6 +234,10 @@ export class LocalVolumeDriver implements VolumeDriver {
         volumeBackendName: this.config.volumeBackendName,
         driverVersion: LOCAL_DRIVER_VERSION,
         vendorName: 'Ferry',
+        replicationEnabled: this.replicated,
+        replicationTargets: this.replicationTargets(),
+        replicationCount: this.replicationTargets().length,
+        replicationType: this.replicated ? ['async'] : [],
       });
     }
     return out;
@@ -237,6 +293,34 @@ export class LocalVolumeDriver implements VolumeDriver {
 
   async deleteVolume(backendName: string): Promise<void> {
     checkName('volume', backendName, this.config);
+    // Cinder's API refuses a volume with snapshots; the driver refuses too rather than orphan them.
+    const snapshots = (await this.listSnapshots()).filter((s) => s.backendName === backendName).map((s) => s.snapshotName);
+    if (snapshots.length > 0) {
+      throw this.fail(`volume ${backendName} still has ${snapshots.length} snapshot(s) (${snapshots.join(', ')}); delete them first`, { backendName, snapshots });
+    }
+    if (!this.replicated) return this.deleteFromActiveSite(backendName);
+    // Replicas go first and the registration marker last, so a retry after a crash finds the volume
+    // still registered; inside `exclusive` so no pass recreates a replica meanwhile.
+    await this.engine.exclusive(async () => {
+      await this.removeFromOtherSites(backendName);
+      await this.deleteFromActiveSite(backendName);
+      await unlink(replicationMarkerPath(this.root, backendName)).catch((e: unknown) => {
+        if (!isErrno(e, 'ENOENT', 'ENOTDIR')) throw e;
+      });
+    });
+  }
+
+  /** Every site but the active one: the targets' replicas, or after a failover the stale primary copy too. */
+  private async removeFromOtherSites(backendName: string): Promise<void> {
+    for (const id of [PRIMARY_BACKEND_ID, ...this.replicationTargets()]) {
+      if (id === this.activeBackendId) continue;
+      await removeVolumeFromSite(siteRoot(this.config, id), this.config, backendName);
+      await rm(drillCopyPath(siteRoot(this.config, id), backendName), { force: true });
+    }
+    this.engine.forget(backendName);
+  }
+
+  private async deleteFromActiveSite(backendName: string): Promise<void> {
     // Connections first: a crash in between leaves a volume without connections, which a retry
     // deletes, never a connection pointing at nothing.
     for (const host of await listDir(join(this.root, CONNECTIONS_DIR))) {
@@ -271,7 +355,7 @@ export class LocalVolumeDriver implements VolumeDriver {
     const host = this.hostOf(connector);
     const volume = await this.find(backendName);
     if (!volume) throw this.fail(`volume ${backendName} not found`, { backendName, connectorHost: host });
-    const entry = connectionPath(this.config, host, backendName);
+    const entry = connectionPath(this.config, host, backendName, this.activeBackendId);
     // Relative, so the whole root can be moved without breaking connections.
     const target = relative(dirname(entry), volume.path);
     const current = await readlink(entry).catch((e: unknown) => {
@@ -298,7 +382,7 @@ export class LocalVolumeDriver implements VolumeDriver {
 
   async terminateConnection(backendName: string, connector: Connector): Promise<void> {
     checkName('volume', backendName, this.config);
-    await this.removeConnectionEntry(connectionPath(this.config, this.hostOf(connector), backendName));
+    await this.removeConnectionEntry(connectionPath(this.config, this.hostOf(connector), backendName, this.activeBackendId));
   }
 
   private hostOf(connector: Connector): string {
@@ -341,5 +425,252 @@ export class LocalVolumeDriver implements VolumeDriver {
   async getVolume(backendName: string): Promise<BackendVolume | undefined> {
     const found = await this.find(backendName);
     return found && { backendName, sizeGb: found.sizeGb };
+  }
+
+  // ---- Snapshots ------------------------------------------------------------------------------
+
+  /** A sparse copy of the volume, published whole (temp + rename); an existing snapshot of that name is kept. */
+  async createSnapshot(backendName: string, snapshotName: string): Promise<void> {
+    checkName('snapshot', snapshotName, this.config);
+    const volume = await this.find(backendName);
+    if (!volume) throw this.fail(`volume ${backendName} not found`, { backendName, snapshotName });
+    const path = join(snapshotDirOf(this.root, volume.pool, backendName), snapshotName);
+    if (await statOrUndefined(path)) return;
+    try {
+      await sparseCopyFile(volume.path, path);
+    } catch (e) {
+      throw this.fail(`cannot snapshot ${backendName} as ${snapshotName}: ${(e as Error).message}`, { backendName, snapshotName }, e);
+    }
+  }
+
+  async deleteSnapshot(backendName: string, snapshotName: string): Promise<void> {
+    checkName('volume', backendName, this.config);
+    checkName('snapshot', snapshotName, this.config);
+    for (const pool of await this.poolDirs()) {
+      const dir = snapshotDirOf(this.root, pool, backendName);
+      try {
+        await unlink(join(dir, snapshotName));
+      } catch (e) {
+        if (!isErrno(e, 'ENOENT', 'ENOTDIR')) throw this.fail(`cannot delete snapshot ${snapshotName} of ${backendName}: ${(e as Error).message}`, { backendName, snapshotName }, e);
+      }
+      // The volume's snapshot directory goes with its last snapshot (fails harmlessly while others remain).
+      await rmdir(dir).catch(() => undefined);
+    }
+  }
+
+  async listSnapshots(): Promise<{ backendName: string; snapshotName: string }[]> {
+    const out: { backendName: string; snapshotName: string }[] = [];
+    for (const pool of await this.poolDirs()) {
+      const base = join(this.root, pool, SNAPSHOTS_DIR);
+      for (const backendName of await listDir(base)) {
+        for (const snapshotName of await listDir(join(base, backendName))) out.push({ backendName, snapshotName });
+      }
+    }
+    return out;
+  }
+
+  // ---- Replication v2.1 -----------------------------------------------------------------------
+
+  replicationTargets(): string[] {
+    return replicationDevicesOf(this.config).map((d) => d.backend_id);
+  }
+
+  private checkTarget(backendId: string): string {
+    const targets = this.replicationTargets();
+    if (!targets.includes(backendId)) {
+      const known = targets.length ? `one of ${targets.join(', ')}` : 'none: the backend has no replication_device';
+      throw new InvalidReplicationTarget(`${backendId} is not a replication target of ${this.backendHost} (expected ${known}).`, { host: this.backendHost, backendId });
+    }
+    return siteRoot(this.config, backendId);
+  }
+
+  /**
+   * Registers the volume for replication (a marker on the active site) and, while on the primary,
+   * copies it in full to every target before returning: a replica exists once this succeeds.
+   * While failed over it only registers the volume; failback copies it to the primary.
+   */
+  async enableReplication(backendName: string): Promise<void> {
+    if (!this.replicated) throw this.fail('the backend has no replication_device: volumes cannot be replicated', { backendName });
+    await this.engine.exclusive(async () => {
+      if (!(await this.find(backendName))) throw this.fail(`volume ${backendName} not found`, { backendName });
+      await writeReplicationMarker(this.root, backendName, Date.now());
+      if (this.activeBackendId !== PRIMARY_BACKEND_ID) return;
+      for (const target of this.replicationTargets()) {
+        try {
+          await this.engine.syncVolumeTo(backendName, target);
+        } catch (e) {
+          throw this.fail(`cannot make the initial copy of ${backendName} on ${target}: ${(e as Error).message}`, { backendName, target }, e);
+        }
+      }
+    });
+  }
+
+  async disableReplication(backendName: string): Promise<void> {
+    checkName('volume', backendName, this.config);
+    if (!this.replicated) return;
+    await this.engine.exclusive(async () => {
+      await this.removeFromOtherSites(backendName);
+      await unlink(replicationMarkerPath(this.root, backendName)).catch((e: unknown) => {
+        if (!isErrno(e, 'ENOENT', 'ENOTDIR')) throw e;
+      });
+    });
+  }
+
+  /** Per target: last completed sync, lag, bytes the last sync wrote (measured against the primary). */
+  async replicationStatus(backendName: string): Promise<ReplicaStatus[]> {
+    checkName('volume', backendName, this.config);
+    return this.replicated ? this.engine.status(backendName) : [];
+  }
+
+  /** Runs a replication pass now (after any running one); what the stack's loop does every interval. */
+  async syncNow(): Promise<ReplicationPassReport> {
+    if (!this.replicated) return { volumes: 0, bytesCopied: 0, errors: [], skipped: 'not replicated' };
+    return this.engine.syncAll(this.activeBackendId);
+  }
+
+  /**
+   * Upstream failover_host (reference §2.4). To a target: promotes it (no pass writes into it any
+   * more) and reports each volume it holds a replica of as failed-over at its path there; a volume
+   * without a replica gets `{status: 'error'}`. Nothing is read from the old site's volumes (it may
+   * be a smoking hole): the target holds each volume as of its last completed sync.
+   * `'default'`: fails back (see failBack).
+   */
+  async failoverHost(volumes: ReplicatedVolumeRef[], secondaryId: string | null): Promise<FailoverResult> {
+    for (const v of volumes) checkName('volume', v.backendName, this.config);
+    if (secondaryId === FAILBACK_SENTINEL) {
+      if (this.activeBackendId === PRIMARY_BACKEND_ID) {
+        throw new InvalidReplicationTarget(`${this.backendHost} is not failed over; there is nothing to fail back from.`, { host: this.backendHost });
+      }
+      return this.engine.exclusive(() => this.failBack(volumes));
+    }
+    // null: the first target. Always the first, not "the first but the current one", so that a
+    // retried failover_host(null) lands where the first try did.
+    const target = secondaryId ?? this.replicationTargets()[0];
+    const targetRoot = this.checkTarget(target ?? '');
+    return this.engine.exclusive(() => this.failOverTo(target, targetRoot, volumes));
+  }
+
+  private async failOverTo(target: string, targetRoot: string, volumes: ReplicatedVolumeRef[]): Promise<FailoverResult> {
+    if (!(await isDirectory(targetRoot))) {
+      throw this.fail(`Unable to failover to replication target: ${target} is unreachable (${targetRoot} is not a directory).`, { target });
+    }
+    const wasPromoted = await hasSiteMarker(targetRoot, PROMOTED_MARKER);
+    // Promote first: from here no replication pass writes into the target, in any driver instance.
+    await writeSiteMarker(targetRoot, PROMOTED_MARKER, { from: this.activeBackendId, at: Date.now() });
+    try {
+      // Connections: the old site's entries are the current ones when it is still readable; after a
+      // smoking hole the target keeps those the replicator mirrored on its last pass.
+      const oldRoot = this.root;
+      const oldSiteReadable = target !== this.activeBackendId && (await isDirectory(oldRoot));
+      const volumeUpdates: FailoverResult['volumeUpdates'] = [];
+      for (const v of volumes) {
+        const replica = await findVolumeOn(targetRoot, this.config, v.backendName);
+        if (!replica) {
+          volumeUpdates.push({ volumeId: v.volumeId, updates: { status: 'error' } });
+          continue;
+        }
+        await writeReplicationMarker(targetRoot, v.backendName, Date.now());
+        if (oldSiteReadable) await mirrorConnections(oldRoot, targetRoot, v.backendName, replica.pool);
+        volumeUpdates.push({ volumeId: v.volumeId, updates: { replicationStatus: 'failed-over', providerLocation: replica.path } });
+      }
+      return { activeBackendId: target, volumeUpdates };
+    } catch (e) {
+      // Upstream: on an unrecoverable error, raise and stay on the previous backend.
+      if (!wasPromoted) await removeSiteMarker(targetRoot, PROMOTED_MARKER).catch(() => undefined);
+      throw this.fail(`Unable to failover to replication target: ${(e as Error).message}`, { target }, e);
+    }
+  }
+
+  /**
+   * Failback to the primary: every volume is brought back from the active target by a full chunk
+   * comparison (the primary, even its root, is recreated where it was lost), with its connections
+   * and snapshots; then no target is promoted any more and replication resumes from the primary.
+   * A volume that cannot be brought back gets `{status: 'error'}` (the manager makes it failover-error).
+   */
+  private async failBack(volumes: ReplicatedVolumeRef[]): Promise<FailoverResult> {
+    const from = this.activeBackendId;
+    const fromRoot = this.root;
+    if (!(await isDirectory(fromRoot))) throw this.fail(`Unable to fail back: the active site ${from} is unreachable (${fromRoot} is not a directory).`, { from });
+    const primary = siteRoot(this.config, PRIMARY_BACKEND_ID);
+    await mkdir(primary, { recursive: true });
+    const volumeUpdates: FailoverResult['volumeUpdates'] = [];
+    for (const v of volumes) {
+      const source = await findVolumeOn(fromRoot, this.config, v.backendName);
+      if (!source) {
+        volumeUpdates.push({ volumeId: v.volumeId, updates: { status: 'error' } });
+        continue;
+      }
+      try {
+        const dst = join(primary, source.pool, v.backendName);
+        const src = await open(source.path, 'r');
+        try {
+          const { size, blocks } = await src.stat();
+          await this.engine.copyChangedChunks(src, size, dst, undefined, blocks);
+        } finally {
+          await src.close();
+        }
+        await mirrorConnections(fromRoot, primary, v.backendName, source.pool);
+        await mirrorSnapshots(fromRoot, primary, v.backendName, source.pool);
+        await writeReplicationMarker(primary, v.backendName, Date.now());
+        await this.engine.recordInSync(from, v.backendName, source.pool);
+        volumeUpdates.push({ volumeId: v.volumeId, updates: { replicationStatus: 'enabled', providerLocation: dst } });
+      } catch (e) {
+        logger.error('failback of a volume failed', { host: this.backendHost, backendName: v.backendName, error: e as Error });
+        volumeUpdates.push({ volumeId: v.volumeId, updates: { status: 'error' } });
+      }
+    }
+    // The targets are replicas again: the next pass (once the service is back on '') replicates.
+    await this.engine.clearPromotion();
+    await rm(join(fromRoot, REPLICATION_DIR), { recursive: true, force: true });
+    return { activeBackendId: PRIMARY_BACKEND_ID, volumeUpdates };
+  }
+
+  /** Freeze has nothing to stop on a local backend: a marker on the active site records it. */
+  async freezeBackend(): Promise<void> {
+    await writeSiteMarker(this.root, FROZEN_MARKER, { at: Date.now() });
+  }
+
+  async thawBackend(): Promise<void> {
+    await removeSiteMarker(this.root, FROZEN_MARKER);
+  }
+
+  async isFrozen(): Promise<boolean> {
+    return hasSiteMarker(this.root, FROZEN_MARKER);
+  }
+
+  /**
+   * Beyond upstream: each volume's replica on the target is copied (reflink, else sparse) to
+   * `<target>/.drill/<backendName>`, as the replica is now; the primary and the replicas stay as
+   * they are. A volume with no replica on the target is left out of the answer (and logged).
+   */
+  async startDrill(volumes: ReplicatedVolumeRef[], targetBackendId: string): Promise<DrillCopy[]> {
+    for (const v of volumes) checkName('volume', v.backendName, this.config);
+    const targetRoot = this.checkTarget(targetBackendId);
+    if (targetBackendId === this.activeBackendId) {
+      throw new InvalidReplicationTarget(`${targetBackendId} is the active site of ${this.backendHost}, not a replica to drill on.`, { host: this.backendHost, targetBackendId });
+    }
+    return this.engine.exclusive(async () => {
+      const copies: DrillCopy[] = [];
+      for (const v of volumes) {
+        const replica = await findVolumeOn(targetRoot, this.config, v.backendName);
+        if (!replica) {
+          logger.warn('drill: no replica on the target', { host: this.backendHost, backendName: v.backendName, targetBackendId });
+          continue;
+        }
+        const location = drillCopyPath(targetRoot, v.backendName);
+        // A retried startDrill keeps the copy it made (a drill may already be using it).
+        if (!(await statOrUndefined(location))) await sparseCopyFile(replica.path, location);
+        copies.push({ volumeId: v.volumeId, backendName: v.backendName, targetBackendId, location });
+      }
+      return copies;
+    });
+  }
+
+  /** Removes the drill copies; the path is recomputed from the target and name, never taken from `location`. */
+  async endDrill(copies: DrillCopy[]): Promise<void> {
+    for (const c of copies) {
+      checkName('volume', c.backendName, this.config);
+      await rm(drillCopyPath(this.checkTarget(c.targetBackendId), c.backendName), { force: true });
+    }
   }
 }

@@ -5,11 +5,14 @@
  * Drivers are cached per backend host, keyed also by the configuration they were built from: an
  * operator's changed record (a new pool, a bigger capacity) takes effect on the next call.
  */
-import type { BackendConfig, VolumeDriver } from './driver.js';
+import type { BackendConfig, ReplicationDriver, SnapshotDriver, VolumeDriver } from './driver.js';
 import { getBackendRecord } from '../../volumes/backends.js';
 import { withFaults } from '../faults.js';
 import { LocalVolumeDriver } from './local.js';
 import { AwsEbsVolumeDriver } from './aws-ebs.js';
+import { clearReplicationEngines } from './local-replication.js';
+
+export { InvalidReplicationTarget } from './local-replication.js';
 
 const cache = new Map<string, { configKey: string; driver: VolumeDriver }>();
 
@@ -56,7 +59,37 @@ export async function driverForHost(host: string): Promise<VolumeDriver> {
   return driverFor(record.config, record.service.activeBackendId);
 }
 
-/** Forgets every cached driver (tests that rebuild backends between cases). */
+/** Forgets every cached driver and the local replication engines' caches (tests that rebuild backends between cases). */
 export function clearDriverCache(): void {
   cache.clear();
+  clearReplicationEngines();
+}
+
+const REPLICATION_METHODS = ['replicationTargets', 'enableReplication', 'disableReplication', 'failoverHost', 'freezeBackend', 'thawBackend', 'startDrill', 'endDrill'] as const;
+const SNAPSHOT_METHODS = ['createSnapshot', 'deleteSnapshot', 'listSnapshots'] as const;
+
+const hasMethods = (driver: object, names: readonly string[]) => names.every((m) => typeof (driver as Record<string, unknown>)[m] === 'function');
+
+/** True when the driver implements ReplicationDriver (whether or not its backend has targets). */
+export function isReplicationDriver(driver: VolumeDriver): driver is VolumeDriver & ReplicationDriver {
+  return hasMethods(driver, REPLICATION_METHODS);
+}
+
+export function isSnapshotDriver(driver: VolumeDriver): driver is VolumeDriver & SnapshotDriver {
+  return hasMethods(driver, SNAPSHOT_METHODS);
+}
+
+/**
+ * The driver as a ReplicationDriver when its backend is replicated (implements the methods and has
+ * at least one replication_device), else undefined: aws-ebs, and local backends without targets.
+ * Calls go through the same fault wrapper as the VolumeDriver calls.
+ */
+export function replicationDriverFor(driver: VolumeDriver): (VolumeDriver & ReplicationDriver) | undefined {
+  if (!isReplicationDriver(driver)) return undefined;
+  return driver.replicationTargets().length > 0 ? driver : undefined;
+}
+
+/** The driver as a SnapshotDriver, or undefined when its kind has no snapshots. */
+export function snapshotDriverFor(driver: VolumeDriver): (VolumeDriver & SnapshotDriver) | undefined {
+  return isSnapshotDriver(driver) ? driver : undefined;
 }
