@@ -2,6 +2,7 @@
  * Cinder v3 attachments API routes (reference §3.1, §3.2): request validation in upstream's
  * order and wording (C/api/schemas/attachments.py), then the operations of service.ts.
  */
+import { assertStorable } from '../core/storable.js';
 import { json, type ApiRequest, type RouteSpec } from '../core/api.js';
 import { BadRequest } from '../core/errors.js';
 import type { Connector } from '../drivers/volume/driver.js';
@@ -60,6 +61,7 @@ function connectorProperty(value: unknown): Connector | null {
   const connector = requireObject('connector', value);
   if (Object.keys(connector).length === 0) return null;
   assertConnectorHost(connector as Connector);
+  assertStorable('connector', connector);
   return connector as Connector;
 }
 
@@ -89,6 +91,7 @@ export function parseUpdateBody(body: unknown): Connector {
   const connector = requireObject('connector', att.connector);
   if (Object.keys(connector).length < 1) throw invalid('connector', connector, '{} does not have enough properties');
   assertConnectorHost(connector as Connector);
+  assertStorable('connector', connector);
   return connector as Connector;
 }
 

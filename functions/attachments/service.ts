@@ -19,6 +19,7 @@
  *   if it was the last user, terminateConnection and a fence write. The tombstone remembers the
  *   pending disconnect, so a delete retried after a crash or a driver failure finishes it.
  */
+import { own } from '../core/lookup.js';
 import { randomUUID } from 'node:crypto';
 import type { AuthContext } from '../core/auth.js';
 import { isConditionFailure, isTransactionConflict, withRetries } from '../core/db.js';
@@ -362,7 +363,7 @@ function compareBy(sort: { key: string; dir: SortDir }[]) {
   const keys = [...sort, ...(sort.some((s) => s.key === 'id') ? [] : [{ key: 'id', dir: sort[sort.length - 1]?.dir ?? 'desc' }])];
   return (a: Attachment, b: Attachment): number => {
     for (const { key, dir } of keys) {
-      const field = ATTACHMENT_COLUMNS[key]!;
+      const field = own(ATTACHMENT_COLUMNS, key)!;
       const x = String(a[field] ?? '');
       const y = String(b[field] ?? '');
       if (x !== y) return (x < y ? -1 : 1) * (dir === 'asc' ? 1 : -1);
@@ -375,14 +376,14 @@ function compareBy(sort: { key: string; dir: SortDir }[]) {
 export async function listAttachments(input: ListAttachmentsInput): Promise<{ attachments: Attachment[]; more: boolean }> {
   const sort = input.sort?.length ? input.sort : DEFAULT_SORT;
   for (const s of sort) {
-    if (!ATTACHMENT_COLUMNS[s.key]) throw new BadRequest(`Invalid input received: Invalid sort key ${s.key}`);
+    if (!own(ATTACHMENT_COLUMNS, s.key)) throw new BadRequest(`Invalid input received: Invalid sort key ${s.key}`);
   }
   const filters = Object.entries(input.filters ?? {});
-  if (filters.some(([k]) => !ATTACHMENT_COLUMNS[k])) return { attachments: [], more: false };
+  if (filters.some(([k]) => !own(ATTACHMENT_COLUMNS, k))) return { attachments: [], more: false };
 
   const all = input.allTenants && input.auth.isAdmin ? await scanAllAttachments() : await queryProjectAttachments(input.auth.projectId);
   const matching = all
-    .filter((a) => !a.deleted && filters.every(([k, v]) => String(a[ATTACHMENT_COLUMNS[k]!] ?? '') === v))
+    .filter((a) => !a.deleted && filters.every(([k, v]) => String(a[own(ATTACHMENT_COLUMNS, k)!] ?? '') === v))
     .sort(compareBy(sort));
   let start = input.offset ?? 0;
   if (input.marker) {

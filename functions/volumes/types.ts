@@ -17,7 +17,7 @@ import { db, isConditionFailure } from '../core/db.js';
 import { BadRequest, Conflict, NotFound } from '../core/errors.js';
 import { allowed, registerPolicies } from '../core/policy.js';
 import { GSI1, tableName } from '../core/tables.js';
-import { boolParam, extraSpecsField, invalidField, isObject, isUuidLike, optionalString, pyRepr, requiredProperty, wrapped } from './validation.js';
+import { MAX_MAP_ITEMS, tooManyExtraSpecs, boolParam, extraSpecsField, invalidField, isObject, isUuidLike, optionalString, pyRepr, requiredProperty, wrapped } from './validation.js';
 
 registerPolicies({
   'volume_extension:types_manage': 'admin_api',
@@ -236,7 +236,8 @@ export async function setExtraSpecs(id: string, specs: Record<string, string>): 
   const entries = Object.entries(specs);
   if (entries.length === 0) return;
   const names: Record<string, string> = { '#es': 'extraSpecs' };
-  const values: Record<string, unknown> = { ':one': 1 };
+  // The total stays bounded (one DynamoDB item): counting every given key as new is conservative.
+  const values: Record<string, unknown> = { ':one': 1, ':room': MAX_MAP_ITEMS - entries.length };
   const sets = entries.map(([k, v], i) => {
     names[`#k${i}`] = k;
     values[`:v${i}`] = v;
@@ -248,13 +249,17 @@ export async function setExtraSpecs(id: string, specs: Record<string, string>): 
         TableName: tableName('volume'),
         Key: typeKey(id),
         UpdateExpression: `SET ${sets.join(', ')}, version = version + :one`,
-        ConditionExpression: 'attribute_exists(pk)',
+        ConditionExpression: 'attribute_exists(pk) AND (attribute_not_exists(#es) OR size(#es) <= :room)',
         ExpressionAttributeNames: names,
         ExpressionAttributeValues: values,
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }),
     );
   } catch (e) {
-    if (isConditionFailure(e)) throw typeNotFound(id);
+    if (isConditionFailure(e)) {
+      if ((e as { Item?: unknown }).Item) throw tooManyExtraSpecs();
+      throw typeNotFound(id);
+    }
     throw e;
   }
 }

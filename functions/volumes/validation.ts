@@ -55,12 +55,20 @@ export function optionalString(obj: Record<string, unknown>, field: string, opts
   return v;
 }
 
+/**
+ * Items a volume's metadata, or a type's extra specs, may hold. Upstream has no limit short of its
+ * database; here they live in one DynamoDB item (400 KB), so an unbounded map would end in a 500.
+ * 128 entries of 255-character keys and values stay far below it.
+ */
+export const MAX_MAP_ITEMS = 128;
+
 /** parameter_types.metadata: keys 1-255 characters, values strings of at most 255. */
 export function metadataField(obj: Record<string, unknown>, field = 'metadata', opts: { nullable?: boolean } = {}): Record<string, string> | undefined {
   if (!(field in obj)) return undefined;
   const v = obj[field];
   if (v === null && opts.nullable) return {};
   if (!isObject(v)) throw invalidField(field, v, `${pyRepr(v)} is not of type 'object'`);
+  if (Object.keys(v).length > MAX_MAP_ITEMS) throw new BadRequest(`Invalid input received: Maximum number of metadata items exceeds ${MAX_MAP_ITEMS}.`);
   for (const [k, x] of Object.entries(v)) {
     if (k.length < 1 || k.length > 255) throw invalidField(field, v, `Additional properties are not allowed (${pyRepr(k)} was unexpected)`);
     if (typeof x !== 'string') throw invalidField(k, x, `${pyRepr(x)} is not of type 'string'`);
@@ -69,11 +77,14 @@ export function metadataField(obj: Record<string, unknown>, field = 'metadata', 
   return v as Record<string, string>;
 }
 
+export const tooManyExtraSpecs = () => new BadRequest(`Invalid input received: A volume type can have at most ${MAX_MAP_ITEMS} extra specs.`);
+
 const EXTRA_SPEC_KEY = /^[a-zA-Z0-9-_:. /]{1,255}$/;
 
 /** parameter_types.extra_specs_with_no_spaces_key as upstream's types_extra_specs use it. */
 export function extraSpecsField(v: unknown, field = 'extra_specs'): Record<string, string> {
   if (!isObject(v)) throw invalidField(field, v, `${pyRepr(v)} is not of type 'object'`);
+  if (Object.keys(v).length > MAX_MAP_ITEMS) throw tooManyExtraSpecs();
   for (const [k, x] of Object.entries(v)) {
     if (!EXTRA_SPEC_KEY.test(k)) throw invalidField(field, v, `Additional properties are not allowed (${pyRepr(k)} was unexpected)`);
     if (typeof x !== 'string') throw invalidField(k, x, `${pyRepr(x)} is not of type 'string'`);
