@@ -52,6 +52,12 @@ export const STATE_MACHINES = [
     description: 'Deletes a volume on its backend, releases its capacity and removes its record (or error_deleting).',
     functions: ['volume-steps'],
   },
+  {
+    name: 'volume-failover',
+    file: 'statemachines/volume-failover.asl.json',
+    description: 'Fails a replicated backend over to a replication target or back (reference §2.4), or runs and ends a drill: batches of volumes in a Map, one driver call and one conditional write per volume.',
+    functions: ['replication-steps'],
+  },
 ] as const satisfies readonly StateMachineWiring[];
 
 export type StateMachineName = (typeof STATE_MACHINES)[number]['name'];
@@ -70,11 +76,11 @@ export const FUNCTIONS: FunctionWiring[] = [
     kind: 'api',
     entry: 'functions/api/volume.ts',
     export: 'handler',
-    description: 'Cinder v3 REST API: versions, volumes, types, manageable volumes, attachments.',
+    description: 'Cinder v3 REST API: versions, volumes, types, manageable volumes, attachments, snapshots, os-services (failover/freeze/thaw), capabilities, scheduler stats.',
     httpPrefix: '/volume',
     publicPaths: ['/volume', '/volume/v3'],
     tables: ['volume'],
-    starts: ['volume-create', 'volume-delete'],
+    starts: ['volume-create', 'volume-delete', 'volume-failover'],
     timeoutSeconds: 29,
   },
   {
@@ -85,6 +91,17 @@ export const FUNCTIONS: FunctionWiring[] = [
     description: 'Step handlers of the volume state machines (schedule, create on backend, delete, mark status).',
     tables: ['volume'],
     timeoutSeconds: 120,
+  },
+  {
+    name: 'replication-steps',
+    kind: 'step',
+    entry: 'functions/replication/steps.ts',
+    export: 'handler',
+    description: 'Step handlers of volume-failover (prepare: target and batches; batch: driver failover_host + per-volume rules; finish/fail: service state).',
+    tables: ['volume'],
+    // A batch of 200 volumes is one driver call and two transactions of writes; 10 minutes is ample.
+    timeoutSeconds: 900,
+    memoryMb: 1024,
   },
 ];
 

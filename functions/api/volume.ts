@@ -1,9 +1,12 @@
 /**
  * The Cinder v3 REST API (volume-api in functions/wiring.ts): version discovery, volumes, volume
- * types, manageable volumes, and the attachments API.
+ * types, manageable volumes, the attachments API, snapshots, and replication v2.1 (os-services
+ * failover/freeze/thaw, capabilities, scheduler stats).
  */
 import { attachmentRoutes } from '../attachments/routes.js';
 import { createApiHandler } from '../core/api.js';
+import { replicationRoutes } from '../replication/routes.js';
+import { snapshotRoutes } from '../snapshots/routes.js';
 import { VOLUME_VERSIONS } from '../core/microversion.js';
 import { manageRoutes } from '../volumes/manage.js';
 import { volumeRoutes } from '../volumes/routes.js';
@@ -22,6 +25,6 @@ export const handler = createApiHandler({
   service: VOLUME_VERSIONS,
   rootPath: '/volume',
   versionPath: '/v3',
-  routes: [...volumeRoutes, ...typeRoutes, ...manageRoutes, ...attachmentRoutes],
+  routes: [...volumeRoutes, ...typeRoutes, ...manageRoutes, ...attachmentRoutes, ...snapshotRoutes, ...replicationRoutes],
   unversioned: versionRoutes(VOLUME_VERSION_INFO),
 });

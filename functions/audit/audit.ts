@@ -12,8 +12,10 @@ import { attachmentFromItem, type Attachment } from '../attachments/model.js';
 import { db } from '../core/db.js';
 import { tableName } from '../core/tables.js';
 import type { BackendConfig, BackendConnection, BackendVolume } from '../drivers/volume/driver.js';
-import { driverFor } from '../drivers/volume/registry.js';
-import { backendOf, listBackends } from '../volumes/backends.js';
+import { driverFor, isSnapshotDriver } from '../drivers/volume/registry.js';
+import type { DrillState } from '../replication/repo.js';
+import type { Snapshot } from '../snapshots/model.js';
+import { backendOf, listBackendRecords } from '../volumes/backends.js';
 import type { Volume } from '../volumes/model.js';
 
 export interface AuditFinding {
@@ -37,6 +39,10 @@ export interface AuditOptions {
 const TRANSITIONAL = new Set(['creating', 'deleting', 'managing', 'extending', 'reserved', 'attaching', 'detaching', 'retyping', 'downloading', 'uploading']);
 /** Statuses in which the backend object must exist. */
 const MUST_EXIST_ON_BACKEND = new Set(['available', 'in-use', 'reserved', 'attaching', 'detaching', 'extending', 'maintenance']);
+/** Snapshot statuses an operation passes through. */
+const SNAPSHOT_TRANSITIONAL = new Set(['creating', 'deleting']);
+/** Ferry's own snapshot names on a backend (Cinder's snapshot_name_template). */
+const FERRY_SNAPSHOT_NAME = /^snapshot-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** Ferry's own backend object names; anything else on a backend is an operator's unmanaged volume. */
 const FERRY_NAME = /^volume-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -95,17 +101,77 @@ export async function runAudit(options: AuditOptions = {}): Promise<AuditReport>
     }
   }
 
-  // What each backend really holds.
-  const backends = await listBackends();
-  const held = new Map<string, { config: BackendConfig; volumes: Map<string, BackendVolume>; connections: BackendConnection[] }>();
-  for (const config of backends) {
-    const driver = driverFor(config);
+  // What each backend really holds — on the site it runs on (after a failover: the target).
+  const backends = await listBackendRecords();
+  const held = new Map<string, { config: BackendConfig; volumes: Map<string, BackendVolume>; connections: BackendConnection[]; snapshots?: Set<string> }>();
+  for (const { config, service } of backends) {
+    const driver = driverFor(config, service.activeBackendId);
     try {
-      const [vols, conns] = await Promise.all([driver.listVolumes(), driver.listConnections()]);
-      held.set(config.host, { config, volumes: new Map(vols.map((v) => [v.backendName, v])), connections: conns });
+      const [vols, conns, snaps] = await Promise.all([driver.listVolumes(), driver.listConnections(), isSnapshotDriver(driver) ? driver.listSnapshots() : undefined]);
+      held.set(config.host, {
+        config,
+        volumes: new Map(vols.map((v) => [v.backendName, v])),
+        connections: conns,
+        snapshots: snaps && new Set(snaps.map((x) => `${x.backendName} ${x.snapshotName}`)),
+      });
     } catch (e) {
       find('backend-unreadable', config.host, `the driver could not list the backend: ${(e as Error).message}`);
     }
+  }
+
+  // Snapshots: each listed on its volume and the volume's list complete; an available one on its backend; none stuck.
+  const snapshots = items.filter((i) => i.sk === 'SNAP').map((i) => stripKeys<Snapshot>(i));
+  const snapshotsById = new Map(snapshots.map((x) => [x.id, x]));
+  const knownSnapshots = new Set(snapshots.map((x) => `${x.backendHost} ${x.volumeBackendName} ${x.backendName}`));
+  for (const snap of snapshots) {
+    const resource = `snapshot ${snap.id}`;
+    const v = volumesById.get(snap.volumeId);
+    if (!v) find('orphan-snapshot', resource, `its volume ${snap.volumeId} does not exist`);
+    else if (!(v.snapshotIds ?? []).includes(snap.id)) find('snapshot-mismatch', resource, `volume ${snap.volumeId} does not list it`);
+    const onBackend = held.get(snap.backendHost);
+    if (snap.status === 'available' && onBackend?.snapshots && !onBackend.snapshots.has(`${snap.volumeBackendName} ${snap.backendName}`)) {
+      find('missing-backend-snapshot', resource, `available but ${snap.backendHost} has no snapshot ${snap.backendName} of ${snap.volumeBackendName}`);
+    }
+    if (SNAPSHOT_TRANSITIONAL.has(snap.status) && now - Date.parse(snap.updatedAt) > stuckMs) find('stuck-snapshot', resource, `${snap.status} since ${snap.updatedAt}`);
+  }
+  for (const v of volumes) {
+    for (const id of v.snapshotIds ?? []) if (!snapshotsById.has(id)) find('dangling-snapshot', `volume ${v.id}`, `lists snapshot ${id} that does not exist`);
+  }
+  for (const [host, b] of held) {
+    for (const entry of b.snapshots ?? []) {
+      const [volumeName, snapshotName] = entry.split(' ');
+      if (FERRY_SNAPSHOT_NAME.test(snapshotName!) && !knownSnapshots.has(`${host} ${volumeName} ${snapshotName}`)) {
+        find('orphan-backend-snapshot', `${host} ${volumeName}`, `snapshot ${snapshotName} has no snapshot record`);
+      }
+    }
+  }
+
+  // Replication: a service failing over has a running operation; a drill's copies belong to its
+  // current drill; no operation or drill stays in flight for long.
+  const operations = new Map(items.filter((i) => String(i.pk).startsWith('REPLOP#') && i.sk === 'OP').map((i) => [String(i.id), i]));
+  const backendItems = items.filter((i) => String(i.pk).startsWith('BACKEND#'));
+  const currentDrills = new Set<string>();
+  for (const b of backendItems) {
+    const host = String(b.pk).slice('BACKEND#'.length);
+    const service = b.service as { replicationStatus?: string } | undefined;
+    const opId = b.failoverOperationId as string | undefined;
+    if (service?.replicationStatus === 'failing-over') {
+      const op = opId ? operations.get(opId) : undefined;
+      if (!op || op.status !== 'running') find('failover-without-operation', `service ${host}`, `failing-over, but its operation ${opId ?? '(none)'} is ${op ? String(op.status) : 'missing'}`);
+    }
+    const drill = b.drill as DrillState | undefined;
+    if (drill) {
+      currentDrills.add(drill.operationId);
+      if (!operations.has(drill.operationId)) find('drill-without-operation', `service ${host}`, `drill ${drill.operationId} (${drill.status}) has no operation record`);
+    }
+  }
+  for (const i of items) {
+    if (!String(i.pk).startsWith('REPLOP#') || !String(i.sk).startsWith('COPIES#')) continue;
+    const drillId = String(i.pk).slice('REPLOP#'.length);
+    if (!currentDrills.has(drillId)) find('orphan-drill-copies', `drill ${drillId}`, `${(i.copies as unknown[] | undefined)?.length ?? 0} drill copies recorded for a drill that has ended`);
+  }
+  for (const op of operations.values()) {
+    if (op.status === 'running' && now - Date.parse(String(op.updatedAt)) > stuckMs) find('stuck-operation', `replication operation ${String(op.id)}`, `${String(op.kind)} of ${String(op.host)} running since ${String(op.updatedAt)}`);
   }
 
   const knownBackendNames = new Map<string, Set<string>>(); // backend host -> backend names DynamoDB knows
@@ -218,6 +284,8 @@ export async function runAudit(options: AuditOptions = {}): Promise<AuditReport>
       'host connections': [...held.values()].reduce((n, b) => n + b.connections.length, 0),
       'unmanaged backend volumes (ignored)': unmanaged,
       pools: pools.length,
+      snapshots: snapshots.length,
+      'replication operations': operations.size,
     },
     findings,
   };

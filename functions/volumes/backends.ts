@@ -50,6 +50,17 @@ export async function getBackendRecord(host: string): Promise<{ config: BackendC
   return { config, service: (out.Item.service as BackendServiceState | undefined) ?? initialServiceState(config) };
 }
 
+/** Every backend with its service state (the scheduler skips frozen and disabled ones; os-services lists them). */
+export async function listBackendRecords(): Promise<{ config: BackendConfig; service: BackendServiceState }[]> {
+  const out = await db().send(
+    new QueryCommand({ TableName: tableName('volume'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': 'BACKENDS' } }),
+  );
+  return (out.Items ?? []).map((i) => {
+    const config = i.config as BackendConfig;
+    return { config, service: (i.service as BackendServiceState | undefined) ?? initialServiceState(config) };
+  });
+}
+
 export async function listBackends(): Promise<BackendConfig[]> {
   const out = await db().send(
     new QueryCommand({ TableName: tableName('volume'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': 'BACKENDS' } }),

@@ -99,6 +99,10 @@ export interface Volume {
   ownsBackendObject?: boolean;
   /** Why the volume went to an error status (scheduler or driver message), for operators. Added by volumes. */
   errorReason?: string | null;
+  /** Ids of the volume's snapshots (functions/snapshots), kept on the volume so "no delete while it has snapshots" is a condition. Added by replication. */
+  snapshotIds?: string[];
+  /** The failover operation that last applied its rules to this volume: a re-run of that operation skips it. Added by replication. */
+  failoverOperationId?: string | null;
   createdAt: string;
   updatedAt: string;
   /** Optimistic-concurrency version; every write conditions on it or bumps it. */

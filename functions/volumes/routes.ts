@@ -4,21 +4,25 @@
  * order and wording, then a pure transition (transitions.ts) persisted conditionally (repo.ts),
  * and for create/delete an execution of the volume machine named from the volume id.
  */
+import { own } from '../core/lookup.js';
 import { randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type RouteSpec } from '../core/api.js';
 import type { AuthContext } from '../core/auth.js';
-import { isConditionFailure } from '../core/db.js';
-import { BadRequest, ConcurrentModification, NotFound } from '../core/errors.js';
+import { isConditionFailure, withRetries } from '../core/db.js';
+import { BadRequest, ConcurrentModification, FerryError, InvalidVolume, NotFound } from '../core/errors.js';
+import { tableName } from '../core/tables.js';
+import { isReplicationDriver, replicationStatusForType } from '../replication/capabilities.js';
+import { assertNotFrozen, BackendFrozen, notFrozenCheck } from '../replication/frozen.js';
 import { executionName, startExecution } from '../core/executions.js';
 import { logger } from '../core/logger.js';
 import { authorize, registerPolicies } from '../core/policy.js';
-import { driverFor } from '../drivers/volume/registry.js';
-import { getBackend, listBackends } from './backends.js';
+import { driverForHost } from '../drivers/volume/registry.js';
+import { backendOf, getBackend, listBackends } from './backends.js';
 import { defaultBackendName, type Volume, type VolumeAttachStatus, type VolumeStatus } from './model.js';
-import { cancellationCodes, getVolumeScoped, insertVolume, listVolumes, removeVolumeRecord, updateVolume, writeVolumeWith } from './repo.js';
-import { availabilityZoneOf, DEFAULT_AVAILABILITY_ZONE, poolTotalGb, reservePoolItem } from './scheduler.js';
+import { cancellationCodes, getVolumeOrThrow, getVolumeScoped, insertVolume, listVolumes, removeVolumeRecord, updateVolume, writeVolumeWith } from './repo.js';
+import { availabilityZoneOf, DEFAULT_AVAILABILITY_ZONE, filterAndWeigh, gatherPools, poolTotalGb, reservePoolItem } from './scheduler.js';
 import { apply, RESETTABLE_ATTACH_STATUSES, RESETTABLE_MIGRATION_STATUSES, VOLUME_STATUSES } from './transitions.js';
-import { DEFAULT_VOLUME_TYPE, getVolumeTypeByName, getVolumeTypeByNameOrId, isMultiattachType, visibleType } from './types.js';
+import { DEFAULT_VOLUME_TYPE, getVolumeTypeByName, getVolumeTypeByNameOrId, isMultiattachType, visibleType, volumeTypeKey } from './types.js';
 import { invalidField, isObject, isUuidLike, metadataField, optionalString, pyRepr, sizeField, wrapped } from './validation.js';
 import { viewContext, volumeDetail, volumeSummary } from './views.js';
 
@@ -34,6 +38,7 @@ export const VOLUME_POLICIES = {
   rollDetaching: 'volume:roll_detaching',
   unmanage: 'volume_extension:volume_unmanage',
   action: 'volume:volume_action',
+  retype: 'volume:retype',
 } as const;
 
 registerPolicies({
@@ -48,6 +53,7 @@ registerPolicies({
   [VOLUME_POLICIES.rollDetaching]: 'admin_or_owner',
   [VOLUME_POLICIES.unmanage]: 'admin_api',
   [VOLUME_POLICIES.action]: 'admin_or_owner',
+  [VOLUME_POLICIES.retype]: 'admin_or_owner',
 });
 
 /** osapi_max_limit */
@@ -128,7 +134,8 @@ export async function recordNewVolume(auth: AuthContext, r: NewVolumeRequest, id
     attachStatus: 'detached',
     previousStatus: null,
     migrationStatus: null,
-    replicationStatus: null,
+    // create_volume.py: `enabled` for a type with replication_enabled='<is> True', else `disabled`.
+    replicationStatus: replicationStatusForType(type.extraSpecs),
     volumeTypeId: type.id,
     volumeTypeName: type.name,
     multiattach: isMultiattachType(type),
@@ -244,7 +251,7 @@ function parseSort(q: URLSearchParams): { key: string; dir: 'asc' | 'desc' }[] {
   }
   for (const p of pairs) {
     if (p.dir !== 'asc' && p.dir !== 'desc') throw new BadRequest("Unknown sort direction, must be 'desc' or 'asc'");
-    if (!SORT_KEYS[p.key]) throw new BadRequest(`Invalid input received: Invalid sort key ${p.key}.`);
+    if (!own(SORT_KEYS, p.key)) throw new BadRequest(`Invalid input received: Invalid sort key ${p.key}.`);
   }
   if (!pairs.some((p) => p.key === 'id')) pairs.push({ key: 'id', dir: pairs[pairs.length - 1]!.dir });
   return pairs as { key: string; dir: 'asc' | 'desc' }[];
@@ -315,8 +322,8 @@ async function listRoute(req: ApiRequest, detail: boolean) {
   let volumes = (await listVolumes(allTenants ? undefined : req.auth.projectId)).filter((v) => matchesFilters(v, filters));
   volumes.sort((a, b) => {
     for (const { key, dir } of sort) {
-      const x = SORT_KEYS[key]!(a);
-      const y = SORT_KEYS[key]!(b);
+      const x = own(SORT_KEYS, key)!(a);
+      const y = own(SORT_KEYS, key)!(b);
       if (x < y) return dir === 'asc' ? -1 : 1;
       if (x > y) return dir === 'asc' ? 1 : -1;
     }
@@ -370,12 +377,37 @@ async function updateVolumeRoute(req: ApiRequest) {
   return json(200, { volume: volumeDetail(viewContext(req), v) });
 }
 
+/**
+ * begin-delete written with a ConditionCheck that the volume's backend is not frozen, so a freeze
+ * that lands after the read still refuses the delete (reference §2.5).
+ */
+async function beginDeleteNotFrozen(id: string): Promise<Volume> {
+  return withRetries(
+    async () => {
+      const before = await getVolumeOrThrow(id);
+      const after = apply(before, { type: 'begin-delete', at: now() });
+      try {
+        return await writeVolumeWith(before, after, before.host ? [notFrozenCheck(before.host)] : []);
+      } catch (e) {
+        if (before.host && cancellationCodes(e)[1] === 'ConditionalCheckFailed') throw new BackendFrozen(before.host);
+        throw e;
+      }
+    },
+    { retryable: (e) => cancellationCodes(e)[0] === 'ConditionalCheckFailed' || cancellationCodes(e).includes('TransactionConflict'), attempts: 20 },
+  ).catch((e) => {
+    if (isConditionFailure(e) && !(e instanceof FerryError)) throw new ConcurrentModification(`Volume ${id}`, e);
+    throw e;
+  });
+}
+
 async function deleteVolumeRoute(req: ApiRequest) {
-  // `cascade` is accepted and ignored: Ferry has no snapshots to cascade to.
+  // `cascade` is accepted and ignored: a volume with snapshots is refused (delete its snapshots first).
   const id = req.params.volume_id!;
   const found = await getVolumeScoped(req.auth, id);
   authorize(req.auth, VOLUME_POLICIES.delete, { projectId: found.projectId });
-  const before = await updateVolume(id, { type: 'begin-delete', at: now() });
+  // Upstream's order: frozen (assert_not_frozen) before the status guard.
+  if (found.host) await assertNotFrozen(found.host);
+  const before = await beginDeleteNotFrozen(id);
   await startVolumeExecution('volume-delete', id, async () => {
     await updateVolume(id, { type: 'reset-status', at: now(), status: (before.previousStatus ?? 'available') as VolumeStatus });
   });
@@ -451,7 +483,8 @@ async function extend(req: ApiRequest, v: Volume, args: unknown) {
     throw e;
   }
   try {
-    await driverFor(backend).extendVolume(before.backendName, newSize);
+    // The driver of the site the backend runs on (after a failover: the target).
+    await (await driverForHost(backend.host)).extendVolume(before.backendName, newSize);
     await updateVolume(v.id, { type: 'extend-done', at: now() });
   } catch (e) {
     logger.error('extend failed on the backend', { volumeId: v.id, error: e as Error });
@@ -474,7 +507,58 @@ async function unmanage(req: ApiRequest, v: Volume) {
   return json(202);
 }
 
+/**
+ * os-retype, minimal: the new type's replication_status (and multiattach) on the same backend. A
+ * retype whose type the volume's pool does not satisfy would need a migration, which Ferry does
+ * not do: 400 (docs/compatibility.md). Replication is enabled on the backend before the record
+ * changes (an extra replica is harmless) and disabled after (a stale replica is harmless).
+ */
+async function retype(req: ApiRequest, v: Volume, args: unknown) {
+  authorize(req.auth, VOLUME_POLICIES.retype, { projectId: v.projectId });
+  if (!isObject(args)) throw invalidField('os-retype', args, `${pyRepr(args)} is not of type 'object'`);
+  for (const k of Object.keys(args)) {
+    if (!['new_type', 'migration_policy'].includes(k)) throw invalidField('os-retype', args, `Additional properties are not allowed (${pyRepr(k)} was unexpected)`);
+  }
+  if (!('new_type' in args)) throw invalidField('os-retype', args, "'new_type' is a required property");
+  if (typeof args.new_type !== 'string') throw invalidField('new_type', args.new_type, `${pyRepr(args.new_type)} is not of type 'string'`);
+  const policy = args.migration_policy;
+  if (policy !== undefined && policy !== null && policy !== 'on-demand' && policy !== 'never') {
+    throw invalidField('migration_policy', policy, `${pyRepr(policy)} is not one of ['on-demand', 'never']`);
+  }
+  if (!['available', 'in-use'].includes(v.status)) {
+    throw new InvalidVolume(`Unable to update type due to incorrect status: ${v.status} on volume: ${v.id}. Volume status must be available or in-use.`);
+  }
+  const type = await visibleType(req.auth, args.new_type, getVolumeTypeByNameOrId);
+  const replicationStatus = replicationStatusForType(type.extraSpecs);
+  if (!v.host) throw new InvalidVolume(`Volume ${v.id} has no host.`);
+  const pool = (await gatherPools(v.host)).find((p) => p.host === (v.capacity?.pool ?? v.host));
+  if (!pool) throw new BadRequest(`Invalid input received: Pool ${v.host} of volume ${v.id} is not reported by its backend.`);
+  const { rejected } = filterAndWeigh([{ ...pool, allocatedGb: 0 }], { sizeGb: 0, extraSpecs: type.extraSpecs, availabilityZone: v.availabilityZone });
+  if (rejected.length) {
+    throw new BadRequest(`Invalid input received: Retyping volume ${v.id} to ${type.name} needs a migration off ${backendOf(v.host)} (${rejected.map((r) => r.reason).join('; ')}); Ferry does not migrate volumes.`);
+  }
+  const after = apply(v, { type: 'retype', at: now(), typeId: type.id, typeName: type.name, multiattach: isMultiattachType(type), replicationStatus });
+  const driver = await driverForHost(v.host);
+  const replicating = isReplicationDriver(driver) && !!pool.replication?.enabled;
+  if (replicating && replicationStatus === 'enabled' && v.replicationStatus !== 'enabled') await driver.enableReplication(v.backendName);
+  try {
+    await writeVolumeWith(v, after, [
+      { Update: { TableName: tableName('volume'), Key: volumeTypeKey(v.volumeTypeId), UpdateExpression: 'ADD volumeCount :minus', ConditionExpression: 'attribute_exists(pk)', ExpressionAttributeValues: { ':minus': -1 } } },
+      { Update: { TableName: tableName('volume'), Key: volumeTypeKey(type.id), UpdateExpression: 'ADD volumeCount :one', ConditionExpression: 'attribute_exists(pk)', ExpressionAttributeValues: { ':one': 1 } } },
+    ]);
+  } catch (e) {
+    if (cancellationCodes(e)[2] === 'ConditionalCheckFailed') throw new NotFound(`Volume type ${type.id} could not be found.`);
+    if (isConditionFailure(e)) throw new ConcurrentModification(`Volume ${v.id}`, e);
+    throw e;
+  }
+  if (replicating && replicationStatus === 'disabled' && v.replicationStatus !== 'disabled') {
+    await driver.disableReplication(v.backendName).catch((e) => logger.error('disabling replication after retype failed', { volumeId: v.id, error: e as Error }));
+  }
+  return json(202);
+}
+
 const ACTIONS: Record<string, ActionHandler> = {
+  'os-retype': retype,
   'os-reset_status': resetStatus,
   'os-begin_detaching': beginDetaching,
   'os-roll_detaching': rollDetaching,
@@ -484,10 +568,10 @@ const ACTIONS: Record<string, ActionHandler> = {
 
 async function volumeAction(req: ApiRequest) {
   if (!isObject(req.body) || Object.keys(req.body).length === 0) throw new BadRequest('Malformed request body');
-  const name = Object.keys(req.body).find((k) => ACTIONS[k]);
+  const name = Object.keys(req.body).find((k) => own(ACTIONS, k));
   if (!name) throw new BadRequest(`There is no such action: ${Object.keys(req.body)[0]}`);
   const v = await getVolumeScoped(req.auth, req.params.volume_id!);
-  return ACTIONS[name]!(req, v, req.body[name]);
+  return own(ACTIONS, name)!(req, v, req.body[name]);
 }
 
 export const volumeRoutes: RouteSpec[] = [

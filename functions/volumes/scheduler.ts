@@ -10,13 +10,14 @@
  * field, so a pool is never over-allocated however many schedulers race, and a volume holds
  * capacity exactly while its `capacity` field says so (release happens once).
  */
-import type { BackendConfig, PoolCapabilities } from '../drivers/volume/driver.js';
-import { driverFor } from '../drivers/volume/registry.js';
+import type { BackendConfig, BackendServiceState, PoolCapabilities } from '../drivers/volume/driver.js';
+import { replicationCapability, type ReplicationCapability } from '../replication/capabilities.js';
+import { driverFor, driverForHost } from '../drivers/volume/registry.js';
 import { FerryError } from '../core/errors.js';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { db, withRetries } from '../core/db.js';
 import { tableName } from '../core/tables.js';
-import { backendOf, listBackends, poolOf } from './backends.js';
+import { backendOf, listBackendRecords, poolOf } from './backends.js';
 import type { Volume } from './model.js';
 import { cancellationCodes, getVolume, getVolumeOrThrow, poolKey, releasePoolItem, writeVolumeWith, claimItem, type TransactItem } from './repo.js';
 import { transition } from './transitions.js';
@@ -39,6 +40,10 @@ export interface PoolState {
   caps: PoolCapabilities;
   /** What Ferry's volumes hold on this pool (the pool item). */
   allocatedGb: number;
+  /** Reported `replication_enabled` / `replication_targets` (absent = not replicated). */
+  replication?: ReplicationCapability;
+  /** The backend's service state (absent = enabled, not frozen). */
+  service?: BackendServiceState;
 }
 
 export interface ScheduleRequest {
@@ -49,7 +54,7 @@ export interface ScheduleRequest {
 
 export interface Rejection {
   host: string;
-  filter: 'volume_backend_name' | 'multiattach' | 'availability_zone' | 'capacity';
+  filter: 'service' | 'volume_backend_name' | 'multiattach' | 'replication_enabled' | 'availability_zone' | 'capacity';
   reason: string;
 }
 
@@ -64,13 +69,27 @@ export function filterAndWeigh(pools: PoolState[], req: ScheduleRequest): { chos
   const rejected: Rejection[] = [];
   const wantsBackend = req.extraSpecs.volume_backend_name;
   const wantsMultiattach = (req.extraSpecs.multiattach ?? '').trim().toLowerCase() === IS_TRUE.toLowerCase();
+  const wantsReplication = (req.extraSpecs.replication_enabled ?? '').trim().toLowerCase() === IS_TRUE.toLowerCase();
   const chosen = pools.filter((p) => {
+    // Upstream's host manager only considers services with disabled=False and frozen=False (reference §2.5).
+    if (p.service?.frozen) {
+      rejected.push({ host: p.host, filter: 'service', reason: 'is frozen' });
+      return false;
+    }
+    if (p.service?.disabled) {
+      rejected.push({ host: p.host, filter: 'service', reason: `is disabled (${p.service.disabledReason || 'no reason given'})` });
+      return false;
+    }
     if (wantsBackend !== undefined && p.caps.volumeBackendName !== wantsBackend) {
       rejected.push({ host: p.host, filter: 'volume_backend_name', reason: `volume_backend_name is ${p.caps.volumeBackendName}, not ${wantsBackend}` });
       return false;
     }
     if (wantsMultiattach && !p.caps.multiattach) {
       rejected.push({ host: p.host, filter: 'multiattach', reason: 'does not support multiattach' });
+      return false;
+    }
+    if (wantsReplication && !p.replication?.enabled) {
+      rejected.push({ host: p.host, filter: 'replication_enabled', reason: 'does not report replication_enabled' });
       return false;
     }
     if (availabilityZoneOf(p.backend) !== req.availabilityZone) {
@@ -100,13 +119,16 @@ async function allocatedOn(poolHost: string): Promise<number> {
 
 /** Every pool of every backend (or of one backend), with capabilities and Ferry's allocation. */
 export async function gatherPools(onlyBackend?: string): Promise<PoolState[]> {
-  const backends = (await listBackends()).filter((b) => !onlyBackend || b.host === backendOf(onlyBackend));
+  const records = (await listBackendRecords()).filter((r) => !onlyBackend || r.config.host === backendOf(onlyBackend));
   const pools: PoolState[] = [];
-  for (const backend of backends) {
-    const caps = await driverFor(backend).capabilities();
+  for (const { config: backend, service } of records) {
+    // The driver of the site the backend runs on (after a failover: the target).
+    const driver = driverFor(backend, service.activeBackendId);
+    const caps = await driver.capabilities();
+    const replication = replicationCapability(backend, driver);
     for (const c of caps) {
       const host = `${backend.host}#${c.pool}`;
-      pools.push({ host, backend, caps: c, allocatedGb: await allocatedOn(host) });
+      pools.push({ host, backend, caps: c, allocatedGb: await allocatedOn(host), replication, service });
     }
   }
   return pools;
@@ -206,7 +228,7 @@ export async function releaseCapacity(volumeId: string): Promise<Volume | undefi
 
 /** The total of a volume's pool, from its driver (extend needs it for the capacity condition). */
 export async function poolTotalGb(backend: BackendConfig, poolHost: string): Promise<number> {
-  const caps = await driverFor(backend).capabilities();
+  const caps = await (await driverForHost(backend.host)).capabilities();
   const c = caps.find((x) => `${backend.host}#${x.pool}` === poolHost);
   if (!c) throw new NoValidBackend(`Pool ${poolHost} is not reported by its backend.`);
   return c.totalCapacityGb;

@@ -13,7 +13,10 @@ import { db, isConditionFailure, withRetries } from '../core/db.js';
 import { tableName } from '../core/tables.js';
 import { Conflict, DriverError, FerryError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
+import type { VolumeDriver } from '../drivers/volume/driver.js';
 import { driverForHost } from '../drivers/volume/registry.js';
+import { isReplicationDriver } from '../replication/capabilities.js';
+import { isReplicatedVolume } from '../replication/volume-rules.js';
 import { poolOf } from './backends.js';
 import type { Volume } from './model.js';
 import { claimKey, getVolume, getVolumeOrThrow, removeVolumeRecord, updateVolume } from './repo.js';
@@ -106,12 +109,23 @@ export async function createOnBackend(volumeId: string): Promise<{ providerLocat
   if (v.managed) {
     const found = await driver.getVolume(v.backendName);
     if (!found) throw new DriverError(`Manage existing volume failed: backend object ${v.backendName} is not on ${v.host}.`);
+    await enableReplicationIfReplicated(v, driver);
     const after = await updateVolume(volumeId, { type: 'created-on-backend', at: now(), providerLocation: v.providerLocation, sizeGb: found.sizeGb });
     return { providerLocation: after.providerLocation };
   }
   const { providerLocation } = await driver.createVolume({ backendName: v.backendName, sizeGb: v.size, pool: poolOf(v.host)! });
+  // Once the backend object exists (seed 001): a volume of a replicated type is kept in sync on
+  // every target. A failure here rolls the create back like any other (the object is deleted).
+  await enableReplicationIfReplicated(v, driver);
   await updateVolume(volumeId, { type: 'created-on-backend', at: now(), providerLocation });
   return { providerLocation };
+}
+
+/** enableReplication for a volume whose type asked for it (replication_status `enabled`); idempotent in the driver. */
+async function enableReplicationIfReplicated(v: Volume, driver: VolumeDriver): Promise<void> {
+  if (v.replicationStatus !== 'enabled') return;
+  if (!isReplicationDriver(driver)) throw new DriverError(`Volume ${v.id} is of a replicated type but backend ${v.host} cannot replicate.`);
+  await driver.enableReplication(v.backendName);
 }
 
 /** creating/managing -> available (conditional on the version read). */
@@ -157,6 +171,7 @@ export async function rollbackCreate(volumeId: string, error: CaughtError | unde
   if (!v.managed && v.host) {
     try {
       const driver = await driverForHost(v.host);
+      if (isReplicatedVolume(v) && isReplicationDriver(driver)) await driver.disableReplication(v.backendName);
       await driver.deleteVolume(v.backendName);
       await updateVolume(volumeId, { type: 'backend-object-released', at: now() });
     } catch (e) {
@@ -217,6 +232,8 @@ export async function deleteOnBackend(volumeId: string): Promise<void> {
   if (!v) return;
   if (!mayDeleteBackendObject(v)) return;
   const driver = await driverForHost(v.host!);
+  // Replicas first: a crash in between leaves a volume without replicas, which a retry deletes.
+  if (isReplicatedVolume(v) && isReplicationDriver(driver)) await driver.disableReplication(v.backendName);
   await driver.deleteVolume(v.backendName);
 }
 

@@ -46,7 +46,12 @@ export type VolumeEvent =
   | { type: 'roll-detaching'; at: string }
   | { type: 'begin-extend'; at: string; newSize: number }
   | { type: 'extend-done'; at: string }
-  | { type: 'extend-failed'; at: string; reason: string };
+  | { type: 'extend-failed'; at: string; reason: string }
+  /** A snapshot of the volume is recorded (snapshots/). `allowInUse`: force, or 3.66+, lets an in-use volume be snapshotted. */
+  | { type: 'snapshot-added'; at: string; snapshotId: string; allowInUse: boolean }
+  | { type: 'snapshot-removed'; at: string; snapshotId: string }
+  /** os-retype on the same backend: the new type and the replication status it implies. */
+  | { type: 'retype'; at: string; typeId: string; typeName: string; multiattach: boolean; replicationStatus: string };
 
 export type TransitionResult = Volume | FerryError;
 
@@ -107,7 +112,7 @@ export function transition(v: Volume, e: VolumeEvent): TransitionResult {
       return v.pendingServerId ? next({ pendingServerId: null, ...(e.reason ? { errorReason: e.reason } : {}) }) : v;
     case 'begin-delete': {
       if (e.resume && v.status === 'deleting') return v;
-      if (!DELETABLE_STATUSES.includes(v.status) || v.attachStatus === 'attached' || hasAttachments(v) || isMigrating(v)) {
+      if (!DELETABLE_STATUSES.includes(v.status) || v.attachStatus === 'attached' || hasAttachments(v) || isMigrating(v) || (v.snapshotIds ?? []).length > 0) {
         return new InvalidVolume(deleteRefusedMessage(), { volumeId: v.id, status: v.status });
       }
       return next({ status: 'deleting', previousStatus: v.status });
@@ -164,6 +169,26 @@ export function transition(v: Volume, e: VolumeEvent): TransitionResult {
       if (v.status !== 'extending') return new InvalidVolume(`Volume ${v.id} status must be extending, but the current status is ${v.status}.`);
       // The capacity stays held at the new size: the backend may be partly extended, and delete releases it.
       return next({ status: 'error_extending', errorReason: e.reason });
+    }
+    case 'snapshot-added': {
+      if ((v.snapshotIds ?? []).includes(e.snapshotId)) return v;
+      // C/volume/api.py _create_snapshot_in_db_validate, in its order.
+      if (v.status === 'maintenance') return new InvalidVolume('The snapshot cannot be created when the volume is in maintenance mode.');
+      if (isMigrating(v)) return new InvalidVolume('Snapshot cannot be created while volume is migrating.');
+      const valid = e.allowInUse ? ['available', 'in-use'] : ['available'];
+      if (!valid.includes(v.status)) return new InvalidVolume(`Volume ${v.id} status must be ${valid.join(', ')}, but current status is: ${v.status}.`);
+      return next({ snapshotIds: [...(v.snapshotIds ?? []), e.snapshotId] });
+    }
+    case 'snapshot-removed':
+      if (!(v.snapshotIds ?? []).includes(e.snapshotId)) return v;
+      return next({ snapshotIds: (v.snapshotIds ?? []).filter((s) => s !== e.snapshotId) });
+    case 'retype': {
+      if (v.volumeTypeId === e.typeId) return new BadRequest(`Invalid input received: New volume_type same as original: ${e.typeName}.`);
+      if (!['available', 'in-use'].includes(v.status)) return new InvalidVolume(`Volume ${v.id} status must be available or in-use, but current status is: ${v.status}.`);
+      if (isMigrating(v)) return new InvalidVolume(`Volume ${v.id} is already part of an active migration.`);
+      // Ferry does not re-export a volume: multiattach may change only while nothing is attached.
+      if (e.multiattach !== v.multiattach && hasAttachments(v)) return new InvalidVolume(`Volume ${v.id} has attachments; detach it before retyping between multiattach and non-multiattach types.`);
+      return next({ volumeTypeId: e.typeId, volumeTypeName: e.typeName, multiattach: e.multiattach, replicationStatus: e.replicationStatus });
     }
   }
 }

@@ -1,0 +1,210 @@
+/**
+ * bench/failover: fails a replicated local backend with BENCH_VOLUMES replicated volumes (default
+ * 10,000) over to a target through the real volume-failover state machine on the local stack, and
+ * measures wall time and DynamoDB item writes per volume (goals: <= 60 s, <= 1.1). The baseline,
+ * measured in the same run on the same volumes, is the naive loop: one volume at a time, one
+ * driver failover_host call and one conditional write each, in-process (no machine, no batching).
+ *
+ * Seeding (not measured): volume items are written directly with BatchWriteItem (25 per request,
+ * the shape POST /volumes + the create machine would leave: available, replication_status
+ * enabled, on ferry@lvm-r#pool0), and each volume's backend object is made directly as the local
+ * driver lays it out: a 1 GiB sparse file on the primary and on both targets (site-b, site-c).
+ * Going through the API would cost ~3 requests and an execution per volume and measure creation,
+ * not failover.
+ *
+ * The machine fails over to site-b; the baseline then fails the same volumes over to site-c one by
+ * one with a driver built for the primary (the same driver work per volume: promote the target,
+ * find the replica, register it) and one conditional write per volume. Failback is not run by
+ * default: the local driver's failback compares every chunk of every 1 GiB volume (~3 s per volume
+ * measured here), which would make a 10,000-volume run take hours; BENCH_FAILBACK=1 runs it.
+ *
+ *   npm run bench:failover                  (BENCH_VOLUMES=10000 by default)
+ */
+import { BatchWriteCommand } from '@aws-sdk/lib-dynamodb';
+import { TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, rmSync } from 'node:fs';
+import { open, mkdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
+import { tableName } from '../../functions/core/tables.js';
+import { driverFor } from '../../functions/drivers/volume/registry.js';
+import { isReplicationDriver } from '../../functions/replication/capabilities.js';
+import { getBackendItem, getOperation, listOperations } from '../../functions/replication/repo.js';
+import { applyFailoverUpdate } from '../../functions/replication/volume-rules.js';
+import { defaultBackendName, volumeGsi1, volumeKey, type Volume } from '../../functions/volumes/model.js';
+import { getVolume, volumeUpdate } from '../../functions/volumes/repo.js';
+import { REPLICATED_BACKEND } from '../../functions/volumes/seed.js';
+import { getVolumeTypeByName } from '../../functions/volumes/types.js';
+import { startLocalStack } from '../../infra/local/stack.js';
+
+const N = Number(process.env.BENCH_VOLUMES ?? 10_000);
+const RUN_FAILBACK = process.env.BENCH_FAILBACK === '1';
+const GIB = 1024 ** 3;
+const ADMIN = { 'X-Auth-Token': 'admin:admin', 'OpenStack-API-Version': 'volume 3.70', 'Content-Type': 'application/json' };
+
+/**
+ * DynamoDB item writes, counted from what each request carries: one for PutItem/UpdateItem/
+ * DeleteItem, the request items of a BatchWriteItem, the Put/Update/Delete items of a
+ * TransactWriteItems (ConditionChecks write nothing). functions/core/db.ts counts requests.
+ */
+let itemWrites = 0;
+function countItemWrites(): void {
+  db().middlewareStack.add(
+    (next, context) => async (args) => {
+      const input = args.input as Record<string, any>;
+      switch ((context.commandName ?? '').replace(/Command$/, '')) {
+        case 'Put':
+        case 'PutItem':
+        case 'Update':
+        case 'UpdateItem':
+        case 'Delete':
+        case 'DeleteItem':
+          itemWrites += 1;
+          break;
+        case 'BatchWrite':
+        case 'BatchWriteItem':
+          for (const reqs of Object.values(input.RequestItems ?? {})) itemWrites += (reqs as unknown[]).length;
+          break;
+        case 'TransactWrite':
+        case 'TransactWriteItems':
+          itemWrites += (input.TransactItems as Record<string, unknown>[]).filter((i) => i.Put || i.Update || i.Delete).length;
+          break;
+      }
+      return next(args);
+    },
+    { step: 'initialize', name: 'benchItemWriteCounter' },
+  );
+}
+
+async function api(base: string, method: string, path: string, body?: unknown): Promise<number> {
+  const res = await fetch(base + path, { method, headers: ADMIN, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  if (res.status >= 400) throw new Error(`${method} ${path} -> ${res.status} ${text}`);
+  return res.status;
+}
+
+async function sparseFile(path: string): Promise<void> {
+  const f = await open(path, 'w');
+  try {
+    await f.truncate(GIB);
+  } finally {
+    await f.close();
+  }
+}
+
+async function seed(dataDir: string): Promise<string[]> {
+  const { config } = await getBackendItem(REPLICATED_BACKEND);
+  const type = await getVolumeTypeByName('replicated');
+  const roots = [config.root!, ...(config.replicationDevices ?? []).map((d) => d.root!)];
+  for (const r of roots) await mkdir(join(r, 'pool0'), { recursive: true });
+  const at = new Date().toISOString();
+  const ids = Array.from({ length: N }, () => randomUUID());
+  const items = ids.map((id): Volume & Record<string, unknown> => ({
+    ...volumeKey(id),
+    ...volumeGsi1({ projectId: 'demo', createdAt: at, id }),
+    id, projectId: 'demo', userId: 'demo', name: null, description: null, size: 1, status: 'available', attachStatus: 'detached',
+    previousStatus: null, migrationStatus: null, replicationStatus: 'enabled', volumeTypeId: type.id, volumeTypeName: type.name, multiattach: false,
+    bootable: false, host: `${REPLICATED_BACKEND}#pool0`, backendName: defaultBackendName(id), providerLocation: null, serviceUuid: config.serviceUuid,
+    sharedTargets: false, availabilityZone: 'nova', metadata: {}, adminMetadata: {}, attachments: {}, instances: {}, connections: {},
+    capacity: null, managed: false, ownsBackendObject: true, errorReason: null, createdAt: at, updatedAt: at, version: 1,
+  }));
+  const t0 = performance.now();
+  const writers = 8;
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: writers }, async () => {
+      for (;;) {
+        const i = next;
+        next += 25;
+        if (i >= items.length) return;
+        let pending: unknown[] = items.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } }));
+        while (pending.length) {
+          const out = await db().send(new BatchWriteCommand({ RequestItems: { [tableName('volume')]: pending as never } }));
+          pending = out.UnprocessedItems?.[tableName('volume')] ?? [];
+        }
+      }
+    }),
+  );
+  for (let i = 0; i < ids.length; i += 200) {
+    await Promise.all(ids.slice(i, i + 200).flatMap((id) => roots.map((r) => sparseFile(join(r, 'pool0', defaultBackendName(id))))));
+  }
+  console.log(`seeded ${N} replicated volumes (items + ${N * roots.length} sparse files) in ${((performance.now() - t0) / 1000).toFixed(1)} s under ${dataDir}`);
+  return ids;
+}
+
+async function waitForOperation(startedAfter: string): Promise<{ id: string; status: string }> {
+  for (;;) {
+    const [op] = await listOperations(REPLICATED_BACKEND);
+    if (op && op.createdAt >= startedAfter && op.status !== 'running') return op;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+/** One failover through the API and the machine: wall time from the request to the operation's end, item writes per volume. */
+async function machineFailover(base: string, backendId: string): Promise<{ seconds: number; writesPerVolume: number; requests: number }> {
+  resetDynamoRequests();
+  itemWrites = 0;
+  const startedAt = new Date().toISOString();
+  const t0 = performance.now();
+  await api(base, 'PUT', '/os-services/failover_host', { host: REPLICATED_BACKEND, backend_id: backendId });
+  const op = await waitForOperation(startedAt);
+  const seconds = (performance.now() - t0) / 1000;
+  // The polling's own reads write nothing; its scans are subtracted from nothing: only writes are counted.
+  const record = await getOperation(op.id);
+  if (op.status !== 'succeeded') throw new Error(`failover ${op.id} ${op.status}: ${record?.error}`);
+  return { seconds, writesPerVolume: itemWrites / N, requests: dynamoRequests().total };
+}
+
+/** The naive loop: one volume at a time, one driver call and one conditional write each, in-process. */
+async function baseline(ids: string[], target: string): Promise<{ seconds: number; writesPerVolume: number }> {
+  const { config } = await getBackendItem(REPLICATED_BACKEND);
+  const driver = driverFor(config, '');
+  if (!isReplicationDriver(driver)) throw new Error('the replicated backend has no replication driver');
+  itemWrites = 0;
+  const operationId = `baseline-${randomUUID()}`;
+  const t0 = performance.now();
+  for (const id of ids) {
+    const v = (await getVolume(id))!;
+    const result = await driver.failoverHost([{ volumeId: v.id, backendName: v.backendName, sizeGb: v.size }], target);
+    const outcome = applyFailoverUpdate(v, result.volumeUpdates[0]?.updates, false, operationId, new Date().toISOString());
+    await db().send(new TransactWriteCommand({ TransactItems: [{ Update: volumeUpdate(v, outcome.volume) }] }));
+  }
+  return { seconds: (performance.now() - t0) / 1000, writesPerVolume: itemWrites / ids.length };
+}
+
+async function main(): Promise<void> {
+  process.env.FERRY_REPLICATION_INTERVAL_MS = String(24 * 3600 * 1000);
+  const dataDir = join(tmpdir(), `ferry-bench-failover-${process.pid}`);
+  mkdirSync(dataDir, { recursive: true });
+  const stack = await startLocalStack({ dataDir, port: 0, quiet: true });
+  try {
+    countItemWrites();
+    const ids = await seed(dataDir);
+    const batches = Math.ceil(N / 200);
+    console.log(`\nbench/failover: ${N} replicated volumes on ${REPLICATED_BACKEND}, ${batches} batches of 200, Map MaxConcurrency 4`);
+
+    const machine = await machineFailover(stack.url + '/volume/v3', 'site-b');
+    console.log(`state machine failover -> site-b: ${machine.seconds.toFixed(1)} s wall (goal <= 60 s), ${(N / machine.seconds).toFixed(0)} volumes/s`);
+    console.log(`  DynamoDB item writes per volume: ${machine.writesPerVolume.toFixed(3)} (goal <= 1.1); DynamoDB requests (reads, writes, the bench's polling): ${machine.requests}`);
+    console.log(`  Step Functions history: about ${3 * 5 + batches * 8} events for ${batches} Map items (limit 25,000)`);
+
+    if (RUN_FAILBACK) {
+      const back = await machineFailover(stack.url + '/volume/v3', 'default');
+      console.log(`state machine failback: ${back.seconds.toFixed(1)} s wall, ${back.writesPerVolume.toFixed(3)} item writes per volume`);
+    }
+
+    const base = await baseline(ids, 'site-c');
+    console.log(`baseline, one volume at a time -> site-c: ${base.seconds.toFixed(1)} s wall, ${(N / base.seconds).toFixed(0)} volumes/s, ${base.writesPerVolume.toFixed(3)} item writes per volume`);
+    console.log(`\nspeed-up of the state machine over the one-at-a-time baseline: ${(base.seconds / machine.seconds).toFixed(2)}x`);
+  } finally {
+    await stack.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

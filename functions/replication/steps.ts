@@ -1,0 +1,359 @@
+/**
+ * The step handlers of statemachines/volume-failover.asl.json: one Lambda,
+ * `handler({step, ...})`, running failover, failback, drill start and drill end of one backend.
+ *
+ *   Prepare  -> Map over batch numbers (MaxConcurrency) of Batch -> Finish
+ *   any failure -> Fail (service state per reference §2.3, operation failed)
+ *
+ * The Map's items are batch numbers, never volumes: a batch's volume ids live in DynamoDB (repo.ts),
+ * so the execution's payload and history stay small (about 8 events per batch of 200 volumes).
+ *
+ * Every step is idempotent: Prepare keeps the first run's plan, a Batch skips volumes this
+ * operation already did (`failoverOperationId`) and the driver's calls are idempotent, Finish and
+ * Fail act only while the operation is running. So a retried Task, or a local stack that runs the
+ * execution again from the start after a restart, finishes the same operation with the same result.
+ */
+import { TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
+import type { AuthContext } from '../core/auth.js';
+import { db, isConditionFailure, withRetries } from '../core/db.js';
+import { FerryError } from '../core/errors.js';
+import { logger } from '../core/logger.js';
+import { negotiateVersion, VOLUME_VERSIONS } from '../core/microversion.js';
+import type { ReplicatedVolumeRef } from '../drivers/volume/driver.js';
+import { driverFor } from '../drivers/volume/registry.js';
+import { snapshotErrorItem } from '../snapshots/repo.js';
+import { backendOf } from '../volumes/backends.js';
+import type { Volume } from '../volumes/model.js';
+import { cancellationCodes, getVolume, toVolume, volumeUpdate, type TransactItem } from '../volumes/repo.js';
+import { reasonOf, type CaughtError } from '../volumes/steps.js';
+import { InvalidReplicationTarget, isInvalidReplicationTarget, isReplicationDriver, ReplicationNotSupported } from './capabilities.js';
+import {
+  addProgress,
+  batchGetVolumeItems,
+  deleteDrillCopies,
+  FAILOVER_BATCH_SIZE,
+  finishOperation,
+  finishServiceFailover,
+  getBackendItem,
+  getBatch,
+  getDrillCopies,
+  getOperation,
+  getOperationOrThrow,
+  listVolumeIdsOnBackend,
+  putDrillCopies,
+  recordPlan,
+  setDrillStatus,
+  type ReplicationOperation,
+} from './repo.js';
+import { operationIdForExecution, parseAction, recordFailover, validateServiceAction } from './requests.js';
+import { FAILBACK_SENTINEL } from './service-state.js';
+import { applyFailoverUpdate, doneBy, isReplicatedVolume, markNotCapable, type DriverVolumeUpdate, type VolumeOutcome } from './volume-rules.js';
+
+/** DynamoDB's limit of items in one TransactWriteItems. */
+const MAX_TRANSACTION_ITEMS = 100;
+
+const now = () => new Date().toISOString();
+const range = (n: number) => Array.from({ length: n }, (_, i) => i);
+
+export interface FailoverStepInput {
+  step: 'prepare' | 'batch' | 'finish' | 'fail';
+  operationId?: string;
+  batch?: number;
+  error?: CaughtError;
+  /** prepare: the execution's input — `{operationId}` (API start) or a console start (below). */
+  request?: { operationId?: string; action?: string; host?: string; backend_id?: string | null; drill?: boolean | string; cluster?: string | null };
+  /** fail: the execution's state when it failed (`prepared` is there once Prepare ran). */
+  state?: { operationId?: string; prepared?: { operationId?: string } };
+  executionName?: string;
+}
+
+/** A console start runs as an operator. */
+const CONSOLE_AUTH: AuthContext = { userId: 'admin', projectId: 'admin', isAdmin: true, roles: ['admin', 'member', 'reader'] };
+
+// ---- Prepare --------------------------------------------------------------------------------------
+
+/**
+ * First state. An API start passes `{operationId}` of an operation the API recorded; a console
+ * start passes the os-services body (`{host, backend_id, drill?}`, optional `action`, default
+ * failover_host) and gets the same validation and recording, with the operation id derived from
+ * the execution name. Then, once per operation: resolve the target through the driver (so an
+ * InvalidReplicationTarget changes no volume), list the backend's volumes and record the batches.
+ * No rollback of its own: a failure goes to Fail, which puts the service back (§2.3).
+ */
+export async function prepare(input: FailoverStepInput): Promise<{ operationId: string; batches: number[] }> {
+  const operationId = input.request?.operationId ?? (await recordConsoleStart(input));
+  const op = await getOperationOrThrow(operationId);
+  if (op.status !== 'running') return { operationId, batches: [] };
+  if (op.batchCount !== undefined) return { operationId, batches: range(op.batchCount) };
+
+  const item = await getBackendItem(op.host);
+  if (op.kind === 'drill-end') {
+    // The batches are the drill's: each has one copies item to remove.
+    const drillOp = await getOperationOrThrow(op.drillOperationId!);
+    const planned = await recordPlan(op.id, { target: op.target ?? '', batches: range(drillOp.batchCount ?? 0).map(() => []) });
+    return { operationId, batches: range(planned.batchCount ?? 0) };
+  }
+  let target = op.target ?? '';
+  if (op.kind === 'failover') {
+    const driver = driverFor(item.config, item.service.activeBackendId);
+    if (!isReplicationDriver(driver)) throw new ReplicationNotSupported(op.host, item.config.driver);
+    if (op.failback) {
+      // Failing back needs a backend that runs on a target; the batches ask the driver to bring
+      // each volume home, and nothing is resolved up front (a failback is not a probe).
+      if (!item.service.activeBackendId) throw new InvalidReplicationTarget(`Invalid Replication Target: ${op.host} is not failed over; there is nothing to fail back from.`);
+      target = '';
+    } else {
+      // Resolve the target once, before any volume changes, so every batch names the same one: a
+      // named target must be one of the driver's; null asks the driver to pick (a call with no
+      // volumes). An invalid target is refused here and no volume is touched (upstream would
+      // already have marked the non-replicated ones; see docs/compatibility.md).
+      if (op.requestedBackendId !== null) {
+        if (!driver.replicationTargets().includes(op.requestedBackendId)) {
+          throw new InvalidReplicationTarget(`Invalid Replication Target: ${op.requestedBackendId} is not a replication target of ${op.host} (expected one of ${driver.replicationTargets().join(', ') || 'none'}).`);
+        }
+        target = op.requestedBackendId;
+      } else {
+        try {
+          target = (await driver.failoverHost([], null)).activeBackendId;
+        } catch (e) {
+          if (isInvalidReplicationTarget(e)) throw new InvalidReplicationTarget((e as Error).message, e);
+          throw e;
+        }
+      }
+    }
+  }
+  const ids = await listVolumeIdsOnBackend(op.host);
+  const batches: string[][] = [];
+  const size = batchSize();
+  for (let i = 0; i < ids.length; i += size) batches.push(ids.slice(i, i + size));
+  const planned = await recordPlan(op.id, { target, batches });
+  return { operationId, batches: range(planned.batchCount ?? 0) };
+}
+
+/** Volumes per batch: FERRY_FAILOVER_BATCH_SIZE (tests make several batches of a few volumes), else the default. */
+function batchSize(): number {
+  const n = Number(process.env.FERRY_FAILOVER_BATCH_SIZE);
+  return Number.isInteger(n) && n > 0 ? n : FAILOVER_BATCH_SIZE;
+}
+
+async function recordConsoleStart(input: FailoverStepInput): Promise<string> {
+  const req = input.request ?? {};
+  const id = operationIdForExecution(input.executionName ?? 'console');
+  if (await getOperation(id)) return id; // recorded by an earlier run of this step
+  const version = negotiateVersion({ 'openstack-api-version': 'volume 3.70' }, VOLUME_VERSIONS);
+  const action = parseAction(req.action ?? 'failover_host', version);
+  const body = Object.fromEntries(Object.entries({ host: req.host, backend_id: req.backend_id, drill: req.drill, cluster: req.cluster }).filter(([, v]) => v !== undefined));
+  const { request, item } = await validateServiceAction(CONSOLE_AUTH, action, body, version);
+  if (action === 'freeze' || action === 'thaw') throw new FerryError(400, 'badRequest', `Invalid input received: the volume-failover machine runs failover_host/failover only, not ${action}.`);
+  await recordFailover(CONSOLE_AUTH, request, item, id);
+  return id;
+}
+
+// ---- Batch ----------------------------------------------------------------------------------------
+
+/** What one batch did (the Map drops it; the operation record keeps the progress). */
+export interface BatchResult {
+  batch: number;
+  volumes: number;
+}
+
+export async function runBatch(operationId: string, batch: number): Promise<BatchResult> {
+  const op = await getOperationOrThrow(operationId);
+  if (op.status !== 'running') return { batch, volumes: 0 };
+  const item = await getBackendItem(op.host);
+  const driver = driverFor(item.config, item.service.activeBackendId);
+  if (!isReplicationDriver(driver)) throw new ReplicationNotSupported(op.host, item.config.driver);
+
+  if (op.kind === 'drill-end') {
+    const copies = await getDrillCopies(op.drillOperationId!, batch);
+    if (copies) {
+      await driver.endDrill(copies);
+      await deleteDrillCopies(op.drillOperationId!, batch);
+    }
+    return { batch, volumes: copies?.length ?? 0 };
+  }
+
+  const ids = await getBatch(operationId, batch);
+  // Only volumes still on this backend (one deleted meanwhile is simply gone).
+  const volumes = (await batchGetVolumeItems(ids)).map(toVolume).filter((v) => v.host && backendOf(v.host) === op.host);
+
+  if (op.kind === 'drill') {
+    const replicated = volumes.filter(isReplicatedVolume);
+    if (replicated.length) {
+      const copies = await driver.startDrill(replicated.map(refOf), op.target!);
+      await putDrillCopies(operationId, batch, copies);
+    }
+    return { batch, volumes: replicated.length };
+  }
+
+  const todo = volumes.filter((v) => !doneBy(v, operationId));
+  const at = now();
+  const pending: PendingOutcome[] = [];
+  // Before the driver, as upstream: a non-replicated volume is marked not-capable unless failing back.
+  if (!op.failback) {
+    for (const v of todo.filter((x) => !isReplicatedVolume(x))) pending.push({ before: v, decide: (fresh) => markNotCapable(fresh, operationId, at) });
+  }
+  const replicated = todo.filter(isReplicatedVolume);
+  if (replicated.length) {
+    let updates: Map<string, DriverVolumeUpdate>;
+    try {
+      const result = await driver.failoverHost(replicated.map(refOf), op.failback ? FAILBACK_SENTINEL : op.target!);
+      updates = new Map(result.volumeUpdates.map((u) => [u.volumeId, u.updates]));
+    } catch (e) {
+      if (isInvalidReplicationTarget(e)) throw new InvalidReplicationTarget((e as Error).message, e);
+      throw e;
+    }
+    for (const v of replicated) pending.push({ before: v, decide: (fresh) => applyFailoverUpdate(fresh, updates.get(v.id), op.failback, operationId, at) });
+  }
+  await writeOutcomes(operationId, pending);
+  await addProgress(operationId, todo.length);
+  return { batch, volumes: todo.length };
+}
+
+const refOf = (v: Volume): ReplicatedVolumeRef => ({ volumeId: v.id, backendName: v.backendName, sizeGb: v.size });
+
+interface PendingOutcome {
+  before: Volume;
+  /** The rule applied to a volume as read (re-applied to a fresh read after a lost race). */
+  decide: (v: Volume) => VolumeOutcome;
+}
+
+function outcomeItems(before: Volume, outcome: VolumeOutcome, at: string): TransactItem[] {
+  return [{ Update: volumeUpdate(before, outcome.volume) }, ...outcome.snapshotsToError.map((id) => snapshotErrorItem(id, at))];
+}
+
+/**
+ * One conditional write per volume (on its `version`), packed into transactions of up to 100
+ * items (a volume and its snapshots always in the same one). A transaction refused because some
+ * volume changed meanwhile (an attach, a rename) falls back to writing its volumes one by one,
+ * each re-read and re-decided; one this operation already did is skipped.
+ */
+async function writeOutcomes(operationId: string, pending: PendingOutcome[]): Promise<void> {
+  const at = now();
+  let chunk: { items: TransactItem[]; members: PendingOutcome[] } = { items: [], members: [] };
+  const chunks: (typeof chunk)[] = [];
+  for (const p of pending) {
+    const items = outcomeItems(p.before, p.decide(p.before), at);
+    if (chunk.items.length + items.length > MAX_TRANSACTION_ITEMS && chunk.items.length) {
+      chunks.push(chunk);
+      chunk = { items: [], members: [] };
+    }
+    chunk.items.push(...items);
+    chunk.members.push(p);
+  }
+  if (chunk.items.length) chunks.push(chunk);
+  for (const c of chunks) {
+    try {
+      await db().send(new TransactWriteCommand({ TransactItems: c.items }));
+    } catch (e) {
+      if (!isConditionFailure(e) && !cancellationCodes(e).includes('TransactionConflict')) throw e;
+      for (const p of c.members) await writeOne(operationId, p);
+    }
+  }
+}
+
+async function writeOne(operationId: string, p: PendingOutcome): Promise<void> {
+  await withRetries(
+    async () => {
+      const fresh = await getVolume(p.before.id);
+      if (!fresh || doneBy(fresh, operationId)) return;
+      await db().send(new TransactWriteCommand({ TransactItems: outcomeItems(fresh, p.decide(fresh), now()) }));
+    },
+    { retryable: (e) => isConditionFailure(e) || cancellationCodes(e).includes('TransactionConflict'), attempts: 20 },
+  );
+}
+
+// ---- Finish / Fail --------------------------------------------------------------------------------
+
+/** Last state: the service's new state (§2.3), or the drill's; the operation succeeded. Idempotent. */
+export async function finish(operationId: string): Promise<{ status: string }> {
+  const op = await getOperationOrThrow(operationId);
+  if (op.status !== 'running') return { status: op.status };
+  switch (op.kind) {
+    case 'failover':
+      await finishServiceFailover(op.host, op.id, { type: 'failover-succeeded', failback: op.failback, activeBackendId: op.target ?? '' });
+      break;
+    case 'drill':
+      await setDrillStatus(op.host, op.id, 'active');
+      break;
+    case 'drill-end':
+      await setDrillStatus(op.host, op.id, undefined);
+      break;
+  }
+  await finishOperation(op.id, 'succeeded');
+  return { status: 'succeeded' };
+}
+
+/**
+ * The Catch of every state: InvalidReplicationTarget puts the service back (`failed-over` if it
+ * already ran on a target, else `enabled`); any other failure leaves it `failover-error` and
+ * disabled, as upstream. Volumes a batch already wrote keep their new state (upstream does not
+ * revert either). A drill that failed keeps its record as `failed`, so `"drill": "end"` removes
+ * whatever copies it made.
+ */
+export async function fail(operationId: string | undefined, error: CaughtError | undefined): Promise<{ status: string }> {
+  if (!operationId) return { status: 'refused' };
+  const op = await getOperation(operationId);
+  if (!op || op.status !== 'running') return { status: op?.status ?? 'refused' };
+  await failOperation(op, error?.Error === 'InvalidReplicationTarget', reasonOf(error));
+  return { status: 'failed' };
+}
+
+async function failOperation(op: ReplicationOperation, invalidTarget: boolean, reason: string): Promise<void> {
+  switch (op.kind) {
+    case 'failover':
+      await finishServiceFailover(op.host, op.id, { type: invalidTarget ? 'failover-invalid-target' : 'failover-failed' });
+      break;
+    case 'drill':
+    case 'drill-end':
+      await setDrillStatus(op.host, op.id, 'failed');
+      break;
+  }
+  await finishOperation(op.id, 'failed', reason);
+}
+
+/**
+ * The API recorded an operation but could not start its execution: put everything back as it was
+ * (the service to its previous replication status, a new drill removed, an ending drill active).
+ */
+export async function undoRecordedOperation(op: ReplicationOperation, cause: unknown): Promise<void> {
+  const reason = `the execution could not be started: ${cause instanceof Error ? cause.message : String(cause)}`;
+  switch (op.kind) {
+    case 'failover':
+      await finishServiceFailover(op.host, op.id, { type: 'failover-invalid-target' });
+      break;
+    case 'drill':
+      await setDrillStatus(op.host, op.id, undefined);
+      break;
+    case 'drill-end':
+      await setDrillStatus(op.host, op.id, 'active');
+      break;
+  }
+  await finishOperation(op.id, 'failed', reason);
+}
+
+// ---- dispatch -------------------------------------------------------------------------------------
+
+function need<T>(value: T | undefined, what: string, step: string): T {
+  if (value === undefined) throw new FerryError(400, 'badRequest', `step ${step} needs ${what}`);
+  return value;
+}
+
+export async function handler(input: FailoverStepInput): Promise<unknown> {
+  switch (input.step) {
+    case 'prepare':
+      return prepare(input);
+    case 'batch':
+      return runBatch(need(input.operationId, 'operationId', input.step), need(input.batch, 'batch', input.step));
+    case 'finish':
+      return finish(need(input.operationId, 'operationId', input.step));
+    case 'fail': {
+      // Which operation failed: Prepare's result, the API's input, or a console start's derived id.
+      const id = input.operationId ?? input.state?.prepared?.operationId ?? input.state?.operationId ?? (input.executionName ? operationIdForExecution(input.executionName) : undefined);
+      return fail(id, input.error);
+    }
+    default:
+      logger.error('unknown failover step', { step: (input as { step?: unknown }).step });
+      throw new FerryError(400, 'badRequest', `unknown failover step ${JSON.stringify((input as { step?: unknown }).step)}`);
+  }
+}

@@ -1,0 +1,213 @@
+/**
+ * Cinder v3 snapshots (C/api/v3/snapshots.py, C/api/v2/snapshots.py, C/api/schemas/snapshots.py):
+ * create, list, list detail, show, delete. The backend work runs in the request (the driver's
+ * snapshot of a local sparse file is a reflink-or-copy of seconds at most): create answers 202 with
+ * the snapshot as it ended (`available`, or `error` if the driver failed); delete answers 202 once
+ * it is gone (or `error_deleting`).
+ *
+ * Refused on a frozen backend (reference §2.5): create and delete, with upstream's 400.
+ */
+import { randomUUID } from 'node:crypto';
+import { json, type ApiRequest, type RouteSpec } from '../core/api.js';
+import { BadRequest, NotFound } from '../core/errors.js';
+import { logger } from '../core/logger.js';
+import { allowed, authorize, registerPolicies } from '../core/policy.js';
+import { driverForHost } from '../drivers/volume/registry.js';
+import { isSnapshotDriver } from '../replication/capabilities.js';
+import { assertNotFrozen } from '../replication/frozen.js';
+import { backendOf } from '../volumes/backends.js';
+import { upstreamTime } from '../volumes/model.js';
+import { getVolumeScoped } from '../volumes/repo.js';
+import { invalidField, isUuidLike, metadataField, optionalString, pyRepr, wrapped } from '../volumes/validation.js';
+import { snapshotBackendName, type Snapshot } from './model.js';
+import { getSnapshotScoped, insertSnapshot, listSnapshots, removeSnapshotRecord, updateSnapshot } from './repo.js';
+
+export const SNAPSHOT_POLICIES = {
+  create: 'volume:create_snapshot',
+  get: 'volume:get_snapshot',
+  getAll: 'volume:get_all_snapshots',
+  delete: 'volume:delete_snapshot',
+  extendedAttributes: 'volume_extension:extended_snapshot_attributes',
+} as const;
+
+registerPolicies({
+  [SNAPSHOT_POLICIES.create]: 'admin_or_owner',
+  [SNAPSHOT_POLICIES.get]: 'admin_or_owner',
+  [SNAPSHOT_POLICIES.getAll]: 'admin_or_owner',
+  [SNAPSHOT_POLICIES.delete]: 'admin_or_owner',
+  [SNAPSHOT_POLICIES.extendedAttributes]: 'admin_or_owner',
+});
+
+/** C/api/v3/snapshots.py SNAPSHOT_IN_USE_FLAG_MSG, returned when 3.66+ gets `force: false`. */
+export const SNAPSHOT_IN_USE_FLAG_MSG =
+  "Since microversion 3.66 the 'force' flag is invalid for this request. For backward compatability, however, when the 'force' flag is passed with a value evaluating to True, it is silently ignored.";
+
+const now = () => new Date().toISOString();
+
+const CREATE_KEYS = ['name', 'display_name', 'description', 'display_description', 'volume_id', 'force', 'metadata'];
+
+/** oslo strutils.bool_from_string(strict=True) on what parameter_types.boolean lets through. */
+function strictBool(field: string, v: unknown): boolean {
+  if (typeof v === 'boolean') return v;
+  if (typeof v === 'string') {
+    const s = v.trim().toLowerCase();
+    if (['1', 't', 'true', 'on', 'y', 'yes'].includes(s)) return true;
+    if (['0', 'f', 'false', 'off', 'n', 'no'].includes(s)) return false;
+  }
+  throw invalidField(field, v, `${pyRepr(v)} is not valid under any of the given schemas`);
+}
+
+export interface NewSnapshotRequest {
+  volumeId: string;
+  force: boolean | undefined;
+  name: string | null;
+  description: string | null;
+  metadata: Record<string, string>;
+}
+
+/** The create schema (additionalProperties false, volume_id required), in upstream's wording. Writes nothing. */
+export function parseSnapshotCreate(body: unknown): NewSnapshotRequest {
+  const snap = wrapped(body, 'snapshot');
+  for (const k of Object.keys(snap)) {
+    if (!CREATE_KEYS.includes(k)) throw invalidField('snapshot', snap, `Additional properties are not allowed (${pyRepr(k)} was unexpected)`);
+  }
+  if (!('volume_id' in snap)) throw invalidField('snapshot', snap, "'volume_id' is a required property");
+  const volumeId = snap.volume_id;
+  if (volumeId !== null && (typeof volumeId !== 'string' || !isUuidLike(volumeId))) throw invalidField('volume_id', volumeId, `${pyRepr(volumeId)} is not a 'uuid'`);
+  const name = ('name' in snap ? optionalString(snap, 'name') : optionalString(snap, 'display_name')) ?? null;
+  const description = ('description' in snap ? optionalString(snap, 'description') : optionalString(snap, 'display_description')) ?? null;
+  const metadata = metadataField(snap, 'metadata', { nullable: true }) ?? {};
+  const force = snap.force === undefined || snap.force === null ? undefined : strictBool('force', snap.force);
+  if (volumeId === null) throw new NotFound('Volume None could not be found.');
+  return { volumeId, force, name, description, metadata };
+}
+
+export function snapshotView(req: ApiRequest, s: Snapshot, detail: boolean): Record<string, unknown> {
+  const out: Record<string, unknown> = {
+    id: s.id,
+    created_at: upstreamTime(s.createdAt),
+    updated_at: upstreamTime(s.updatedAt),
+    name: s.name,
+    description: s.description,
+    volume_id: s.volumeId,
+    status: s.status,
+    size: s.size,
+    metadata: { ...(s.metadata ?? {}) },
+  };
+  if (detail && allowed(req.auth, SNAPSHOT_POLICIES.extendedAttributes, { projectId: s.projectId })) {
+    out['os-extended-snapshot-attributes:progress'] = s.status === 'available' ? '100%' : '0%';
+    out['os-extended-snapshot-attributes:project_id'] = s.projectId;
+  }
+  if (req.version.atLeast('3.14')) out.group_snapshot_id = null;
+  if (req.version.atLeast('3.41')) out.user_id = s.userId;
+  if (req.version.atLeast('3.65')) out.consumes_quota = true;
+  return out;
+}
+
+async function createSnapshotRoute(req: ApiRequest) {
+  const r = parseSnapshotCreate(req.body);
+  const inUseAllowed = req.version.atLeast('3.66');
+  if (inUseAllowed && r.force === false) throw new BadRequest(SNAPSHOT_IN_USE_FLAG_MSG);
+  const v = await getVolumeScoped(req.auth, r.volumeId);
+  authorize(req.auth, SNAPSHOT_POLICIES.create, { projectId: v.projectId });
+  if (!v.host) throw new BadRequest(`Invalid volume: Volume ${v.id} status must be available, but current status is: ${v.status}.`);
+  await assertNotFrozen(v.host);
+  const driver = await driverForHost(v.host);
+  if (!isSnapshotDriver(driver)) throw new BadRequest(`Invalid input received: Backend ${backendOf(v.host)} does not support snapshots.`);
+
+  const id = randomUUID();
+  const at = now();
+  const snapshot: Snapshot = {
+    id,
+    volumeId: v.id,
+    projectId: v.projectId,
+    userId: req.auth.userId,
+    name: r.name,
+    description: r.description,
+    metadata: r.metadata,
+    size: v.size,
+    status: 'creating',
+    backendHost: backendOf(v.host),
+    volumeBackendName: v.backendName,
+    backendName: snapshotBackendName(id),
+    createdAt: at,
+    updatedAt: at,
+    version: 1,
+  };
+  await insertSnapshot(snapshot, inUseAllowed || r.force === true);
+  let result: Snapshot;
+  try {
+    await driver.createSnapshot(v.backendName, snapshot.backendName);
+    result = await updateSnapshot(id, { type: 'created', at: now() });
+  } catch (e) {
+    logger.error('snapshot create failed on the backend', { snapshotId: id, error: e as Error });
+    result = await updateSnapshot(id, { type: 'create-failed', at: now(), reason: e instanceof Error ? e.message : String(e) });
+  }
+  return json(202, { snapshot: snapshotView(req, result, true) });
+}
+
+const PAGING_KEYS = new Set(['limit', 'marker', 'offset', 'sort', 'sort_key', 'sort_dir', 'all_tenants', 'with_count']);
+
+async function listRoute(req: ApiRequest, detail: boolean) {
+  const q = req.query;
+  const allTenants = req.auth.isAdmin && ['1', 'true', 'yes', 't', 'on'].includes((q.get('all_tenants') ?? '').toLowerCase());
+  let snapshots = await listSnapshots(allTenants ? undefined : req.auth.projectId);
+  for (const [k, value] of q) {
+    if (PAGING_KEYS.has(k)) continue;
+    if (k === 'status') snapshots = snapshots.filter((s) => s.status === value);
+    else if (k === 'volume_id') snapshots = snapshots.filter((s) => s.volumeId === value);
+    else if (k === 'name' || k === 'display_name') snapshots = snapshots.filter((s) => (s.name ?? '') === value);
+    else if (k === 'project_id' && allTenants) snapshots = snapshots.filter((s) => s.projectId === value);
+  }
+  // Upstream's default order: created_at desc, then id.
+  snapshots.sort((a, b) => b.createdAt.localeCompare(a.createdAt) || b.id.localeCompare(a.id));
+  const marker = q.get('marker');
+  if (marker) {
+    const i = snapshots.findIndex((s) => s.id === marker);
+    if (i < 0) throw new NotFound(`Marker ${marker} could not be found.`);
+    snapshots = snapshots.slice(i + 1);
+  }
+  const limitRaw = q.get('limit');
+  if (limitRaw !== null) {
+    if (!/^\d+$/.test(limitRaw)) throw new BadRequest('limit param must be an integer');
+    snapshots = snapshots.slice(0, Number(limitRaw));
+  }
+  const body: Record<string, unknown> = { snapshots: snapshots.map((s) => snapshotView(req, s, detail)) };
+  if (req.version.atLeast('3.45') && ['1', 'true'].includes((q.get('with_count') ?? '').toLowerCase())) body.count = snapshots.length;
+  return json(200, body);
+}
+
+async function showRoute(req: ApiRequest) {
+  const s = await getSnapshotScoped(req.auth, req.params.snapshot_id!);
+  authorize(req.auth, SNAPSHOT_POLICIES.get, { projectId: s.projectId });
+  return json(200, { snapshot: snapshotView(req, s, true) });
+}
+
+async function deleteRoute(req: ApiRequest) {
+  const id = req.params.snapshot_id!;
+  const found = await getSnapshotScoped(req.auth, id);
+  authorize(req.auth, SNAPSHOT_POLICIES.delete, { projectId: found.projectId });
+  // Upstream's order: frozen first, then the status guard of the conditional update.
+  await assertNotFrozen(found.backendHost);
+  const s = await updateSnapshot(id, { type: 'begin-delete', at: now() }, { notFrozen: true });
+  try {
+    const driver = await driverForHost(s.backendHost);
+    if (!isSnapshotDriver(driver)) throw new Error(`backend ${s.backendHost} does not support snapshots`);
+    await driver.deleteSnapshot(s.volumeBackendName, s.backendName);
+    await removeSnapshotRecord(id);
+  } catch (e) {
+    logger.error('snapshot delete failed on the backend', { snapshotId: id, error: e as Error });
+    await updateSnapshot(id, { type: 'delete-failed', at: now(), reason: e instanceof Error ? e.message : String(e) });
+  }
+  return json(202);
+}
+
+export const snapshotRoutes: RouteSpec[] = [
+  { method: 'POST', path: '/snapshots', action: SNAPSHOT_POLICIES.create, authorizeBy: 'resource', handler: createSnapshotRoute },
+  { method: 'GET', path: '/snapshots', action: SNAPSHOT_POLICIES.getAll, handler: (req) => listRoute(req, false) },
+  { method: 'GET', path: '/snapshots/detail', action: SNAPSHOT_POLICIES.getAll, handler: (req) => listRoute(req, true) },
+  { method: 'GET', path: '/snapshots/{snapshot_id}', action: SNAPSHOT_POLICIES.get, authorizeBy: 'resource', handler: showRoute },
+  { method: 'DELETE', path: '/snapshots/{snapshot_id}', action: SNAPSHOT_POLICIES.delete, authorizeBy: 'resource', handler: deleteRoute },
+];
+
+
