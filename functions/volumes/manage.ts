@@ -12,7 +12,7 @@ import { json, type ApiRequest, type RouteSpec } from '../core/api.js';
 import { BadRequest } from '../core/errors.js';
 import { authorize, registerPolicies } from '../core/policy.js';
 import type { BackendConfig } from '../drivers/volume/driver.js';
-import { driverFor } from '../drivers/volume/registry.js';
+import { driverForHost } from '../drivers/volume/registry.js';
 import { backendOf, getBackend, poolOf } from './backends.js';
 import type { Volume } from './model.js';
 import { listClaims, insertVolume, removeVolumeRecord } from './repo.js';
@@ -39,7 +39,8 @@ export interface ManageableVolume {
 
 /** Every object on a backend, as upstream's get_manageable_volumes reports them: known ones are not safe to manage. */
 export async function manageableVolumes(backend: BackendConfig): Promise<ManageableVolume[]> {
-  const driver = driverFor(backend);
+  // The active site: after a failover the backend's objects live on the replication target.
+  const driver = await driverForHost(backend.host);
   const [objects, connections, claims] = await Promise.all([driver.listVolumes(), driver.listConnections(), listClaims(backend.host)]);
   const connected = new Set(connections.map((c) => c.backendName));
   return objects.map((o) => {
@@ -114,7 +115,7 @@ async function manageRoute(req: ApiRequest) {
   if (typeof sourceName !== 'string' || sourceName === '') {
     throw new BadRequest(`Manage existing volume failed due to invalid backend reference ${pyRepr(ref)}: Reference must contain source-name element.`);
   }
-  const found = await driverFor(backend).getVolume(sourceName);
+  const found = await (await driverForHost(backend.host)).getVolume(sourceName);
   if (!found) throw new BadRequest(`Manage existing volume failed due to invalid backend reference ${pyRepr(ref)}: Specified volume does not exist on ${backend.host}.`);
   const zone = zoneGiven ?? availabilityZoneOf(backend);
   if (zone !== availabilityZoneOf(backend)) throw new BadRequest(`Availability zone '${zone}' is invalid.`);

@@ -166,9 +166,9 @@ async function requestFor(cell: Cell): Promise<Request> {
     } else if (p === 'host') {
       params[p] = 'ferry@lvm-a';
     } else if (p === 'action') {
-      // os-services: an action that exists, and that a bodyless admin request cannot carry out.
-      params[p] = 'thaw';
-      known = false;
+      // os-services: freeze the replicated backend, which no fixture volume lives on. Upstream
+      // validates the body before the policy (reference §2.2), so only a well-formed body tests the rule.
+      params[p] = 'freeze';
     } else {
       params[p] = randomUUID();
       known = false;
@@ -176,6 +176,9 @@ async function requestFor(cell: Cell): Promise<Request> {
   }
   // Then the body or query of a valid request.
   switch (key) {
+    case 'PUT /os-services/{action}':
+      body = { host: 'ferry@lvm-r' };
+      break;
     case 'POST /volumes':
       body = { volume: { size: 1, name: 'authz-new' } };
       break;
