@@ -6,18 +6,9 @@
 import { resolve } from 'node:path';
 import { FUNCTIONS } from '../../functions/wiring.js';
 
-// aws-local-stepfunctions uses Promise.withResolvers, which Node 20 lacks: install it before the
-// library is imported (stack.js is imported dynamically below for that reason).
-const promiseStatics = Promise as unknown as { withResolvers?: () => unknown };
-promiseStatics.withResolvers ??= function withResolvers() {
-  let resolvePromise!: (v: unknown) => void;
-  let rejectPromise!: (e: unknown) => void;
-  const promise = new Promise((res, rej) => {
-    resolvePromise = res;
-    rejectPromise = rej;
-  });
-  return { promise, resolve: resolvePromise, reject: rejectPromise };
-};
+// aws-local-stepfunctions needs Promise.withResolvers on Node 20: installed before the library loads
+// (stack.js is imported dynamically below for that reason).
+import './polyfills.js';
 
 const DEFAULT_DATA_DIR = '.ferry';
 const DEFAULT_PORT = 8780;

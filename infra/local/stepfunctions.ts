@@ -16,24 +16,12 @@
 import { mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync, existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { randomUUID } from 'node:crypto';
+import './polyfills.js';
 import { unsupportedFeatures } from './asl-subset.js';
 import { ExecutionAbortedError, ExecutionError, ExecutionTimeoutError, StateMachine, type StateMachineDefinition, type RunOptions } from 'aws-local-stepfunctions';
 import { FUNCTIONS, STATE_MACHINES, substitutionKey, type FunctionWiring, type StateMachineName, type StateMachineWiring } from '../../functions/wiring.js';
 import { stateMachineArn } from '../../functions/core/executions.js';
 import { DEFAULT_FUNCTION_TIMEOUT_SECONDS, LOCAL_ACCOUNT, REPO_ROOT, invokeFunction, lambdaArn, lambdaName, type StepFunctionsEndpoint } from './http.js';
-
-// aws-local-stepfunctions calls Promise.withResolvers when it runs a Task; Node 20 lacks it.
-// (Only needed at run time, so installing it here, after the import, is early enough.)
-const promiseStatics = Promise as unknown as { withResolvers?: () => unknown };
-promiseStatics.withResolvers ??= function withResolvers() {
-  let resolvePromise!: (v: unknown) => void;
-  let rejectPromise!: (e: unknown) => void;
-  const promise = new Promise((res, rej) => {
-    resolvePromise = res;
-    rejectPromise = rej;
-  });
-  return { promise, resolve: resolvePromise, reject: rejectPromise };
-};
 
 type JSONValue = Parameters<StateMachine['run']>[0];
 type Overrides = NonNullable<RunOptions['overrides']>;
