@@ -6,7 +6,7 @@
  * without guessing.
  */
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
-import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { DynamoDBDocumentClient, QueryCommand, ScanCommand, type QueryCommandInput, type ScanCommandInput } from '@aws-sdk/lib-dynamodb';
 
 let documentClient: DynamoDBDocumentClient | undefined;
 let requestCount = 0;
@@ -98,4 +98,38 @@ export async function withRetries<T>(attempt: (n: number) => Promise<T>, options
       await new Promise((r) => setTimeout(r, Math.random() * ceiling));
     }
   }
+}
+
+/** Every item a Query returns, following LastEvaluatedKey. */
+export async function queryAll(input: QueryCommandInput): Promise<Record<string, unknown>[]> {
+  const items: Record<string, unknown>[] = [];
+  let ExclusiveStartKey: Record<string, unknown> | undefined;
+  do {
+    const page = await db().send(new QueryCommand({ ...input, ExclusiveStartKey }));
+    items.push(...((page.Items ?? []) as Record<string, unknown>[]));
+    ExclusiveStartKey = page.LastEvaluatedKey;
+  } while (ExclusiveStartKey);
+  return items;
+}
+
+/** Every item a Scan returns, following LastEvaluatedKey. */
+export async function scanAll(input: ScanCommandInput): Promise<Record<string, unknown>[]> {
+  const items: Record<string, unknown>[] = [];
+  let ExclusiveStartKey: Record<string, unknown> | undefined;
+  do {
+    const page = await db().send(new ScanCommand({ ...input, ExclusiveStartKey }));
+    items.push(...((page.Items ?? []) as Record<string, unknown>[]));
+    ExclusiveStartKey = page.LastEvaluatedKey;
+  } while (ExclusiveStartKey);
+  return items;
+}
+
+/**
+ * The items of one kind (`sk`, `pk` prefix) in a table: a project's through GSI1 when `gsi1pk` is
+ * given, else all of them (admin `all_tenants`: a scan).
+ */
+export async function listKind(table: string, kind: { sk: string; pkPrefix: string; gsi1pk?: string }): Promise<Record<string, unknown>[]> {
+  return kind.gsi1pk !== undefined
+    ? queryAll({ TableName: table, IndexName: 'gsi1', KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': kind.gsi1pk } })
+    : scanAll({ TableName: table, FilterExpression: 'sk = :sk AND begins_with(pk, :prefix)', ExpressionAttributeValues: { ':sk': kind.sk, ':prefix': kind.pkPrefix } });
 }

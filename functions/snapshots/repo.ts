@@ -3,9 +3,9 @@
  * transaction conditioned on the volume's `version` (and, for changes that upstream refuses on a
  * frozen backend, on the backend not being frozen), so no request sees one without the other.
  */
-import { GetCommand, QueryCommand, ScanCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
 import type { AuthContext } from '../core/auth.js';
-import { db, isConditionFailure, withRetries } from '../core/db.js';
+import { db, isConditionFailure, listKind, withRetries } from '../core/db.js';
 import { ConcurrentModification, FerryError, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import { BackendFrozen, notFrozenCheck } from '../replication/frozen.js';
@@ -160,29 +160,6 @@ export function snapshotErrorItem(id: string, at: string): TransactItem {
 
 /** A project's snapshots (GSI1), or every snapshot (admin all_tenants; a scan). */
 export async function listSnapshots(projectId?: string): Promise<Snapshot[]> {
-  const items: Record<string, unknown>[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const page = projectId
-      ? await db().send(
-          new QueryCommand({
-            TableName: tableName('volume'),
-            IndexName: 'gsi1',
-            KeyConditionExpression: 'gsi1pk = :p',
-            ExpressionAttributeValues: { ':p': snapshotGsi1({ projectId, createdAt: '', id: '' }).gsi1pk },
-            ExclusiveStartKey: start,
-          }),
-        )
-      : await db().send(
-          new ScanCommand({
-            TableName: tableName('volume'),
-            FilterExpression: 'sk = :sk AND begins_with(pk, :prefix)',
-            ExpressionAttributeValues: { ':sk': 'SNAP', ':prefix': 'SNAP#' },
-            ExclusiveStartKey: start,
-          }),
-        );
-    items.push(...(page.Items ?? []));
-    start = page.LastEvaluatedKey;
-  } while (start);
+  const items = await listKind(tableName('volume'), { sk: 'SNAP', pkPrefix: 'SNAP#', gsi1pk: projectId === undefined ? undefined : snapshotGsi1({ projectId, createdAt: '', id: '' }).gsi1pk });
   return items.map(toSnapshot);
 }

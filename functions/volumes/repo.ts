@@ -9,9 +9,9 @@
  * - the volume type's `volumeCount` (types.ts), moved in the same transaction as the volume item.
  * - the pool item's `allocatedGb` (scheduler.ts) when the volume held capacity.
  */
-import { GetCommand, QueryCommand, ScanCommand, TransactWriteCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, TransactWriteCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
 import type { AuthContext } from '../core/auth.js';
-import { db, isConditionFailure, withRetries } from '../core/db.js';
+import { db, isConditionFailure, listKind, queryAll, withRetries } from '../core/db.js';
 import { BadRequest, ConcurrentModification, Conflict, FerryError, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import { backendOf } from './backends.js';
@@ -234,16 +234,8 @@ export function releasePoolItem(v: Volume): TransactItem | undefined {
 
 /** The backend object names Ferry knows on a backend, with their volumes. */
 export async function listClaims(backend: string): Promise<Map<string, string>> {
-  const out = new Map<string, string>();
-  let start: Record<string, unknown> | undefined;
-  do {
-    const page = await db().send(
-      new QueryCommand({ TableName: tableName('volume'), KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': claimKey(backend, '').pk }, ExclusiveStartKey: start }),
-    );
-    for (const i of page.Items ?? []) out.set(i.sk as string, i.volumeId as string);
-    start = page.LastEvaluatedKey;
-  } while (start);
-  return out;
+  const items = await queryAll({ TableName: tableName('volume'), KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': claimKey(backend, '').pk } });
+  return new Map(items.map((i) => [i.sk as string, i.volumeId as string]));
 }
 
 /**
@@ -284,29 +276,6 @@ export async function removeVolumeRecord(before: Volume, condition?: ExtraCondit
 
 /** Every volume of a project, or of all projects (admin `all_tenants`). Filtering and paging happen in routes.ts. */
 export async function listVolumes(projectId?: string): Promise<Volume[]> {
-  const items: Record<string, unknown>[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const page = projectId
-      ? await db().send(
-          new QueryCommand({
-            TableName: tableName('volume'),
-            IndexName: 'gsi1',
-            KeyConditionExpression: 'gsi1pk = :p',
-            ExpressionAttributeValues: { ':p': volumeGsi1({ projectId, createdAt: '', id: '' }).gsi1pk },
-            ExclusiveStartKey: start,
-          }),
-        )
-      : await db().send(
-          new ScanCommand({
-            TableName: tableName('volume'),
-            FilterExpression: 'sk = :sk AND begins_with(pk, :prefix)',
-            ExpressionAttributeValues: { ':sk': 'VOL', ':prefix': 'VOL#' },
-            ExclusiveStartKey: start,
-          }),
-        );
-    items.push(...(page.Items ?? []));
-    start = page.LastEvaluatedKey;
-  } while (start);
+  const items = await listKind(tableName('volume'), { sk: 'VOL', pkPrefix: 'VOL#', gsi1pk: projectId === undefined ? undefined : volumeGsi1({ projectId, createdAt: '', id: '' }).gsi1pk });
   return items.map(toVolume);
 }
