@@ -3,7 +3,7 @@
  * against upstream manila's method (`cp -P --preserve=all`, then `sha256sum` of every source and
  * destination file), on the same generated tree in the same run.
  *
- *   npm run bench:copy            (BENCH_COPY_MB=1024 tree size, BENCH_COPY_REPS=3 timed runs each;
+ *   npm run bench:copy            (BENCH_COPY_MB=1024 tree size, BENCH_COPY_REPS=5 timed runs each;
  *                                  BENCH_COPY_THREADS, BENCH_COPY_CHUNK_KB to try other settings)
  *
  * The tree: about 80% of the bytes in 4 large files, the rest in small files (1 KiB - 128 KiB) over
@@ -15,16 +15,23 @@
  * median of each is reported. `sync` runs before each timed run so no method pays for another's
  * writeback. Upstream is given the benefit of one `cp -r` and batched `sha256sum` (it really runs
  * one `cp` and two `sha256sum` processes per file).
+ *
+ * The machine is shared (other test runs), so besides the medians of wall time it prints:
+ * - the paired ratios: in each repetition Ferry against the cp -a / upstream run next to it, and
+ *   the median of those (a burst of load hits neighbours in time alike);
+ * - CPU seconds (user + sys) of each method: Ferry's from process.cpuUsage (all its threads), the
+ *   others' from the children's times in /proc/self/stat. CPU time barely moves with load, and
+ *   says what a method costs where wall time says what it got.
  */
 import { spawnSync } from 'node:child_process';
 import { createCipheriv } from 'node:crypto';
-import { closeSync, linkSync, mkdirSync, mkdtempSync, openSync, rmSync, symlinkSync, writeSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { closeSync, linkSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, writeSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { copyTree, DEFAULT_CHUNK_BYTES, defaultThreadCount } from '../../functions/copy/worker.js';
 
 const TOTAL_MB = Number(process.env.BENCH_COPY_MB ?? 1024);
-const REPS = Number(process.env.BENCH_COPY_REPS ?? 3);
+const REPS = Number(process.env.BENCH_COPY_REPS ?? 5);
 /** Ferry's knobs, to compare settings: copy threads and chunk size (KiB); the worker's defaults otherwise. */
 const THREADS = process.env.BENCH_COPY_THREADS ? Number(process.env.BENCH_COPY_THREADS) : undefined;
 const CHUNK_KB = process.env.BENCH_COPY_CHUNK_KB ? Number(process.env.BENCH_COPY_CHUNK_KB) : undefined;
@@ -128,6 +135,16 @@ const methods: Method[] = [
   },
 ];
 
+/** CPU seconds (user + sys) used by this process's threads plus its waited-for children. */
+const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+function cpuSeconds(): number {
+  const own = process.cpuUsage();
+  // /proc/self/stat: the fields after the ')' that ends the command name; cutime, cstime are 16, 17.
+  const fields = readFileSync('/proc/self/stat', 'utf8').split(')').pop()!.trim().split(/\s+/);
+  const children = (Number(fields[13]) + Number(fields[14])) / CLOCK_TICKS;
+  return (own.user + own.system) / 1e6 + children;
+}
+
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
@@ -142,31 +159,43 @@ async function main(): Promise<void> {
     const tree = generateTree(src);
     console.log(`  ${tree.files} files, ${(tree.bytes / MiB).toFixed(0)} MiB; ferry uses ${THREADS ?? defaultThreadCount()} copy threads, ${CHUNK_KB ?? DEFAULT_CHUNK_BYTES / 1024} KiB chunks`);
     const dst = join(work, 'dst');
-    const once = async (m: Method): Promise<number> => {
+    const once = async (m: Method): Promise<{ wall: number; cpu: number }> => {
       rmSync(dst, { recursive: true, force: true });
       spawnSync('sync');
+      const c0 = cpuSeconds();
       const t0 = performance.now();
       await m.run(src, dst);
-      return (performance.now() - t0) / 1000;
+      const wall = (performance.now() - t0) / 1000;
+      return { wall, cpu: cpuSeconds() - c0 };
     };
+    console.log(`  load average at start: ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
     for (const m of methods) await once(m); // warm-up, untimed
     const seconds = new Map<string, number[]>(methods.map((m) => [m.name, []]));
+    const cpu = new Map<string, number[]>(methods.map((m) => [m.name, []]));
     for (let rep = 0; rep < REPS; rep++) {
       for (let k = 0; k < methods.length; k++) {
         const m = methods[(rep + k) % methods.length]!;
-        seconds.get(m.name)!.push(await once(m));
+        const r = await once(m);
+        seconds.get(m.name)!.push(r.wall);
+        cpu.get(m.name)!.push(r.cpu);
       }
     }
     const mbps = new Map<string, number>();
-    console.log(`\n  method                                              median s   MiB/s   (runs)`);
+    console.log(`\n  method                                              median s   MiB/s   CPU s   (wall s of each run)`);
     for (const m of methods) {
       const s = median(seconds.get(m.name)!);
       mbps.set(m.name, tree.bytes / MiB / s);
-      console.log(`  ${m.name.padEnd(50)} ${s.toFixed(2).padStart(8)} ${mbps.get(m.name)!.toFixed(0).padStart(7)}   (${seconds.get(m.name)!.map((x) => x.toFixed(2)).join(', ')})`);
+      console.log(
+        `  ${m.name.padEnd(50)} ${s.toFixed(2).padStart(8)} ${mbps.get(m.name)!.toFixed(0).padStart(7)} ${median(cpu.get(m.name)!).toFixed(2).padStart(7)}   (${seconds.get(m.name)!.map((x) => x.toFixed(2)).join(', ')})`,
+      );
     }
     const [ferry, cpa, upstream] = methods.map((m) => mbps.get(m.name)!);
-    console.log(`\n  ferry / cp -a     = ${(ferry! / cpa!).toFixed(2)}x   (goal >= 0.9x)`);
-    console.log(`  ferry / upstream  = ${(ferry! / upstream!).toFixed(2)}x   (goal >= 2x)`);
+    const [ferryS, cpaS, upstreamS] = methods.map((m) => seconds.get(m.name)!);
+    const paired = (other: number[]) => median(other.map((s, rep) => s / ferryS![rep]!));
+    const pairedText = (other: number[]) => other.map((s, rep) => (s / ferryS![rep]!).toFixed(2)).join(', ');
+    console.log(`\n  ferry / cp -a     = ${(ferry! / cpa!).toFixed(2)}x of medians, ${paired(cpaS!).toFixed(2)}x median of paired (${pairedText(cpaS!)})   (goal >= 0.9x)`);
+    console.log(`  ferry / upstream  = ${(ferry! / upstream!).toFixed(2)}x of medians, ${paired(upstreamS!).toFixed(2)}x median of paired (${pairedText(upstreamS!)})   (goal >= 2x)`);
+    console.log(`  load average at end: ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
   } finally {
     rmSync(work, { recursive: true, force: true });
   }

@@ -296,10 +296,20 @@ export async function copyTree(options: CopyTreeOptions): Promise<CopyTreeResult
   const corrupt = new Set(options.testHooks?.corruptBeforeVerify ?? []);
   const owner = new OwnerPolicy();
 
-  const plan = planCopy(source, [journalName(operationId)]);
+  // The copy threads boot (a Node environment each, tens of milliseconds) while this thread walks
+  // the tree; with few files some may stay idle, which costs nothing but their start.
+  let threads: CopyThreads | undefined = options.signal?.aborted
+    ? undefined
+    : new CopyThreads(options.threads ?? defaultThreadCount(), options.chunkBytes ?? DEFAULT_CHUNK_BYTES, options.bytesPerSecond ?? 0);
+  let plan: CopyPlan;
+  try {
+    plan = planCopy(source, [journalName(operationId)]);
+  } catch (e) {
+    await threads?.close();
+    throw e;
+  }
   const progress: CopyProgress = { bytesTotal: plan.bytesTotal, filesTotal: plan.filesTotal, bytesDone: 0, filesDone: 0, filesResumed: 0 };
   let stopReason: StopReason | undefined;
-  let threads: CopyThreads | undefined;
   const stop = (reason: StopReason) => {
     stopReason ??= reason;
     threads?.requestStop();
@@ -388,12 +398,7 @@ export async function copyTree(options: CopyTreeOptions): Promise<CopyTreeResult
       });
     });
 
-    if (tasks.length > 0 && !stopReason) {
-      threads = new CopyThreads(
-        Math.max(1, Math.min(options.threads ?? defaultThreadCount(), tasks.length)),
-        options.chunkBytes ?? DEFAULT_CHUNK_BYTES,
-        options.bytesPerSecond ?? 0,
-      );
+    if (tasks.length > 0 && !stopReason && threads) {
       const batches = makeBatches(tasks);
       let next = 0;
       const finished = (copied: FileCopied[]) => {
