@@ -58,6 +58,18 @@ export const STATE_MACHINES = [
     description: 'Fails a replicated backend over to a replication target or back (reference §2.4), or runs and ends a drill: batches of volumes in a Map, one driver call and one conditional write per volume.',
     functions: ['replication-steps'],
   },
+  {
+    name: 'share-create',
+    file: 'statemachines/share-create.asl.json',
+    description: 'Schedules a new share onto a pool (capacity reserved), creates it on the backend and makes it available (or error, with capacity released and no backend share).',
+    functions: ['share-steps'],
+  },
+  {
+    name: 'share-delete',
+    file: 'statemachines/share-delete.asl.json',
+    description: 'Deletes a share on its backend, releases its capacity and removes its record (or error_deleting).',
+    functions: ['share-steps'],
+  },
 ] as const satisfies readonly StateMachineWiring[];
 
 export type StateMachineName = (typeof STATE_MACHINES)[number]['name'];
@@ -102,6 +114,27 @@ export const FUNCTIONS: FunctionWiring[] = [
     // A batch of 200 volumes is one driver call and two transactions of writes; 10 minutes is ample.
     timeoutSeconds: 900,
     memoryMb: 1024,
+  },
+  {
+    name: 'share-api',
+    kind: 'api',
+    entry: 'functions/api/share.ts',
+    export: 'handler',
+    description: 'Manila v2 REST API: versions, shares, share types, share networks, access rules, export locations, share instances, services, scheduler pools.',
+    httpPrefix: '/share',
+    publicPaths: ['/share', '/share/v2'],
+    tables: ['share'],
+    starts: ['share-create', 'share-delete'],
+    timeoutSeconds: 29,
+  },
+  {
+    name: 'share-steps',
+    kind: 'step',
+    entry: 'functions/shares/steps.ts',
+    export: 'handler',
+    description: 'Step handlers of the share machines (schedule, create on backend, mark available, rollback, delete).',
+    tables: ['share'],
+    timeoutSeconds: 120,
   },
 ];
 

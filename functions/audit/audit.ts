@@ -9,12 +9,17 @@
  */
 import { ScanCommand } from '@aws-sdk/lib-dynamodb';
 import { attachmentFromItem, type Attachment } from '../attachments/model.js';
-import { db } from '../core/db.js';
+import { scanAll } from '../core/db.js';
 import { tableName } from '../core/tables.js';
 import type { BackendConfig, BackendConnection, BackendVolume } from '../drivers/volume/driver.js';
 import { driverFor, isSnapshotDriver } from '../drivers/volume/registry.js';
 import type { DrillState } from '../replication/repo.js';
 import type { Snapshot } from '../snapshots/model.js';
+import type { ShareBackendConfig } from '../drivers/share/driver.js';
+import { shareDriverFor } from '../drivers/share/registry.js';
+import { rulesForDriver } from '../shares/access.js';
+import { backendShareName, shareBackendOf } from '../shares/model.js';
+import { toShare } from '../shares/repo.js';
 import { backendOf, listBackendRecords } from '../volumes/backends.js';
 import type { Volume } from '../volumes/model.js';
 
@@ -46,16 +51,6 @@ const FERRY_SNAPSHOT_NAME = /^snapshot-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a
 /** Ferry's own backend object names; anything else on a backend is an operator's unmanaged volume. */
 const FERRY_NAME = /^volume-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-async function scanAll(table: string): Promise<Record<string, unknown>[]> {
-  const items: Record<string, unknown>[] = [];
-  let ExclusiveStartKey: Record<string, unknown> | undefined;
-  do {
-    const out = await db().send(new ScanCommand({ TableName: table, ExclusiveStartKey, ConsistentRead: true }));
-    items.push(...((out.Items ?? []) as Record<string, unknown>[]));
-    ExclusiveStartKey = out.LastEvaluatedKey;
-  } while (ExclusiveStartKey);
-  return items;
-}
 
 function stripKeys<T>(item: Record<string, unknown>): T {
   const { pk: _pk, sk: _sk, gsi1pk: _g1, gsi1sk: _g2, ...rest } = item;
@@ -68,7 +63,7 @@ export async function runAudit(options: AuditOptions = {}): Promise<AuditReport>
   const findings: AuditFinding[] = [];
   const find = (kind: string, resource: string, detail: string) => findings.push({ kind, resource, detail });
 
-  const items = await scanAll(tableName('volume'));
+  const items = await scanAll({ TableName: tableName('volume'), ConsistentRead: true });
   const volumes = items.filter((i) => i.sk === 'VOL').map((i) => stripKeys<Volume>(i));
   const attachmentItems = items.filter((i) => i.sk === 'ATT').map((i) => attachmentFromItem(i));
   const liveAttachments = new Map<string, Attachment>(attachmentItems.filter((a) => !a.deleted).map((a) => [a.id, a]));
@@ -275,8 +270,11 @@ export async function runAudit(options: AuditOptions = {}): Promise<AuditReport>
     }
   }
 
+  const shareChecks = await auditShares(now, stuckMs, find);
+
   return {
     checked: {
+      ...shareChecks,
       volumes: volumes.length,
       attachments: liveAttachments.size,
       backends: held.size,
@@ -289,6 +287,56 @@ export async function runAudit(options: AuditOptions = {}): Promise<AuditReport>
     },
     findings,
   };
+}
+
+/** Shares: pool allocations match what shares hold; every share's directory exists; every directory has its share; the driver's rules are the share's. */
+async function auditShares(now: number, stuckMs: number, find: (kind: string, resource: string, detail: string) => void): Promise<Record<string, number>> {
+  const items = await scanAll({ TableName: tableName('share'), ConsistentRead: true });
+  const shares = items.filter((i) => i.sk === 'SHARE').map((i) => toShare(i));
+  const backends = items.filter((i) => i.sk === 'SBACKEND').map((i) => i.config as ShareBackendConfig);
+  const held = new Map<string, number>();
+  for (const s of shares) if (s.capacity) held.set(s.capacity.pool, (held.get(s.capacity.pool) ?? 0) + s.capacity.gb);
+  const pools = items.filter((i) => i.sk === 'SPOOL');
+  for (const p of pools) {
+    const pool = String(p.pk).slice('SPOOL#'.length);
+    const allocated = Number(p.allocatedGb ?? 0);
+    if (allocated !== (held.get(pool) ?? 0)) find('share-capacity-mismatch', `share pool ${pool}`, `allocated ${allocated} GiB, its shares hold ${held.get(pool) ?? 0} GiB`);
+    if (p.totalGb !== undefined && allocated > Number(p.totalGb)) find('share-capacity-overcommitted', `share pool ${pool}`, `allocated ${allocated} GiB of ${p.totalGb} GiB`);
+    held.delete(pool);
+  }
+  for (const [pool, gb] of held) find('share-capacity-mismatch', `share pool ${pool}`, `shares hold ${gb} GiB on a pool with no allocation record`);
+
+  for (const s of shares) {
+    if (['creating', 'deleting'].includes(s.status) && now - Date.parse(s.updatedAt) > stuckMs) find('stuck-share', `share ${s.id}`, `${s.status} since ${s.updatedAt}`);
+  }
+  let backendShares = 0;
+  for (const b of backends) {
+    const driver = shareDriverFor(b);
+    let listed;
+    try {
+      listed = await driver.listShares();
+    } catch (e) {
+      find('share-backend-unreadable', b.host, `the driver could not list the backend: ${(e as Error).message}`);
+      continue;
+    }
+    backendShares += listed.length;
+    const onBackend = new Set(listed.map((x) => x.name));
+    const mine = shares.filter((s) => s.host && shareBackendOf(s.host) === b.host);
+    const expected = new Set(mine.filter((s) => s.ownsBackendShare || s.status === 'creating').map((s) => backendShareName(s.instanceId)));
+    for (const name of onBackend) if (!expected.has(name)) find('orphan-backend-share', `${b.host} ${name}`, 'a share directory no share record holds');
+    for (const s of mine) {
+      const name = backendShareName(s.instanceId);
+      if (s.ownsBackendShare && !onBackend.has(name)) {
+        find('missing-backend-share', `share ${s.id}`, `its backend share ${name} is not on ${b.host}`);
+        continue;
+      }
+      if (!s.ownsBackendShare || s.status === 'deleting') continue;
+      const want = JSON.stringify(rulesForDriver(s));
+      const got = JSON.stringify(await driver.getAccess(name));
+      if (want !== got && Object.values(s.accessRules).every((r) => r.state === 'active')) find('share-access-mismatch', `share ${s.id}`, `the backend holds rules ${got}, the share ${want}`);
+    }
+  }
+  return { shares: shares.length, 'share backends': backends.length, 'backend shares': backendShares };
 }
 
 function sortKeys(o: Record<string, number>): Record<string, number> {

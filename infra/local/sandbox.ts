@@ -1,9 +1,11 @@
 /**
  * What the local stack seeds on every start (each seed is idempotent, so a restart changes
- * nothing): the volume backends and types today; share and compute seeds join here.
+ * nothing): the volume backends and types, the share backends and type; compute seeds join here.
  */
+import { seedShareSandbox } from '../../functions/shares/seed.js';
 import { seedVolumeSandbox } from '../../functions/volumes/seed.js';
 
 export async function seedSandbox(dataDir: string): Promise<void> {
   await seedVolumeSandbox({ dataDir });
+  await seedShareSandbox({ dataDir });
 }

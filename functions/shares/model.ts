@@ -1,0 +1,164 @@
+/**
+ * The Manila entities and their layout in the `share` table.
+ *
+ * A share item is the aggregate root for everything whose invariants span a share: its one
+ * instance (id, host, export locations), the capacity it holds on a pool, its access rules (so
+ * "no duplicate rule" and "no rule change while not available" are conditions on one item) and
+ * its `task_state` (null until a migration; the migration work sets the §1.6 values).
+ *
+ * Items: share `SHARE#<id>`/`SHARE` (gsi1 `PROJ#<p>#SHARE`); share type `STYPE#<id>`/`STYPE`
+ * (gsi1 `STYPES`) with a name claim `STYPENAME#<name>`/`STYPENAME`; share network
+ * `SNET#<id>`/`SNET` (gsi1 `PROJ#<p>#SNET`); backend `SBACKEND#<host@backend>`/`SBACKEND`
+ * (gsi1 `SBACKENDS`); pool allocation `SPOOL#<host@backend#pool>`/`SPOOL`.
+ */
+
+/** Manila share statuses (M/common/constants.py), the subset Ferry's operations reach. */
+export type ShareStatus =
+  | 'creating'
+  | 'available'
+  | 'deleting'
+  | 'error'
+  | 'error_deleting'
+  | 'migrating'
+  | 'migrating_to'
+  | 'inactive';
+
+/** M/common/constants.py task states (reference §1.6); null when no task runs. */
+export const TASK_STATES = [
+  'migration_starting',
+  'migration_in_progress',
+  'migration_driver_starting',
+  'migration_driver_in_progress',
+  'migration_driver_phase1_done',
+  'data_copying_starting',
+  'data_copying_in_progress',
+  'data_copying_completing',
+  'data_copying_completed',
+  'data_copying_cancelled',
+  'data_copying_error',
+  'migration_completing',
+  'migration_success',
+  'migration_error',
+  'migration_cancelled',
+] as const;
+export type TaskState = (typeof TASK_STATES)[number];
+
+/** BUSY_TASK_STATES: these block delete (and migration_start, extend, ...). */
+export const BUSY_TASK_STATES: readonly TaskState[] = [
+  'migration_starting',
+  'migration_in_progress',
+  'migration_completing',
+  'migration_driver_starting',
+  'migration_driver_in_progress',
+  'migration_driver_phase1_done',
+  'data_copying_starting',
+  'data_copying_in_progress',
+  'data_copying_completing',
+  'data_copying_completed',
+];
+
+export type AccessType = 'ip' | 'user';
+export type AccessLevel = 'rw' | 'ro';
+/** Access rule states (M/common/constants.py ACCESS_STATE_*). */
+export type AccessState = 'queued_to_apply' | 'applying' | 'active' | 'error' | 'queued_to_deny' | 'denying';
+
+export interface AccessRule {
+  id: string;
+  accessType: AccessType;
+  accessTo: string;
+  accessLevel: AccessLevel;
+  state: AccessState;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface HeldShareCapacity {
+  /** `host@backend#pool` */
+  pool: string;
+  gb: number;
+}
+
+export interface Share {
+  id: string;
+  projectId: string;
+  userId: string;
+  name: string | null;
+  description: string | null;
+  size: number;
+  shareProto: 'NFS' | 'CIFS';
+  status: ShareStatus;
+  /** null until a migration sets one (reference §1.6). */
+  taskState: TaskState | null;
+  shareTypeId: string;
+  shareTypeName: string;
+  shareNetworkId: string | null;
+  availabilityZone: string | null;
+  metadata: Record<string, string>;
+  isPublic: boolean;
+  /** The share's one instance (Manila's share_instances row). */
+  instanceId: string;
+  /** `host@backend#pool` once scheduled. */
+  host: string | null;
+  /** Export paths of the instance (the local driver: the directory). */
+  exportLocations: string[];
+  /** Capacity held on a pool; null once released. */
+  capacity: HeldShareCapacity | null;
+  /** True once a backend directory exists that Ferry must delete. */
+  ownsBackendShare: boolean;
+  /** rule id -> rule */
+  accessRules: Record<string, AccessRule>;
+  errorReason: string | null;
+  createdAt: string;
+  updatedAt: string;
+  version: number;
+}
+
+export interface ShareType {
+  id: string;
+  name: string;
+  description: string | null;
+  isPublic: boolean;
+  extraSpecs: Record<string, string>;
+  createdAt: string;
+}
+
+export interface ShareNetwork {
+  id: string;
+  projectId: string;
+  userId: string;
+  name: string | null;
+  description: string | null;
+  neutronNetId: string | null;
+  neutronSubnetId: string | null;
+  availabilityZone: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export const shareKey = (id: string) => ({ pk: `SHARE#${id}`, sk: 'SHARE' });
+export const shareGsi1 = (s: Pick<Share, 'projectId' | 'createdAt' | 'id'>) => ({ gsi1pk: `PROJ#${s.projectId}#SHARE`, gsi1sk: `${s.createdAt}#${s.id}` });
+export const shareTypeKey = (id: string) => ({ pk: `STYPE#${id}`, sk: 'STYPE' });
+export const shareTypeNameKey = (name: string) => ({ pk: `STYPENAME#${name}`, sk: 'STYPENAME' });
+export const shareNetworkKey = (id: string) => ({ pk: `SNET#${id}`, sk: 'SNET' });
+export const shareBackendKey = (host: string) => ({ pk: `SBACKEND#${host}`, sk: 'SBACKEND' });
+export const sharePoolKey = (poolHost: string) => ({ pk: `SPOOL#${poolHost}`, sk: 'SPOOL' });
+
+/** Manila's share_name_template applied to the instance id: the backend's name for it. */
+export const backendShareName = (instanceId: string) => `share-${instanceId}`;
+
+/** `ferry@nfs-a#pool0` -> `ferry@nfs-a` */
+export function shareBackendOf(host: string): string {
+  const i = host.indexOf('#');
+  return i < 0 ? host : host.slice(0, i);
+}
+
+export function sharePoolOf(host: string): string | undefined {
+  const i = host.indexOf('#');
+  return i < 0 ? undefined : host.slice(i + 1);
+}
+
+/** Upstream timestamps: `YYYY-MM-DDTHH:MM:SS.ffffff`, no zone. */
+export function upstreamTime(iso: string | null | undefined): string | null {
+  if (!iso) return null;
+  return iso.replace('Z', '').replace(/\.(\d{3})$/, '.$1000');
+}

@@ -1,0 +1,204 @@
+/**
+ * Persistence of shares: every write is conditional on the item's `version` (and bumps it), so a
+ * transition computed from a stale read never lands. Also the share backends (manila-share
+ * services) and pool allocation items.
+ */
+import { GetCommand, QueryCommand, TransactWriteCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
+import type { AuthContext } from '../core/auth.js';
+import { db, isConditionFailure, withRetries } from '../core/db.js';
+import { ConcurrentModification, FerryError, NotFound } from '../core/errors.js';
+import { GSI1, tableName } from '../core/tables.js';
+import type { ShareBackendConfig } from '../drivers/share/driver.js';
+import { shareBackendKey, shareBackendOf, shareGsi1, shareKey, sharePoolKey, shareTypeKey, type Share } from './model.js';
+import { transition, type ShareEvent } from './transitions.js';
+
+export type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
+const KEY_ATTRIBUTES = ['pk', 'sk', 'gsi1pk', 'gsi1sk'];
+
+export const shareNotFound = (id: string) => new NotFound(`Share ${id} could not be found.`);
+
+export function toShare(item: Record<string, unknown>): Share {
+  const s = Object.fromEntries(Object.entries(item).filter(([k]) => !KEY_ATTRIBUTES.includes(k))) as unknown as Share;
+  s.accessRules ??= {};
+  s.exportLocations ??= [];
+  s.metadata ??= {};
+  s.taskState ??= null;
+  return s;
+}
+
+export async function getShare(id: string): Promise<Share | undefined> {
+  const out = await db().send(new GetCommand({ TableName: tableName('share'), Key: shareKey(id), ConsistentRead: true }));
+  return out.Item ? toShare(out.Item) : undefined;
+}
+
+export async function getShareOrThrow(id: string): Promise<Share> {
+  const s = await getShare(id);
+  if (!s) throw shareNotFound(id);
+  return s;
+}
+
+/** Another project's share does not exist for a non-admin. */
+export async function getShareScoped(auth: AuthContext, id: string): Promise<Share> {
+  const s = await getShare(id);
+  if (!s || (!auth.isAdmin && s.projectId !== auth.projectId && !s.isPublic)) throw shareNotFound(id);
+  return s;
+}
+
+export async function listShares(projectId?: string): Promise<Share[]> {
+  const items: Record<string, unknown>[] = [];
+  if (projectId) {
+    let ExclusiveStartKey: Record<string, unknown> | undefined;
+    do {
+      const out = await db().send(
+        new QueryCommand({ TableName: tableName('share'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': `PROJ#${projectId}#SHARE` }, ExclusiveStartKey }),
+      );
+      items.push(...((out.Items ?? []) as Record<string, unknown>[]));
+      ExclusiveStartKey = out.LastEvaluatedKey;
+    } while (ExclusiveStartKey);
+    // The GSI is eventually consistent; re-read for current state.
+    const fresh = await Promise.all(items.map((i) => getShare(String(i.id))));
+    return fresh.filter((s): s is Share => !!s);
+  }
+  const { ScanCommand } = await import('@aws-sdk/lib-dynamodb');
+  let ExclusiveStartKey: Record<string, unknown> | undefined;
+  do {
+    const out = await db().send(
+      new ScanCommand({ TableName: tableName('share'), FilterExpression: 'sk = :s', ExpressionAttributeValues: { ':s': 'SHARE' }, ConsistentRead: true, ExclusiveStartKey }),
+    );
+    items.push(...((out.Items ?? []) as Record<string, unknown>[]));
+    ExclusiveStartKey = out.LastEvaluatedKey;
+  } while (ExclusiveStartKey);
+  return items.map(toShare).sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+}
+
+export function shareUpdate(before: Share, after: Share): NonNullable<TransactItem['Update']> {
+  const names: Record<string, string> = { '#version': 'version' };
+  const values: Record<string, unknown> = { ':expected': before.version, ':next': before.version + 1 };
+  const sets: string[] = ['#version = :next'];
+  const removes: string[] = [];
+  let i = 0;
+  for (const k of new Set([...Object.keys(before), ...Object.keys(after)])) {
+    if (k === 'version' || k === 'id') continue;
+    const a = (before as unknown as Record<string, unknown>)[k];
+    const b = (after as unknown as Record<string, unknown>)[k];
+    if (JSON.stringify(a) === JSON.stringify(b)) continue;
+    names[`#a${i}`] = k;
+    if (b === undefined) removes.push(`#a${i}`);
+    else {
+      values[`:a${i}`] = b;
+      sets.push(`#a${i} = :a${i}`);
+    }
+    i++;
+  }
+  return {
+    TableName: tableName('share'),
+    Key: shareKey(before.id),
+    UpdateExpression: `SET ${sets.join(', ')}${removes.length ? ` REMOVE ${removes.join(', ')}` : ''}`,
+    ConditionExpression: '#version = :expected',
+    ExpressionAttributeNames: names,
+    ExpressionAttributeValues: values,
+  };
+}
+
+const written = (before: Share, after: Share): Share => ({ ...after, version: before.version + 1 });
+
+/** Read, apply the event, write with a version condition; a lost race re-reads and re-applies. */
+export async function updateShare(id: string, event: ShareEvent | ((s: Share) => ShareEvent)): Promise<Share> {
+  return withRetries(
+    async () => {
+      const before = await getShareOrThrow(id);
+      const e = typeof event === 'function' ? event(before) : event;
+      const after = transition(before, e);
+      if (after instanceof FerryError) throw after;
+      if (after === before) return before;
+      await db().send(new TransactWriteCommand({ TransactItems: [{ Update: shareUpdate(before, after) }] }));
+      return written(before, after);
+    },
+    { retryable: (e) => isConditionFailure(e) || (e as { name?: string }).name === 'TransactionConflictException' },
+  ).catch((e) => {
+    if (isConditionFailure(e)) throw new ConcurrentModification(`Share ${id}`, e);
+    throw e;
+  });
+}
+
+export async function writeShareWith(before: Share, after: Share, others: TransactItem[]): Promise<Share> {
+  await db().send(new TransactWriteCommand({ TransactItems: [{ Update: shareUpdate(before, after) }, ...others] }));
+  return written(before, after);
+}
+
+export async function insertShare(s: Share): Promise<void> {
+  await db().send(
+    new TransactWriteCommand({
+      TransactItems: [
+        { Put: { TableName: tableName('share'), Item: { ...shareKey(s.id), ...shareGsi1(s), ...s }, ConditionExpression: 'attribute_not_exists(pk)' } },
+        // The type's share count moves with the share, so a type in use cannot be deleted (types.ts).
+        typeCountItem(s.shareTypeId, 1),
+      ],
+    }),
+  );
+}
+
+/** The pool update that gives back `gb` (condition: the pool holds at least that much). */
+export function releaseSharePoolItem(pool: string, gb: number): TransactItem {
+  return {
+    Update: {
+      TableName: tableName('share'),
+      Key: sharePoolKey(pool),
+      UpdateExpression: 'ADD allocatedGb :minus',
+      ConditionExpression: 'allocatedGb >= :gb',
+      ExpressionAttributeValues: { ':minus': -gb, ':gb': gb },
+    },
+  };
+}
+
+/** Removes the share record; it must hold no capacity and no backend share (the invariants of a gone share). */
+export async function removeShareRecord(before: Share, requireStatus?: string): Promise<void> {
+  await db().send(
+    new TransactWriteCommand({
+      TransactItems: [
+        {
+          Delete: {
+            TableName: tableName('share'),
+            Key: shareKey(before.id),
+            ConditionExpression: `#version = :expected AND (attribute_not_exists(#cap) OR #cap = :null)${requireStatus ? ' AND #status = :status' : ''}`,
+            ExpressionAttributeNames: { '#version': 'version', '#cap': 'capacity', ...(requireStatus ? { '#status': 'status' } : {}) },
+            ExpressionAttributeValues: { ':expected': before.version, ':null': null, ...(requireStatus ? { ':status': requireStatus } : {}) },
+          },
+        },
+        typeCountItem(before.shareTypeId, -1),
+      ],
+    }),
+  );
+}
+
+function typeCountItem(typeId: string, delta: number): TransactItem {
+  return {
+    Update: {
+      TableName: tableName('share'),
+      Key: shareTypeKey(typeId),
+      UpdateExpression: 'ADD shareCount :d',
+      ConditionExpression: 'attribute_exists(pk)',
+      ExpressionAttributeValues: { ':d': delta },
+    },
+  };
+}
+
+// ---- backends and pools ----------------------------------------------------------------------
+
+export async function listShareBackends(): Promise<ShareBackendConfig[]> {
+  const out = await db().send(
+    new QueryCommand({ TableName: tableName('share'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': 'SBACKENDS' } }),
+  );
+  return (out.Items ?? []).map((i) => i.config as ShareBackendConfig).sort((a, b) => a.host.localeCompare(b.host));
+}
+
+export async function getShareBackend(host: string): Promise<ShareBackendConfig> {
+  const out = await db().send(new GetCommand({ TableName: tableName('share'), Key: shareBackendKey(shareBackendOf(host)) }));
+  if (!out.Item) throw new NotFound(`Service ${shareBackendOf(host)} could not be found.`);
+  return out.Item.config as ShareBackendConfig;
+}
+
+export async function allocatedOnSharePool(poolHost: string): Promise<number> {
+  const out = await db().send(new GetCommand({ TableName: tableName('share'), Key: sharePoolKey(poolHost), ConsistentRead: true }));
+  return (out.Item?.allocatedGb as number | undefined) ?? 0;
+}
