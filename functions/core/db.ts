@@ -59,6 +59,11 @@ export function resetDynamoRequests(): void {
   requestsByCommand.clear();
 }
 
+/** The code of each item of a cancelled transaction, in order ([] for any other error). */
+export function cancellationCodes(e: unknown): (string | undefined)[] {
+  return ((e as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? []).map((r) => r.Code);
+}
+
 /** True when a DynamoDB error means a condition did not hold (plain or inside a transaction). */
 export function isConditionFailure(e: unknown): boolean {
   const name = (e as { name?: string })?.name;

@@ -7,7 +7,7 @@
  * The reservation is one transaction: the share's `capacity` (version condition) and an ADD on the
  * pool item conditioned on `allocatedGb <= totalGb - size`, so a pool is never over-allocated.
  */
-import { withRetries } from '../core/db.js';
+import { cancellationCodes, withRetries } from '../core/db.js';
 import { FerryError } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import type { ShareBackendConfig, SharePoolCapabilities } from '../drivers/share/driver.js';
@@ -86,9 +86,6 @@ export function reserveSharePoolItem(poolHost: string, gb: number, totalGb: numb
   };
 }
 
-function cancellationCodes(e: unknown): (string | undefined)[] {
-  return ((e as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? []).map((r) => r.Code);
-}
 
 /** Idempotent: a share already holding capacity is returned as it is. */
 export async function scheduleShare(shareId: string): Promise<Share> {

@@ -11,7 +11,7 @@
  */
 import { GetCommand, TransactWriteCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
 import type { AuthContext } from '../core/auth.js';
-import { db, isConditionFailure, listKind, queryAll, withRetries } from '../core/db.js';
+import { cancellationCodes, db, isConditionFailure, listKind, queryAll, withRetries } from '../core/db.js';
 import { BadRequest, ConcurrentModification, Conflict, FerryError, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import { backendOf } from './backends.js';
@@ -136,10 +136,7 @@ export async function writeVolumeWith(before: Volume, after: Volume, others: Tra
   return written(before, after);
 }
 
-/** The code of each item of a cancelled transaction, in order ([] for any other error). */
-export function cancellationCodes(e: unknown): (string | undefined)[] {
-  return ((e as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? []).map((r) => r.Code);
-}
+export { cancellationCodes };
 
 function cancellationItem(e: unknown, index: number): Record<string, unknown> | undefined {
   return (e as { CancellationReasons?: { Item?: Record<string, unknown> }[] }).CancellationReasons?.[index]?.Item;
