@@ -9,8 +9,8 @@
  *   multiattach volume each add their own map entries and all succeed, instead of serializing
  *   into version retries.
  */
-import { GetCommand, QueryCommand, ScanCommand, TransactWriteCommand, UpdateCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
-import { db } from '../core/db.js';
+import { GetCommand, TransactWriteCommand, UpdateCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
+import { db, queryAll, scanAll } from '../core/db.js';
 import { GSI1, tableName } from '../core/tables.js';
 import { volumeKey, type Volume } from '../volumes/model.js';
 import { ATTACHMENT_SK, attachmentFromItem, attachmentKey, attachmentToItem, projectAttachmentsGsi1pk, type Attachment } from './model.js';
@@ -175,39 +175,12 @@ export async function fenceHost(volumeId: string, host: string): Promise<'fenced
 
 /** Every live attachment of a project (the GSI), oldest first. */
 export async function queryProjectAttachments(projectId: string): Promise<Attachment[]> {
-  const out: Attachment[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const page = await db().send(
-      new QueryCommand({
-        TableName: table(),
-        IndexName: GSI1,
-        KeyConditionExpression: 'gsi1pk = :p',
-        ExpressionAttributeValues: { ':p': projectAttachmentsGsi1pk(projectId) },
-        ExclusiveStartKey: start,
-      }),
-    );
-    for (const item of page.Items ?? []) out.push(attachmentFromItem(item));
-    start = page.LastEvaluatedKey;
-  } while (start);
-  return out;
+  const items = await queryAll({ TableName: table(), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': projectAttachmentsGsi1pk(projectId) } });
+  return items.map(attachmentFromItem);
 }
 
 /** Every live attachment of every project (admin `all_tenants`). */
 export async function scanAllAttachments(): Promise<Attachment[]> {
-  const out: Attachment[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const page = await db().send(
-      new ScanCommand({
-        TableName: table(),
-        FilterExpression: 'sk = :sk AND attribute_not_exists(deleted)',
-        ExpressionAttributeValues: { ':sk': ATTACHMENT_SK },
-        ExclusiveStartKey: start,
-      }),
-    );
-    for (const item of page.Items ?? []) out.push(attachmentFromItem(item));
-    start = page.LastEvaluatedKey;
-  } while (start);
-  return out;
+  const items = await scanAll({ TableName: table(), FilterExpression: 'sk = :sk AND attribute_not_exists(deleted)', ExpressionAttributeValues: { ':sk': ATTACHMENT_SK } });
+  return items.map(attachmentFromItem);
 }

@@ -13,8 +13,8 @@
  * (frozen = false for freeze, replication_status in [...] for failover, ...), so two requests
  * racing for one backend cannot both pass; no read-then-write.
  */
-import { BatchGetCommand, BatchWriteCommand, DeleteCommand, GetCommand, PutCommand, QueryCommand, ScanCommand, TransactWriteCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
-import { db, isConditionFailure, withRetries } from '../core/db.js';
+import { BatchGetCommand, BatchWriteCommand, DeleteCommand, GetCommand, PutCommand, TransactWriteCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { db, isConditionFailure, queryAll, scanAll, withRetries } from '../core/db.js';
 import { FerryError, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import type { BackendConfig, BackendServiceState, DrillCopy } from '../drivers/volume/driver.js';
@@ -405,21 +405,12 @@ export async function finishOperation(id: string, status: 'succeeded' | 'failed'
 
 /** Every operation on a backend, newest first (the API shows the last; tests read them). */
 export async function listOperations(host: string): Promise<ReplicationOperation[]> {
-  const items: Record<string, unknown>[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const page = await db().send(
-      new ScanCommand({
-        TableName: tableName('volume'),
-        FilterExpression: 'sk = :op AND begins_with(pk, :prefix) AND #host = :host',
-        ExpressionAttributeNames: { '#host': 'host' },
-        ExpressionAttributeValues: { ':op': 'OP', ':prefix': 'REPLOP#', ':host': backendOf(host) },
-        ExclusiveStartKey: start,
-      }),
-    );
-    items.push(...(page.Items ?? []));
-    start = page.LastEvaluatedKey;
-  } while (start);
+  const items = await scanAll({
+    TableName: tableName('volume'),
+    FilterExpression: 'sk = :op AND begins_with(pk, :prefix) AND #host = :host',
+    ExpressionAttributeNames: { '#host': 'host' },
+    ExpressionAttributeValues: { ':op': 'OP', ':prefix': 'REPLOP#', ':host': backendOf(host) },
+  });
   return items.map(({ pk: _pk, sk: _sk, ...op }) => op as unknown as ReplicationOperation).sort((a, b) => b.createdAt.localeCompare(a.createdAt));
 }
 
@@ -440,22 +431,13 @@ export async function deleteDrillCopies(drillOperationId: string, batch: number)
 
 /** Every copy a drill recorded (the audit and tests read them). */
 export async function listDrillCopies(drillOperationId: string): Promise<DrillCopy[]> {
-  const out: DrillCopy[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const page = await db().send(
-      new QueryCommand({
-        TableName: tableName('volume'),
-        KeyConditionExpression: 'pk = :p AND begins_with(sk, :c)',
-        ExpressionAttributeValues: { ':p': operationKey(drillOperationId).pk, ':c': 'COPIES#' },
-        ConsistentRead: true,
-        ExclusiveStartKey: start,
-      }),
-    );
-    for (const i of page.Items ?? []) out.push(...((i.copies as DrillCopy[] | undefined) ?? []));
-    start = page.LastEvaluatedKey;
-  } while (start);
-  return out;
+  const items = await queryAll({
+    TableName: tableName('volume'),
+    KeyConditionExpression: 'pk = :p AND begins_with(sk, :c)',
+    ExpressionAttributeValues: { ':p': operationKey(drillOperationId).pk, ':c': 'COPIES#' },
+    ConsistentRead: true,
+  });
+  return items.flatMap((i) => (i.copies as DrillCopy[] | undefined) ?? []);
 }
 
 // ---- volumes of a backend -------------------------------------------------------------------------
@@ -474,26 +456,17 @@ export async function listVolumeIdsOnBackend(host: string): Promise<string[]> {
   const backend = backendOf(host);
   const segments = await Promise.all(
     Array.from({ length: SCAN_SEGMENTS }, async (_, segment) => {
-      const ids: string[] = [];
-      let start: Record<string, unknown> | undefined;
-      do {
-        const page = await db().send(
-          new ScanCommand({
-            TableName: tableName('volume'),
-            Segment: segment,
-            TotalSegments: SCAN_SEGMENTS,
-            ProjectionExpression: 'id',
-            FilterExpression: 'sk = :vol AND begins_with(#host, :prefix)',
-            ExpressionAttributeNames: { '#host': 'host' },
-            ExpressionAttributeValues: { ':vol': 'VOL', ':prefix': `${backend}#` },
-            ConsistentRead: true,
-            ExclusiveStartKey: start,
-          }),
-        );
-        for (const i of page.Items ?? []) ids.push(i.id as string);
-        start = page.LastEvaluatedKey;
-      } while (start);
-      return ids;
+      const items = await scanAll({
+        TableName: tableName('volume'),
+        Segment: segment,
+        TotalSegments: SCAN_SEGMENTS,
+        ProjectionExpression: 'id',
+        FilterExpression: 'sk = :vol AND begins_with(#host, :prefix)',
+        ExpressionAttributeNames: { '#host': 'host' },
+        ExpressionAttributeValues: { ':vol': 'VOL', ':prefix': `${backend}#` },
+        ConsistentRead: true,
+      });
+      return items.map((i) => i.id as string);
     }),
   );
   return segments.flat().sort();

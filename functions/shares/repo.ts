@@ -5,7 +5,7 @@
  */
 import { GetCommand, QueryCommand, TransactWriteCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
 import type { AuthContext } from '../core/auth.js';
-import { db, isConditionFailure, withRetries } from '../core/db.js';
+import { db, isConditionFailure, queryAll, scanAll, withRetries } from '../core/db.js';
 import { ConcurrentModification, FerryError, NotFound } from '../core/errors.js';
 import { GSI1, tableName } from '../core/tables.js';
 import type { ShareBackendConfig } from '../drivers/share/driver.js';
@@ -45,29 +45,12 @@ export async function getShareScoped(auth: AuthContext, id: string): Promise<Sha
 }
 
 export async function listShares(projectId?: string): Promise<Share[]> {
-  const items: Record<string, unknown>[] = [];
   if (projectId) {
-    let ExclusiveStartKey: Record<string, unknown> | undefined;
-    do {
-      const out = await db().send(
-        new QueryCommand({ TableName: tableName('share'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': `PROJ#${projectId}#SHARE` }, ExclusiveStartKey }),
-      );
-      items.push(...((out.Items ?? []) as Record<string, unknown>[]));
-      ExclusiveStartKey = out.LastEvaluatedKey;
-    } while (ExclusiveStartKey);
-    // The GSI is eventually consistent; re-read for current state.
-    const fresh = await Promise.all(items.map((i) => getShare(String(i.id))));
-    return fresh.filter((s): s is Share => !!s);
+    const items = await queryAll({ TableName: tableName('share'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': `PROJ#${projectId}#SHARE` } });
+    // The GSI projects whole items: like the volume listing, answer from it (a GetItem per share would multiply a list's cost).
+    return items.map(toShare).sort((a, b) => a.createdAt.localeCompare(b.createdAt));
   }
-  const { ScanCommand } = await import('@aws-sdk/lib-dynamodb');
-  let ExclusiveStartKey: Record<string, unknown> | undefined;
-  do {
-    const out = await db().send(
-      new ScanCommand({ TableName: tableName('share'), FilterExpression: 'sk = :s', ExpressionAttributeValues: { ':s': 'SHARE' }, ConsistentRead: true, ExclusiveStartKey }),
-    );
-    items.push(...((out.Items ?? []) as Record<string, unknown>[]));
-    ExclusiveStartKey = out.LastEvaluatedKey;
-  } while (ExclusiveStartKey);
+  const items = await scanAll({ TableName: tableName('share'), FilterExpression: 'sk = :s', ExpressionAttributeValues: { ':s': 'SHARE' }, ConsistentRead: true });
   return items.map(toShare).sort((a, b) => a.createdAt.localeCompare(b.createdAt));
 }
 

@@ -9,11 +9,11 @@
  * - name claim: pk `VTYPENAME#<name>`, sk `VTYPENAME`, `typeId`; put in the same transaction as the
  *               type, so two creates of one name cannot both succeed.
  */
-import { GetCommand, QueryCommand, TransactWriteCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, TransactWriteCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type RouteSpec } from '../core/api.js';
 import type { AuthContext } from '../core/auth.js';
-import { db, isConditionFailure } from '../core/db.js';
+import { db, isConditionFailure, queryAll } from '../core/db.js';
 import { BadRequest, Conflict, NotFound } from '../core/errors.js';
 import { allowed, registerPolicies } from '../core/policy.js';
 import { GSI1, tableName } from '../core/tables.js';
@@ -118,15 +118,7 @@ export async function visibleType(auth: AuthContext, idOrName: string, lookup: (
 }
 
 export async function listVolumeTypes(): Promise<VolumeType[]> {
-  const items: Record<string, unknown>[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const out = await db().send(
-      new QueryCommand({ TableName: tableName('volume'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': 'VTYPES' }, ExclusiveStartKey: start }),
-    );
-    items.push(...(out.Items ?? []));
-    start = out.LastEvaluatedKey;
-  } while (start);
+  const items = await queryAll({ TableName: tableName('volume'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': 'VTYPES' } });
   return items.map(toType);
 }
 

@@ -7,15 +7,16 @@ import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { GetCommand, PutCommand, ScanCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import type { AuthContext } from '../../functions/core/auth.js';
-import { db } from '../../functions/core/db.js';
+import { db, scanAll } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
 import type { BackendConfig, Connector } from '../../functions/drivers/volume/driver.js';
 import { clearDriverCache, driverForHost } from '../../functions/drivers/volume/registry.js';
 import { putBackend } from '../../functions/volumes/backends.js';
 import { volumeGsi1, volumeKey, type Volume } from '../../functions/volumes/model.js';
 import { claimKey } from '../../functions/volumes/repo.js';
+import { connectorFor, volumeFixture } from '../support/attachment-fixtures.js';
 import { useLocalDynamo } from '../support/dynamo.js';
 
 export const BACKEND = 'ferry@lvm-a';
@@ -24,16 +25,8 @@ export const VOLUME_HOST = `${BACKEND}#pool0`;
 export const DEMO_AUTH: AuthContext = { userId: 'demo', projectId: 'demo', isAdmin: false, roles: ['member', 'reader'] };
 export const ADMIN_AUTH: AuthContext = { userId: 'admin', projectId: 'admin', isAdmin: true, roles: ['admin', 'member', 'reader'] };
 
-export const connector = (host: string, extra: Partial<Connector> = {}): Connector => ({
-  initiator: `iqn.2004-10.org:${host}`,
-  ip: '10.0.0.5',
-  platform: 'x86_64',
-  host,
-  os_type: 'linux2',
-  multipath: false,
-  mountpoint: null,
-  ...extra,
-});
+/** A connector as Nova's hosts send it, with an initiator named after the host. */
+export const connector = (host: string, extra: Partial<Connector> = {}): Connector => connectorFor(host, { initiator: `iqn.2004-10.org:${host}`, ...extra });
 
 export interface AttachmentTestEnv {
   root: string;
@@ -67,38 +60,17 @@ export async function startAttachmentEnv(): Promise<AttachmentTestEnv> {
 export async function putVolume(overrides: Partial<Volume> = {}): Promise<Volume> {
   const id = overrides.id ?? randomUUID();
   const now = new Date().toISOString();
-  const volume: Volume = {
+  const volume = volumeFixture({
     id,
-    projectId: 'demo',
-    userId: 'demo',
     name: `vol-${id.slice(0, 8)}`,
-    description: null,
-    size: 1,
-    status: 'available',
-    attachStatus: 'detached',
-    previousStatus: null,
-    migrationStatus: null,
-    replicationStatus: null,
     volumeTypeId: 'type-default',
-    volumeTypeName: 'default',
-    multiattach: false,
-    bootable: false,
     host: VOLUME_HOST,
     backendName: `volume-${id}`,
-    providerLocation: null,
-    serviceUuid: null,
-    sharedTargets: false,
-    availabilityZone: 'nova',
-    metadata: {},
-    adminMetadata: {},
-    attachments: {},
-    instances: {},
-    connections: {},
     createdAt: now,
     updatedAt: now,
     version: 1,
     ...overrides,
-  };
+  });
   const driver = await driverForHost(VOLUME_HOST);
   await driver.createVolume({ backendName: volume.backendName, sizeGb: volume.size, pool: 'pool0' });
   await db().send(new PutCommand({ TableName: tableName('volume'), Item: { ...volumeKey(id), ...volumeGsi1(volume), ...volume } }));
@@ -114,22 +86,7 @@ export async function readVolume(id: string): Promise<Volume & Record<string, un
 
 /** Every attachment item of a volume, tombstones included (`deleted: true`). */
 export async function attachmentItems(volumeId: string): Promise<Record<string, unknown>[]> {
-  const items: Record<string, unknown>[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const page = await db().send(
-      new ScanCommand({
-        TableName: tableName('volume'),
-        FilterExpression: 'sk = :sk AND volumeId = :v',
-        ExpressionAttributeValues: { ':sk': 'ATT', ':v': volumeId },
-        ConsistentRead: true,
-        ExclusiveStartKey: start,
-      }),
-    );
-    items.push(...(page.Items ?? []));
-    start = page.LastEvaluatedKey;
-  } while (start);
-  return items;
+  return scanAll({ TableName: tableName('volume'), FilterExpression: 'sk = :sk AND volumeId = :v', ExpressionAttributeValues: { ':sk': 'ATT', ':v': volumeId }, ConsistentRead: true });
 }
 
 export const liveAttachmentItems = async (volumeId: string) => (await attachmentItems(volumeId)).filter((i) => !i.deleted);

@@ -9,10 +9,10 @@ import { randomUUID } from 'node:crypto';
 import { lstat, readdir, readlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ListExecutionsCommand } from '@aws-sdk/client-sfn';
-import { DeleteCommand, ScanCommand } from '@aws-sdk/lib-dynamodb';
+import { DeleteCommand } from '@aws-sdk/lib-dynamodb';
 import { completeAttachment, createAttachment, deleteAttachment, updateAttachment } from '../../functions/attachments/service.js';
 import type { AuthContext } from '../../functions/core/auth.js';
-import { db } from '../../functions/core/db.js';
+import { db, scanAll } from '../../functions/core/db.js';
 import { sfn, stateMachineArn } from '../../functions/core/executions.js';
 import { tableName } from '../../functions/core/tables.js';
 import type { Connector } from '../../functions/drivers/volume/driver.js';
@@ -95,16 +95,7 @@ const SCAN_SEGMENTS = 4;
 
 async function scanVolumeTable(into: Snapshot): Promise<void> {
   const segments = await Promise.all(
-    Array.from({ length: SCAN_SEGMENTS }, async (_, segment) => {
-      const items: Record<string, unknown>[] = [];
-      let start: Record<string, unknown> | undefined;
-      do {
-        const page = await db().send(new ScanCommand({ TableName: tableName('volume'), ConsistentRead: true, ExclusiveStartKey: start, Segment: segment, TotalSegments: SCAN_SEGMENTS }));
-        items.push(...(page.Items ?? []));
-        start = page.LastEvaluatedKey;
-      } while (start);
-      return items;
-    }),
+    Array.from({ length: SCAN_SEGMENTS }, (_, segment) => scanAll({ TableName: tableName('volume'), ConsistentRead: true, Segment: segment, TotalSegments: SCAN_SEGMENTS })),
   );
   for (const item of segments.flat().sort((a, b) => `${String(a.pk)}|${String(a.sk)}`.localeCompare(`${String(b.pk)}|${String(b.sk)}`))) {
     into.set(`table ${String(item.pk)}|${String(item.sk)}`, stableJson(item));
@@ -206,13 +197,7 @@ export async function settleExecutions(timeoutMs = 30_000): Promise<void> {
 export async function cleanUp(keep: { volumes: Set<string>; backendNames: Set<string>; types: Set<string> }): Promise<void> {
   await settleExecutions();
   const admin = authOf('admin', true);
-  const items: Record<string, unknown>[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const page = await db().send(new ScanCommand({ TableName: tableName('volume'), ConsistentRead: true, ExclusiveStartKey: start }));
-    items.push(...(page.Items ?? []));
-    start = page.LastEvaluatedKey;
-  } while (start);
+  const items = await scanAll({ TableName: tableName('volume'), ConsistentRead: true });
   const referenced = new Set<string>();
   for (const item of items) {
     if (item.sk !== 'VOL') continue;

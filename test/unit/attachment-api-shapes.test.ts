@@ -4,7 +4,7 @@ import type { Attachment } from '../../functions/attachments/model.js';
 import { attachmentFromItem, attachmentToItem } from '../../functions/attachments/model.js';
 import { parseCreateBody, parseUpdateBody } from '../../functions/attachments/routes.js';
 import { detailView, summaryView, summaryViewFromVolume } from '../../functions/attachments/views.js';
-import { connectorFor, INSTANCE_A, T0, T1, VOLUME_ID } from './attachment-fixtures.js';
+import { connectorFor, INSTANCE_A, T0, T1, VOLUME_ID } from '../support/attachment-fixtures.js';
 
 const ATT_ID = '33333333-3333-3333-3333-333333333333';
 

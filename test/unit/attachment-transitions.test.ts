@@ -14,7 +14,7 @@ import {
   volumeStateAfterDetach,
 } from '../../functions/attachments/transitions.js';
 import type { AttachmentSummary, Volume, VolumeStatus } from '../../functions/volumes/model.js';
-import { connectorFor, INSTANCE_A, INSTANCE_B, localConnection, T0, T1, VOLUME_ID, volumeFixture } from './attachment-fixtures.js';
+import { connectorFor, INSTANCE_A, INSTANCE_B, localConnection, T0, T1, VOLUME_ID, volumeFixture } from '../support/attachment-fixtures.js';
 
 const reserveA = (volume: Volume, extra: { mode?: 'rw' | 'ro'; instanceUuid?: string | null; id?: string } = {}) =>
   reserve(volume, { attachmentId: extra.id ?? 'att-1', instanceUuid: extra.instanceUuid === undefined ? INSTANCE_A : extra.instanceUuid, mode: extra.mode, now: T0 });

@@ -1,4 +1,4 @@
-import { mkdir, mkdtemp, open, readlink, rm, stat, truncate, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readlink, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,6 +9,7 @@ import { InvalidReplicationTarget, LocalVolumeDriver, connectionPath } from '../
 import { REPLICATION_CHUNK_BYTES, replicationDecision, replicationEngineFor, startReplicationLoop } from '../../functions/drivers/volume/local-replication.js';
 import { clearDriverCache, driverFor, replicationDriverFor } from '../../functions/drivers/volume/registry.js';
 import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
+import { readAt, writeAt } from '../support/files.js';
 
 const MIB = 1024 * 1024;
 const VOLUME_BYTES = 64 * MIB;
@@ -22,25 +23,6 @@ let primary: LocalVolumeDriver;
 
 const volume = (name: string): ReplicatedVolumeRef => ({ volumeId: `id-${name}`, backendName: name, sizeGb: 1 });
 
-async function writeAt(path: string, offset: number, data: string | Buffer): Promise<void> {
-  const fh = await open(path, 'r+');
-  try {
-    await fh.write(typeof data === 'string' ? Buffer.from(data) : data, 0, data.length, offset);
-  } finally {
-    await fh.close();
-  }
-}
-
-async function readAt(path: string, offset: number, length: number): Promise<string> {
-  const fh = await open(path, 'r');
-  try {
-    const buf = Buffer.alloc(length);
-    await fh.read(buf, 0, length, offset);
-    return buf.toString();
-  } finally {
-    await fh.close();
-  }
-}
 
 const primaryFile = (name: string) => join(primaryRoot, 'pool0', name);
 const replicaFile = (site: string, name: string) => join(site, 'pool0', name);

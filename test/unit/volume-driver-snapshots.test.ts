@@ -9,7 +9,7 @@ import {
 } from '@aws-sdk/client-ec2';
 import { mockClient } from 'aws-sdk-client-mock';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, open, rm, stat, truncate, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -19,28 +19,10 @@ import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
 import { LocalVolumeDriver, snapshotPath, volumeFilePath } from '../../functions/drivers/volume/local.js';
 import { clearDriverCache, driverFor, snapshotDriverFor } from '../../functions/drivers/volume/registry.js';
 import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
+import { readAt, writeAt } from '../support/files.js';
 
 const VOLUME_BYTES = 64 * 1024 * 1024;
 
-async function writeAt(path: string, offset: number, data: string): Promise<void> {
-  const fh = await open(path, 'r+');
-  try {
-    await fh.write(Buffer.from(data), 0, data.length, offset);
-  } finally {
-    await fh.close();
-  }
-}
-
-async function readAt(path: string, offset: number, length: number): Promise<string> {
-  const fh = await open(path, 'r');
-  try {
-    const buf = Buffer.alloc(length);
-    await fh.read(buf, 0, length, offset);
-    return buf.toString();
-  } finally {
-    await fh.close();
-  }
-}
 
 describe('local snapshots', () => {
   let base: string;
