@@ -27,6 +27,13 @@ export interface FunctionWiring {
   /** State machines this function starts (gets their ARNs in the environment and start permission). */
   starts?: StateMachineName[];
   usesBucket?: boolean;
+  /**
+   * Calls share drivers on the share storage: on AWS the function runs in the VPC with the share
+   * file system (EFS) mounted at `/mnt/ferry-shares`, where the share backends' roots are, and gets
+   * the copy worker's RunTask parameters (`FERRY_COPY_CLUSTER`, `FERRY_COPY_TASK_DEFINITION`,
+   * `FERRY_COPY_SUBNETS`, `FERRY_COPY_SECURITY_GROUPS`, `FERRY_COPY_CONTAINER`). No effect locally.
+   */
+  mountsShareStorage?: boolean;
   timeoutSeconds?: number;
   memoryMb?: number;
 }
@@ -69,6 +76,24 @@ export const STATE_MACHINES = [
     file: 'statemachines/share-delete.asl.json',
     description: 'Deletes a share on its backend, releases its capacity and removes its record (or error_deleting).',
     functions: ['share-steps'],
+  },
+  {
+    name: 'share-migration-start',
+    file: 'statemachines/share-migration-start.asl.json',
+    description: 'Phase 1 of a share migration: driver-assisted (migration_start, then migration_continue in a bounded Wait loop) or host-assisted (read-only source, destination, data node access, the copy worker as an ECS task); cancel and every failure undo exactly what was made.',
+    functions: ['migration-steps'],
+  },
+  {
+    name: 'share-migration-complete',
+    file: 'statemachines/share-migration-complete.asl.json',
+    description: 'Phase 2 of a share migration (migration_complete): rules onto the destination, the share flips to it, the source is deleted with its capacity, migration_success.',
+    functions: ['migration-steps'],
+  },
+  {
+    name: 'share-migration-cancel',
+    file: 'statemachines/share-migration-cancel.asl.json',
+    description: 'migration_cancel after phase 1 ended (or of what a failed migration left): removes the destination, restores the source rules, migration_cancelled.',
+    functions: ['migration-steps'],
   },
 ] as const satisfies readonly StateMachineWiring[];
 
@@ -124,7 +149,8 @@ export const FUNCTIONS: FunctionWiring[] = [
     httpPrefix: '/share',
     publicPaths: ['/share', '/share/v2'],
     tables: ['share'],
-    starts: ['share-create', 'share-delete'],
+    mountsShareStorage: true,
+    starts: ['share-create', 'share-delete', 'share-migration-start', 'share-migration-complete', 'share-migration-cancel'],
     timeoutSeconds: 29,
   },
   {
@@ -134,7 +160,20 @@ export const FUNCTIONS: FunctionWiring[] = [
     export: 'handler',
     description: 'Step handlers of the share machines (schedule, create on backend, mark available, rollback, delete).',
     tables: ['share'],
+    mountsShareStorage: true,
     timeoutSeconds: 120,
+  },
+  {
+    name: 'migration-steps',
+    kind: 'step',
+    entry: 'functions/migration/steps.ts',
+    export: 'handler',
+    description: 'Step handlers of the share migration machines (begin, reserve destination, driver start/continue/complete, host-assisted prepare and copy bookkeeping, flip, delete the retired source, cleanup).',
+    tables: ['share'],
+    mountsShareStorage: true,
+    // migration_complete of the local driver runs a final sync pass: minutes for a large share.
+    timeoutSeconds: 900,
+    memoryMb: 1024,
   },
 ];
 

@@ -1,12 +1,14 @@
 /**
  * The Manila v2 REST API (share-api in functions/wiring.ts): version discovery, shares, share
  * types, share networks, access rules, export locations, share instances, services and scheduler
- * pools. Echoes `X-OpenStack-Manila-API-Experimental: True` when the request was experimental
+ * pools, and the share migration actions (functions/migration). Echoes `X-OpenStack-Manila-API-Experimental: True` when the request was experimental
  * (reference §1.1); the version and `Vary` echoes come from createApiHandler.
  */
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import { createApiHandler } from '../core/api.js';
 import { SHARE_VERSIONS } from '../core/microversion.js';
+// Registers the migration actions (migration_start, ..., reset_task_state) of POST /shares/{id}/action.
+import '../migration/api.js';
 import { accessRoutes } from '../shares/access.js';
 import { shareNetworkRoutes } from '../shares/networks.js';
 import { isExperimental, shareRoutes } from '../shares/routes.js';

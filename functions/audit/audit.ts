@@ -17,8 +17,10 @@ import type { DrillState } from '../replication/repo.js';
 import type { Snapshot } from '../snapshots/model.js';
 import type { ShareBackendConfig } from '../drivers/share/driver.js';
 import { shareDriverFor } from '../drivers/share/registry.js';
-import { rulesForDriver } from '../shares/access.js';
-import { backendShareName, shareBackendOf } from '../shares/model.js';
+import type { DriverAccessRule } from '../drivers/share/driver.js';
+import { destinationRules, sourceRules } from '../migration/access.js';
+import { heldByMigration } from '../migration/transitions.js';
+import { backendShareName, BUSY_TASK_STATES, shareBackendOf, type HeldShareCapacity, type Share } from '../shares/model.js';
 import { toShare } from '../shares/repo.js';
 import { backendOf, listBackendRecords } from '../volumes/backends.js';
 import type { Volume } from '../volumes/model.js';
@@ -289,13 +291,47 @@ export async function runAudit(options: AuditOptions = {}): Promise<AuditReport>
   };
 }
 
-/** Shares: pool allocations match what shares hold; every share's directory exists; every directory has its share; the driver's rules are the share's. */
+/**
+ * Shares: pool allocations match what shares (and their migrations' destination and retired
+ * instances) hold; every instance's directory exists; every directory has its instance; the
+ * driver's rules are what the share (and its migration: read-only cast, data node) says; no copy
+ * record outlives its migration; no finished migration still holds anything.
+ */
 async function auditShares(now: number, stuckMs: number, find: (kind: string, resource: string, detail: string) => void): Promise<Record<string, number>> {
   const items = await scanAll({ TableName: tableName('share'), ConsistentRead: true });
   const shares = items.filter((i) => i.sk === 'SHARE').map((i) => toShare(i));
   const backends = items.filter((i) => i.sk === 'SBACKEND').map((i) => i.config as ShareBackendConfig);
+
+  /** Every instance a share record holds, with what the backend should have for it. */
+  interface HeldInstance {
+    share: Share;
+    role: 'share' | 'migration destination' | 'retired source';
+    id: string;
+    host: string | null;
+    owns: boolean;
+    creating: boolean;
+    capacity: HeldShareCapacity | null;
+    /** The rules its backend must hold; undefined = not checked (in the middle of a migration step). */
+    rules?: DriverAccessRule[];
+  }
+  const instances: HeldInstance[] = [];
+  for (const s of shares) {
+    instances.push({ share: s, role: 'share', id: s.instanceId, host: s.host, owns: s.ownsBackendShare, creating: s.status === 'creating', capacity: s.capacity, rules: s.status === 'deleting' ? undefined : sourceRules(s) });
+    const m = s.migration;
+    if (m?.destination) {
+      const d = m.destination;
+      // Before phase 2 the destination holds only the data node's rule; during phase 2 the share's rules arrive.
+      const rules = s.taskState === 'migration_completing' || s.status === 'error' ? undefined : destinationRules(s);
+      instances.push({ share: s, role: 'migration destination', id: d.id, host: d.host, owns: d.ownsBackendShare, creating: false, capacity: d.capacity, rules });
+    }
+    if (m?.retired) instances.push({ share: s, role: 'retired source', id: m.retired.id, host: m.retired.host, owns: m.retired.ownsBackendShare, creating: false, capacity: m.retired.capacity });
+    if (m && (m.error || !s.taskState || ['migration_success', 'migration_error', 'migration_cancelled'].includes(s.taskState))) {
+      find('migration-leftovers', `share ${s.id}`, `migration ${m.id} ended (${s.taskState}) but still holds: ${heldByMigration(m).join(', ') || 'its record'}${m.error ? ` (${m.error})` : ''}`);
+    }
+  }
+
   const held = new Map<string, number>();
-  for (const s of shares) if (s.capacity) held.set(s.capacity.pool, (held.get(s.capacity.pool) ?? 0) + s.capacity.gb);
+  for (const i of instances) if (i.capacity) held.set(i.capacity.pool, (held.get(i.capacity.pool) ?? 0) + i.capacity.gb);
   const pools = items.filter((i) => i.sk === 'SPOOL');
   for (const p of pools) {
     const pool = String(p.pk).slice('SPOOL#'.length);
@@ -309,6 +345,17 @@ async function auditShares(now: number, stuckMs: number, find: (kind: string, re
   for (const s of shares) {
     if (['creating', 'deleting'].includes(s.status) && now - Date.parse(s.updatedAt) > stuckMs) find('stuck-share', `share ${s.id}`, `${s.status} since ${s.updatedAt}`);
   }
+  // A type's share count (which keeps a type in use from being deleted) moves with the shares, also when a migration retypes one.
+  for (const t of items.filter((i) => i.sk === 'STYPE')) {
+    const counted = Number(t.shareCount ?? 0);
+    const actual = shares.filter((s) => s.shareTypeId === t.id).length;
+    if (counted !== actual) find('share-type-count-mismatch', `share type ${String(t.name)}`, `counts ${counted} shares, ${actual} use it`);
+  }
+  const copyIds = new Set(shares.map((s) => s.migration?.copyOperationId).filter(Boolean));
+  for (const c of items.filter((i) => i.sk === 'COPY')) {
+    if (!copyIds.has(String(c.operationId))) find('orphan-copy-record', `copy operation ${String(c.operationId)}`, `a ${String(c.status)} copy record no migration refers to`);
+  }
+
   let backendShares = 0;
   for (const b of backends) {
     const driver = shareDriverFor(b);
@@ -321,22 +368,24 @@ async function auditShares(now: number, stuckMs: number, find: (kind: string, re
     }
     backendShares += listed.length;
     const onBackend = new Set(listed.map((x) => x.name));
-    const mine = shares.filter((s) => s.host && shareBackendOf(s.host) === b.host);
-    const expected = new Set(mine.filter((s) => s.ownsBackendShare || s.status === 'creating').map((s) => backendShareName(s.instanceId)));
+    const mine = instances.filter((i) => i.host && shareBackendOf(i.host) === b.host);
+    const expected = new Set(mine.filter((i) => i.owns || i.creating).map((i) => backendShareName(i.id)));
     for (const name of onBackend) if (!expected.has(name)) find('orphan-backend-share', `${b.host} ${name}`, 'a share directory no share record holds');
-    for (const s of mine) {
-      const name = backendShareName(s.instanceId);
-      if (s.ownsBackendShare && !onBackend.has(name)) {
-        find('missing-backend-share', `share ${s.id}`, `its backend share ${name} is not on ${b.host}`);
+    for (const i of mine) {
+      const name = backendShareName(i.id);
+      const what = i.role === 'share' ? `share ${i.share.id}` : `share ${i.share.id} (${i.role} ${i.id})`;
+      if (i.owns && !onBackend.has(name)) {
+        // A migration step records the destination as owned just before the backend makes it.
+        if (i.role === 'share' || !BUSY_TASK_STATES.includes(i.share.taskState as never)) find('missing-backend-share', what, `its backend share ${name} is not on ${b.host}`);
         continue;
       }
-      if (!s.ownsBackendShare || s.status === 'deleting') continue;
-      const want = JSON.stringify(rulesForDriver(s));
+      if (!i.owns || !i.rules) continue;
+      const want = JSON.stringify(i.rules);
       const got = JSON.stringify(await driver.getAccess(name));
-      if (want !== got && Object.values(s.accessRules).every((r) => r.state === 'active')) find('share-access-mismatch', `share ${s.id}`, `the backend holds rules ${got}, the share ${want}`);
+      if (want !== got && Object.values(i.share.accessRules).every((r) => r.state === 'active')) find('share-access-mismatch', what, `the backend holds rules ${got}, the share ${want}`);
     }
   }
-  return { shares: shares.length, 'share backends': backends.length, 'backend shares': backendShares };
+  return { shares: shares.length, 'share backends': backends.length, 'backend shares': backendShares, 'share migrations': shares.filter((s) => s.migration).length };
 }
 
 function sortKeys(o: Record<string, number>): Record<string, number> {

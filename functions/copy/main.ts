@@ -9,17 +9,68 @@
  *   FERRY_COPY_PROGRESS_INTERVAL_MS   optional, default 500
  *   FERRY_COPY_THREADS            optional, default min(4, max(2, cores))
  *   FERRY_COPY_BYTES_PER_SECOND   optional rate limit, default none
+ *   FERRY_COPY_EXIT_WITH_PARENT   1 = exit at once when the parent process is gone (local child
+ *                                 process only; unset on AWS)
+ *   FERRY_FAULTS                  faults to inject (functions/drivers/faults.ts), e.g. kind 'copy',
+ *                                 method 'copy_file'
  *   FERRY_DYNAMODB_ENDPOINT, FERRY_TABLE_SHARE (or FERRY_TABLE_PREFIX), AWS_REGION as everywhere
  *
  * Exit codes: 0 completed (or already completed), 1 failed, 2 bad configuration, 3 cancelled,
- * 4 superseded by a newer worker. The final state is in the operation record either way.
+ * 4 superseded by a newer worker, 5 parent gone (FERRY_COPY_EXIT_WITH_PARENT). The final state is
+ * in the operation record, except after 2, 4 and 5 (after 5 the record stays running; the next
+ * worker resumes it).
  */
+import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import { logger } from '../core/logger.js';
 import { runCopyOperation } from './worker.js';
 
-export const EXIT_CODES = { completed: 0, failed: 1, badConfiguration: 2, cancelled: 3, superseded: 4 } as const;
+export const EXIT_CODES = { completed: 0, failed: 1, badConfiguration: 2, cancelled: 3, superseded: 4, parentGone: 5 } as const;
+
+/** How often FERRY_COPY_EXIT_WITH_PARENT looks for the parent. */
+export const PARENT_CHECK_INTERVAL_MS = 200;
+
+/**
+ * The parent's pid now. Node's process.ppid is fixed at start, so read the live value from
+ * /proc/self/stat (the field after the state); where /proc is missing, undefined.
+ */
+export function currentParentPid(): number | undefined {
+  try {
+    const stat = readFileSync('/proc/self/stat', 'utf8');
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    return Number.isInteger(ppid) ? ppid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Calls `onGone` once when the parent process is gone (this process was re-parented: the pid
+ * differs from the one at start, or, without /proc, the parent no longer exists). Checks every
+ * PARENT_CHECK_INTERVAL_MS on an unref'd timer. Returns the function that stops watching.
+ */
+export function watchParent(onGone: () => void, intervalMs = PARENT_CHECK_INTERVAL_MS): () => void {
+  const parent = currentParentPid() ?? process.ppid;
+  const timer = setInterval(() => {
+    const now = currentParentPid();
+    let gone: boolean;
+    if (now !== undefined) gone = now !== parent;
+    else {
+      try {
+        process.kill(parent, 0);
+        gone = false;
+      } catch (e) {
+        gone = (e as NodeJS.ErrnoException).code === 'ESRCH';
+      }
+    }
+    if (!gone) return;
+    clearInterval(timer);
+    onGone();
+  }, intervalMs);
+  timer.unref();
+  return () => clearInterval(timer);
+}
 
 const envSchema = z.object({
   FERRY_COPY_OPERATION_ID: z.string().regex(/^[A-Za-z0-9._-]{1,128}$/, 'letters, digits, . _ - (it names the journal file)'),
@@ -28,6 +79,7 @@ const envSchema = z.object({
   FERRY_COPY_PROGRESS_INTERVAL_MS: z.coerce.number().int().positive().optional(),
   FERRY_COPY_THREADS: z.coerce.number().int().positive().max(64).optional(),
   FERRY_COPY_BYTES_PER_SECOND: z.coerce.number().int().nonnegative().optional(),
+  FERRY_COPY_EXIT_WITH_PARENT: z.enum(['0', '1', '']).optional(),
 });
 
 export async function main(env: NodeJS.ProcessEnv = process.env): Promise<number> {
@@ -38,6 +90,24 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<number
     return EXIT_CODES.badConfiguration;
   }
   const config = parsed.data;
+  // A local child process must not outlive the stack that started it: after a kill -9 of the
+  // stack, the restarted stack's new worker resumes the copy, and an orphan still writing into the
+  // same destination would race it. Exits without a final write (the record stays running).
+  const stopWatching =
+    config.FERRY_COPY_EXIT_WITH_PARENT === '1'
+      ? watchParent(() => {
+          logger.warn('copy worker: parent process gone; exiting', { operationId: config.FERRY_COPY_OPERATION_ID });
+          process.exit(EXIT_CODES.parentGone);
+        })
+      : () => undefined;
+  try {
+    return await runOperation(config);
+  } finally {
+    stopWatching();
+  }
+}
+
+async function runOperation(config: z.infer<typeof envSchema>): Promise<number> {
   const outcome = await runCopyOperation({
     operationId: config.FERRY_COPY_OPERATION_ID,
     source: config.FERRY_COPY_SOURCE,

@@ -27,6 +27,7 @@ import { fileURLToPath } from 'node:url';
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { logger } from '../core/logger.js';
 import { db } from '../core/db.js';
+import { hasFaultsOfKind, withFaults } from '../drivers/faults.js';
 import { CopyFailed, CopyLeaseLost } from './errors.js';
 import type { FileCopied, FileTask } from './file-copy.js';
 import { Journal, journalName, type JournalEntry } from './journal.js';
@@ -266,6 +267,29 @@ function finishedEarlier(file: PlannedFile, entry: JournalEntry | undefined, des
   return drift <= MTIME_TOLERANCE_NS && drift >= -MTIME_TOLERANCE_NS;
 }
 
+/** Fault kind and method of the worker's fault point (functions/drivers/faults.ts), checked before each file. */
+export const COPY_FAULT_KIND = 'copy';
+export const COPY_FAULT_METHOD = 'copy_file';
+
+/**
+ * The fault point: `copy_file(rel)` through withFaults, the fault's backend being the operation id.
+ * Returns undefined when no fault applies (the common case costs one array scan, no log entry), or
+ * the fault's promise: it rejects for `fail` / `fail-after`, never settles for `hang` until the
+ * fault is cleared in this process.
+ */
+function fileFaultPoint(operationId: string): (rel: string) => Promise<unknown> | undefined {
+  const point = withFaults(COPY_FAULT_KIND, operationId, {
+    [COPY_FAULT_METHOD](_rel: string): void {
+      // The real work happens in a copy thread; this only gives faults a place to act.
+    },
+  });
+  return (rel) => {
+    if (!hasFaultsOfKind(COPY_FAULT_KIND)) return undefined;
+    const result = point[COPY_FAULT_METHOD](rel) as unknown;
+    return result instanceof Promise ? result : undefined;
+  };
+}
+
 /** Largest first, then small files in batches: the big ones start early and the tail is short. */
 function makeBatches(tasks: { task: FileTask; size: number }[]): FileTask[][] {
   tasks.sort((a, b) => b.size - a.size);
@@ -310,10 +334,15 @@ export async function copyTree(options: CopyTreeOptions): Promise<CopyTreeResult
   }
   const progress: CopyProgress = { bytesTotal: plan.bytesTotal, filesTotal: plan.filesTotal, bytesDone: 0, filesDone: 0, filesResumed: 0 };
   let stopReason: StopReason | undefined;
+  let resolveStopped!: () => void;
+  /** Settles when the copy is told to stop: a lane held by a hang fault lets go then. */
+  const stopped = new Promise<void>((resolve) => (resolveStopped = resolve));
   const stop = (reason: StopReason) => {
     stopReason ??= reason;
     threads?.requestStop();
+    resolveStopped();
   };
+  const faultPoint = fileFaultPoint(operationId);
   const onAbort = () => stop({ kind: 'cancelled' });
   if (options.signal?.aborted) onAbort();
   options.signal?.addEventListener('abort', onAbort, { once: true });
@@ -412,14 +441,45 @@ export async function copyTree(options: CopyTreeOptions): Promise<CopyTreeResult
         }
         journal!.append(entries);
       };
+      const runBatch = async (thread: number, batch: FileTask[]): Promise<void> => {
+        const reply = await threads!.run(thread, batch);
+        finished(reply.copied);
+        if (reply.outcome === 'failed') {
+          const error = new CopyFailed(reply.error.message, { context: reply.error.context });
+          error.name = reply.error.name;
+          stop({ kind: 'failed', error });
+        }
+      };
       const feed = async (thread: number): Promise<void> => {
         while (next < batches.length && !stopReason) {
-          const reply = await threads!.run(thread, batches[next++]!);
-          finished(reply.copied);
-          if (reply.outcome === 'failed') {
-            const error = new CopyFailed(reply.error.message, { context: reply.error.context });
-            error.name = reply.error.name;
-            stop({ kind: 'failed', error });
+          let batch = batches[next++]!;
+          // The fault point, before each file: the files ahead of a faulted one go as a batch, then
+          // the fault acts (fail stops the copy naming the file; hang holds this lane until the
+          // fault is cleared or the copy stops), then the rest of the batch follows.
+          let checkFrom = 0;
+          while (batch.length > 0 && !stopReason) {
+            let cut = batch.length;
+            let fault: Promise<unknown> | undefined;
+            for (let i = checkFrom; i < batch.length; i++) {
+              fault = faultPoint(batch[i]!.rel);
+              if (fault) {
+                cut = i;
+                break;
+              }
+            }
+            if (cut > 0) await runBatch(thread, batch.slice(0, cut));
+            if (!fault) break;
+            const rel = batch[cut]!.rel;
+            fault.catch(() => undefined);
+            if (stopReason) break;
+            try {
+              await Promise.race([fault, stopped]);
+            } catch (e) {
+              stop({ kind: 'failed', error: new CopyFailed(`Cannot copy ${rel}: ${(e as Error)?.message ?? e}`, { cause: e, context: { file: rel } }) });
+              break;
+            }
+            batch = batch.slice(cut);
+            checkFrom = 1;
           }
         }
       };

@@ -109,6 +109,24 @@ export function faultsForEnv(): string {
   );
 }
 
+/**
+ * The active faults of one kind as a FERRY_FAULTS value (e.g. the copy faults for a copy worker
+ * child process); '[]' when there are none. The child gets copies: its calls do not count down
+ * this process's faults.
+ */
+export function faultsOfKindForEnv(kind: string): string {
+  return JSON.stringify(
+    faults
+      .filter((f) => f.kind === kind)
+      .map(({ kind, backend, method, mode, remaining, message }) => ({ kind, backend, method, mode, times: remaining, message })),
+  );
+}
+
+/** True when any fault of this kind is active: a cheap guard before intercepting a hot path. */
+export function hasFaultsOfKind(kind: string): boolean {
+  return faults.some((f) => f.kind === kind);
+}
+
 /** Takes the first matching fault and counts it down; a fault that reaches 0 stops matching. */
 function takeFault(kind: string, backend: string, method: string): Fault | undefined {
   const i = faults.findIndex(

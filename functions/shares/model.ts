@@ -108,9 +108,65 @@ export interface Share {
   /** rule id -> rule */
   accessRules: Record<string, AccessRule>;
   errorReason: string | null;
+  /** The migration under way (functions/migration); null when none runs. */
+  migration: ShareMigration | null;
   createdAt: string;
   updatedAt: string;
   version: number;
+}
+
+/**
+ * A second instance of a share during a migration: the destination (Manila's `migrating_to`
+ * instance) until phase 2 flips it, and afterwards the retired source (`inactive`) until its
+ * backend share and capacity are gone. Kept on the share item so every step is one conditional
+ * write and the audit sees what a migration holds.
+ */
+export interface MigrationInstance {
+  id: string;
+  /** `host@backend#pool` */
+  host: string;
+  status: ShareStatus;
+  exportLocations: string[];
+  /** Capacity reserved on `host`'s pool; null once released (or not yet reserved). */
+  capacity: HeldShareCapacity | null;
+  /** True from just before the backend share can exist until it is deleted. */
+  ownsBackendShare: boolean;
+}
+
+export type MigrationApproach = 'driver' | 'host';
+
+/** The state of one migration (reference §1.6-§1.9): flags, the two instances, what is held. */
+export interface ShareMigration {
+  /** Names the executions and the copy operation. */
+  id: string;
+  /** The requested `host@backend#pool`. */
+  destinationHost: string;
+  newShareTypeId: string | null;
+  newShareNetworkId: string | null;
+  writable: boolean;
+  preserveMetadata: boolean;
+  nondisruptive: boolean;
+  preserveSnapshots: boolean;
+  forceHostAssisted: boolean;
+  /** Decided by phase 1: driver-assisted, or host-assisted (forced or fallback). */
+  approach: MigrationApproach | null;
+  /** The destination instance (phase 1 and 2); null before it is recorded. */
+  destination: MigrationInstance | null;
+  /** The source instance after phase 2 flipped the share to the destination, until it is deleted. */
+  retired: MigrationInstance | null;
+  /** Manila's cast_rules_to_readonly on the source instance. */
+  readOnlyCast: boolean;
+  /** The data node's access rule is on both instances (host-assisted copy). */
+  dataNodeAccess: boolean;
+  /** The copy operation record (COPY#<id>) of the host-assisted copy. */
+  copyOperationId: string | null;
+  copyAttempts: number;
+  /** migration_continue polls made (bounded). */
+  driverPolls: number;
+  /** migration_cancel asked while phase 1 runs; the phase 1 machine acts on it. */
+  cancelRequested: boolean;
+  startedAt: string;
+  error: string | null;
 }
 
 export interface ShareType {

@@ -23,6 +23,7 @@ export function toShare(item: Record<string, unknown>): Share {
   s.exportLocations ??= [];
   s.metadata ??= {};
   s.taskState ??= null;
+  s.migration ??= null;
   return s;
 }
 
@@ -87,11 +88,15 @@ const written = (before: Share, after: Share): Share => ({ ...after, version: be
 
 /** Read, apply the event, write with a version condition; a lost race re-reads and re-applies. */
 export async function updateShare(id: string, event: ShareEvent | ((s: Share) => ShareEvent)): Promise<Share> {
+  return updateShareBy(id, (before) => transition(before, typeof event === 'function' ? event(before) : event));
+}
+
+/** updateShare with any pure transition (the migration's, functions/migration/transitions.ts). */
+export async function updateShareBy(id: string, apply: (s: Share) => Share | FerryError): Promise<Share> {
   return withRetries(
     async () => {
       const before = await getShareOrThrow(id);
-      const e = typeof event === 'function' ? event(before) : event;
-      const after = transition(before, e);
+      const after = apply(before);
       if (after instanceof FerryError) throw after;
       if (after === before) return before;
       await db().send(new TransactWriteCommand({ TransactItems: [{ Update: shareUpdate(before, after) }] }));
@@ -154,7 +159,8 @@ export async function removeShareRecord(before: Share, requireStatus?: string): 
   );
 }
 
-function typeCountItem(typeId: string, delta: number): TransactItem {
+/** The share type's share count moves with its shares (a migration that retypes a share moves it too). */
+export function typeCountItem(typeId: string, delta: number): TransactItem {
   return {
     Update: {
       TableName: tableName('share'),

@@ -21,7 +21,7 @@ import { getShareOrThrow, getShareScoped, insertShare, listShareBackends, listSh
 import { DEFAULT_SHARE_AZ, freeShareGb, gatherSharePools } from './scheduler.js';
 import { DEFAULT_SHARE_TYPE, getShareTypeByName, getShareTypeByNameOrId } from './types.js';
 import { body, isObject, metadataOf, optionalText, protoOf, sizeOf, strictBool } from './validation.js';
-import { exportLocationId, exportLocationView, shareDetail, shareInstanceView, shareSummary, shareViewContext } from './views.js';
+import { exportLocationId, exportLocationView, shareDetail, shareInstanceViews, shareSummary, shareViewContext } from './views.js';
 
 registerPolicies({
   'share:create': '@',
@@ -49,7 +49,14 @@ export interface ShareActionSpec {
   /** Needs `X-OpenStack-Manila-API-Experimental: true`; without it the action is a bare 404 (reference §1.1). */
   experimental?: boolean;
   /** The handler authorizes itself (against the share). */
-  handler: (req: ApiRequest, share: Share, value: unknown) => Promise<ApiResponse>;
+  handler?: (req: ApiRequest, share: Share, value: unknown) => Promise<ApiResponse>;
+  /**
+   * Checked before the share is looked up (upstream's controller-level authorize, so a denied
+   * caller gets 403 even for a share that does not exist); such actions use `byId`.
+   */
+  policy?: string;
+  /** A handler that looks the share up itself (its not-found message differs per action). */
+  byId?: (req: ApiRequest, shareId: string, value: unknown) => Promise<ApiResponse>;
 }
 
 /** Action key -> spec (several specs per key for several version ranges). */
@@ -89,8 +96,10 @@ async function action(req: ApiRequest) {
   if (!specs) throw new BadRequest(`There is no such action: ${key}`);
   const spec = specs.find((s) => inRange(req, s) && (!s.experimental || isExperimental(req.event.headers)));
   if (!spec) throw new NotFound();
+  if (spec.policy) authorize(req.auth, spec.policy);
+  if (spec.byId) return spec.byId(req, req.params.id!, b[key]);
   const share = await getShareScoped(req.auth, req.params.id!);
-  return spec.handler(req, share, b[key]);
+  return spec.handler!(req, share, b[key]);
 }
 
 // ---- create ---------------------------------------------------------------------------------
@@ -170,6 +179,7 @@ export async function recordNewShare(auth: AuthContext, r: CreateShareRequest, i
     ownsBackendShare: false,
     accessRules: {},
     errorReason: null,
+    migration: null,
     createdAt: at,
     updatedAt: at,
     version: 1,
@@ -278,18 +288,18 @@ async function exportLocation(req: ApiRequest) {
 
 async function instances(req: ApiRequest) {
   const ctx = shareViewContext(req);
-  return json(200, { share_instances: (await listShares()).map((s) => shareInstanceView(ctx, s)) });
+  return json(200, { share_instances: (await listShares()).flatMap((s) => shareInstanceViews(ctx, s)) });
 }
 
 async function instance(req: ApiRequest) {
-  const s = (await listShares()).find((x) => x.instanceId === req.params.id);
-  if (!s) throw new NotFound(`Share instance ${req.params.id} could not be found.`);
-  return json(200, { share_instance: shareInstanceView(shareViewContext(req), s) });
+  const view = (await listShares()).flatMap((s) => shareInstanceViews(shareViewContext(req), s)).find((v) => v.id === req.params.id);
+  if (!view) throw new NotFound(`Share instance ${req.params.id} could not be found.`);
+  return json(200, { share_instance: view });
 }
 
 async function instancesOfShare(req: ApiRequest) {
   const s = await getShareOrThrow(req.params.id!);
-  return json(200, { share_instances: [shareInstanceView(shareViewContext(req), s)] });
+  return json(200, { share_instances: shareInstanceViews(shareViewContext(req), s) });
 }
 
 // ---- services / pools ------------------------------------------------------------------------

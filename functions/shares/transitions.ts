@@ -64,6 +64,7 @@ export function transition(s: Share, e: ShareEvent): Share | FerryError {
     case 'begin-delete':
       if (e.resume && s.status === 'deleting') return s;
       if (isBusy(s)) return new InvalidShare(`Share ${s.id} is busy as part of an active task: ${s.taskState}.`);
+      if (s.migration) return new InvalidShare(`Share ${s.id} still holds what a migration left (${s.migration.error ?? 'its record'}); run migration_cancel first.`);
       if (!(DELETABLE_STATUSES as readonly string[]).includes(s.status) && s.status !== 'error_deleting') {
         return new InvalidShare(`Share status must be one of ${DELETABLE_STATUSES.map((x) => `'${x}'`).join(', ')}, 'error_deleting'. Current status is ${s.status}.`);
       }

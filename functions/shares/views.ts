@@ -134,6 +134,18 @@ export function accessListEntry(ctx: ShareViewContext, s: Share, r: AccessRule):
   return view;
 }
 
+/** Every instance of a share: its own, plus a migration's destination (`migrating_to`) or retired source (`inactive`). */
+export function shareInstanceViews(ctx: ShareViewContext, s: Share): Record<string, unknown>[] {
+  const views = [shareInstanceView(ctx, s)];
+  for (const other of [s.migration?.destination, s.migration?.retired]) {
+    if (!other) continue;
+    const view = shareInstanceView(ctx, { ...s, instanceId: other.id, host: other.host, status: other.status, exportLocations: other.exportLocations, migration: null });
+    if (ctx.version.atLeast('2.54')) view.progress = other.status === 'available' ? '100%' : other.status === 'migrating_to' ? '0%' : null;
+    views.push(view);
+  }
+  return views;
+}
+
 export function shareInstanceView(ctx: ShareViewContext, s: Share): Record<string, unknown> {
   const view: Record<string, unknown> = {
     id: s.instanceId,
@@ -154,7 +166,7 @@ export function shareInstanceView(ctx: ShareViewContext, s: Share): Record<strin
     view.replica_state = null;
   }
   if (ctx.version.atLeast('2.22')) view.share_type_id = s.shareTypeId;
-  if (ctx.version.atLeast('2.30')) view.cast_rules_to_readonly = false;
+  if (ctx.version.atLeast('2.30')) view.cast_rules_to_readonly = s.migration?.readOnlyCast ?? false;
   if (ctx.version.atLeast('2.54')) view.progress = s.status === 'available' ? '100%' : null;
   if (ctx.version.atLeast('2.71')) view.updated_at = upstreamTime(s.updatedAt);
   return view;

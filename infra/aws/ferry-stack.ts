@@ -6,7 +6,7 @@
  * Synth is offline: NodejsFunction bundles with the repository's esbuild (no Docker), the ASL
  * files are read from disk, and nothing looks up context from an account.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { App, ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack, Validations, type StackProps } from 'aws-cdk-lib';
@@ -23,6 +23,7 @@ import { BlockPublicAccess, Bucket, BucketEncryption, ObjectOwnership } from 'aw
 import { DefinitionBody, LogLevel, StateMachine } from 'aws-cdk-lib/aws-stepfunctions';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { Construct } from 'constructs';
+import { CopyWorker, RUN_TASK_SYNC } from './copy-worker.js';
 import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName, type TableKey } from '../../functions/core/tables.js';
 import { FUNCTIONS, STATE_MACHINES, stateMachineEnvName, substitutionKey, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
 
@@ -59,6 +60,17 @@ export interface FerryStackProps extends StackProps {
    * @default RemovalPolicy.RETAIN (data outlives the stack; context `removalPolicy=destroy` for sandboxes)
    */
   readonly removalPolicy?: RemovalPolicy;
+  /**
+   * The functions and machines to deploy. Tests pass a fixture here; the app never does.
+   * @default the wiring table (functions/wiring.ts FUNCTIONS and STATE_MACHINES)
+   */
+  readonly wiring?: FerryWiring;
+}
+
+/** What the stack is generated from: the wiring table, or a test's fixture of the same shape. */
+export interface FerryWiring {
+  readonly functions: readonly FunctionWiring[];
+  readonly stateMachines: readonly StateMachineWiring[];
 }
 
 const pascal = (name: string) => substitutionKey(name).slice(2);
@@ -69,20 +81,30 @@ export class FerryStack extends Stack {
   readonly stateMachines = new Map<string, StateMachine>();
   readonly bucket: Bucket;
   readonly httpApi?: HttpApi;
+  /** The share storage (VPC, EFS) and the copy task; only when a function or a machine needs them. */
+  readonly copyWorker?: CopyWorker;
+  readonly wiring: FerryWiring;
 
   constructor(scope: Construct, id: string, props: FerryStackProps = {}) {
     super(scope, id, props);
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
+    this.wiring = props.wiring ?? { functions: FUNCTIONS, stateMachines: STATE_MACHINES };
 
     for (const t of TABLES) this.tables.set(t.key, this.addTable(t.key, removalPolicy));
     this.bucket = this.addBucket(removalPolicy);
-    for (const f of FUNCTIONS) this.functions.set(f.name, this.addFunction(f));
-    for (const m of STATE_MACHINES) this.stateMachines.set(m.name, this.addStateMachine(m));
+    // Before the functions: those that mount the share storage need the VPC and the access point.
+    this.copyWorker = this.addCopyWorker(removalPolicy);
+    for (const f of this.wiring.functions) this.functions.set(f.name, this.addFunction(f));
+    for (const m of this.wiring.stateMachines) this.stateMachines.set(m.name, this.addStateMachine(m));
     this.httpApi = this.addHttpApi();
-    this.addCopyWorker();
 
     for (const [key, table] of this.tables) new CfnOutput(this, `TableName${pascal(key)}`, { value: table.tableName, description: tableEnvName(key) });
     new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName, description: BUCKET_ENV });
+    if (this.copyWorker) {
+      new CfnOutput(this, 'ShareFileSystemId', { value: this.copyWorker.fileSystem.fileSystemId, description: 'EFS file system of the share backends (mounted at /mnt/ferry-shares)' });
+      new CfnOutput(this, 'CopyClusterArn', { value: this.copyWorker.cluster.clusterArn, description: 'ECS cluster of the copy worker (FERRY_COPY_CLUSTER)' });
+      new CfnOutput(this, 'CopyTaskDefinitionArn', { value: this.copyWorker.taskDefinition.taskDefinitionArn, description: 'Fargate task definition of the copy worker (FERRY_COPY_TASK_DEFINITION)' });
+    }
   }
 
   private addTable(key: TableKey, removalPolicy: RemovalPolicy): Table {
@@ -146,6 +168,8 @@ export class FerryStack extends Stack {
     for (const machine of f.starts ?? []) environment[stateMachineEnvName(machine)] = this.stateMachineArn(machine);
     if (f.usesBucket) environment[BUCKET_ENV] = this.bucket.bucketName;
     if (f.kind === 'authorizer') environment[AUTH_MODE_ENV] = 'token';
+    const copyWorker = f.mountsShareStorage ? this.requireCopyWorker(`function ${f.name} has mountsShareStorage`) : undefined;
+    if (copyWorker) Object.assign(environment, copyWorker.functionEnvironment());
 
     const id = `Fn${pascal(f.name)}`;
     const fn = new NodejsFunction(this, id, {
@@ -158,6 +182,8 @@ export class FerryStack extends Stack {
       memorySize: f.memoryMb ?? DEFAULT_MEMORY_MB,
       tracing: Tracing.ACTIVE,
       environment,
+      // In the VPC with the share file system mounted at /mnt/ferry-shares (see copy-worker.ts).
+      ...copyWorker?.functionProps(),
       logGroup: new LogGroup(this, `${id}Logs`, { retention: LOG_RETENTION, removalPolicy: RemovalPolicy.DESTROY }),
       projectRoot: REPO_ROOT,
       depsLockFilePath: resolve(REPO_ROOT, 'package-lock.json'),
@@ -175,6 +201,7 @@ export class FerryStack extends Stack {
 
     for (const key of f.tables) this.table(key, f.name).grantReadWriteData(fn);
     if (f.usesBucket) this.bucket.grantReadWrite(fn);
+    copyWorker?.grantMount(fn);
     for (const machine of f.starts ?? []) {
       fn.addToRolePolicy(new PolicyStatement({ actions: ['states:StartExecution'], resources: [this.stateMachineArn(machine)] }));
       fn.addToRolePolicy(new PolicyStatement({ actions: ['states:DescribeExecution'], resources: [this.executionArns(machine)] }));
@@ -217,6 +244,9 @@ export class FerryStack extends Stack {
       },
     });
     for (const fn of invoked) fn.grantInvoke(machine);
+    if (readFileSync(file, 'utf8').includes(RUN_TASK_SYNC)) {
+      this.requireCopyWorker(`state machine ${m.name} uses ${RUN_TASK_SYNC}`).grantRunTaskSync(machine);
+    }
     for (const fn of invoked) {
       // grantInvoke also covers the function's versions and aliases (`<arn>:*`).
       Validations.of(machine).acknowledge({
@@ -233,9 +263,9 @@ export class FerryStack extends Stack {
   }
 
   private addHttpApi(): HttpApi | undefined {
-    const apis = FUNCTIONS.filter((f) => f.kind === 'api');
+    const apis = this.wiring.functions.filter((f) => f.kind === 'api');
     if (apis.length === 0) return undefined;
-    const authorizers = FUNCTIONS.filter((f) => f.kind === 'authorizer');
+    const authorizers = this.wiring.functions.filter((f) => f.kind === 'authorizer');
     if (authorizers.length !== 1) {
       throw new Error(`functions/wiring.ts: the HTTP API needs exactly one function of kind 'authorizer', found ${authorizers.length}.`);
     }
@@ -279,12 +309,35 @@ export class FerryStack extends Stack {
   }
 
   /**
-   * TODO(copy worker issue): the ECS cluster and the Fargate task definition for the copy worker
-   * go here (ContainerImage.fromAsset only copies the folder at synth, so synth stays Docker-free),
-   * and the machines that copy call it with `ecs:runTask.sync`. Keep it generated from the wiring
-   * table like the rest: a machine that lists the worker gets the task's ARN as a substitution.
+   * The share storage (VPC, EFS) and the copy worker's Fargate task (infra/aws/copy-worker.ts),
+   * when the wiring asks for them: a function with `mountsShareStorage`, or a machine whose ASL
+   * runs `ecs:runTask.sync`. Those machines get the run permissions in addStateMachine; the task
+   * parameters reach them at run time from a step function (FERRY_COPY_*; migration-steps), not as
+   * substitutions. ContainerImage.fromAsset only copies the build context at synth, so synth stays
+   * Docker-free; Docker builds the image at deploy.
    */
-  private addCopyWorker(): void {}
+  private addCopyWorker(removalPolicy: RemovalPolicy): CopyWorker | undefined {
+    const needed =
+      this.wiring.functions.some((f) => f.mountsShareStorage) ||
+      this.wiring.stateMachines.some((m) => {
+        const file = resolve(REPO_ROOT, m.file);
+        return existsSync(file) && readFileSync(file, 'utf8').includes(RUN_TASK_SYNC);
+      });
+    if (!needed) return undefined;
+    return new CopyWorker(this, 'CopyWorker', {
+      shareTable: this.table('share', 'copy-worker'),
+      shareTableEnv: tableEnvName('share'),
+      assetDirectory: REPO_ROOT,
+      family: `${this.stackName}-copy-worker`,
+      removalPolicy,
+      logRetention: LOG_RETENTION,
+    });
+  }
+
+  private requireCopyWorker(why: string): CopyWorker {
+    if (!this.copyWorker) throw new Error(`functions/wiring.ts: ${why}, but the stack has no copy worker.`);
+    return this.copyWorker;
+  }
 
   private table(key: TableKey, user: string): Table {
     const t = this.tables.get(key);
@@ -324,6 +377,10 @@ export class FerryStack extends Stack {
       id: 'AwsSolutions-L1',
       reason: 'nodejs22.x is a supported Lambda runtime chosen on purpose: the same code runs unchanged on the local stack (Node 20/22); move to the newest runtime deliberately, not by lint.',
     });
+    if (f.mountsShareStorage) {
+      // Replaces the Resource::* reason above: a mounting function also has the EFS ClientMount grant.
+      for (const [id, reason] of Object.entries(CopyWorker.FUNCTION_ACKNOWLEDGEMENTS)) v.acknowledge({ id, reason });
+    }
     for (const key of f.tables) {
       v.acknowledge({
         id: `AwsSolutions-IAM5[Resource::<${this.logicalIdOf(this.table(key, f.name))}.Arn>/index/*]`,
@@ -352,6 +409,8 @@ export interface BuildOptions {
   stackName?: string;
   /** Apply cdk-nag's AwsSolutionsChecks as a validation plugin (fails synth on unacknowledged errors). @default true */
   nag?: boolean;
+  /** Deploy this instead of the wiring table (tests). @default the wiring table */
+  wiring?: FerryWiring;
 }
 
 /**
@@ -367,6 +426,7 @@ export function buildFerryApp(app: App = new App(), options: BuildOptions = {}):
   const stack = new FerryStack(app, options.stackName ?? 'Ferry', {
     description: 'Ferry: Cinder/Manila/Nova move operations as serverless functions',
     removalPolicy: policy === 'destroy' ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
+    wiring: options.wiring,
   });
   if (options.nag ?? true) Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
   return { app, stack };

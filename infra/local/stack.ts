@@ -19,7 +19,8 @@ import { FUNCTIONS, type FunctionWiring, type StateMachineWiring } from '../../f
 import { startDynamo } from './dynamo.js';
 import { STEP_FUNCTIONS_PATH, startHttpServer } from './http.js';
 import { seedSandbox } from './sandbox.js';
-import { LocalStepFunctions, type TaskIntegration } from './stepfunctions.js';
+import { ECS_RUN_TASK_SYNC, LocalStepFunctions, type TaskIntegration } from './stepfunctions.js';
+import { copyTaskIntegration } from './copy-task.js';
 
 const require = createRequire(import.meta.url);
 
@@ -102,7 +103,7 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
       dataDir,
       functions,
       ...(options.machines ? { machines: options.machines } : {}),
-      ...(options.integrations ? { integrations: options.integrations } : {}),
+      integrations: { [ECS_RUN_TASK_SYNC]: copyTaskIntegration({ logDir: join(dataDir, 'copy-tasks'), quiet: options.quiet }), ...options.integrations },
       quiet: options.quiet,
     });
     const server = await startHttpServer({ port: options.port ?? 0, functions, stepFunctions, quiet: options.quiet });

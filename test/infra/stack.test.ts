@@ -10,6 +10,7 @@ import { beforeAll, describe, expect, test } from 'vitest';
 import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName } from '../../functions/core/tables.js';
 import { FUNCTIONS, STATE_MACHINES, stateMachineEnvName, substitutionKey, type FunctionWiring } from '../../functions/wiring.js';
 import { AUTH_HEADER, BUCKET_ENV, FerryStack, TMP_PREFIX, buildFerryApp } from '../../infra/aws/ferry-stack.js';
+import { COPY_ENV } from '../../infra/aws/copy-worker.js';
 
 let stack: FerryStack;
 let template: Template;
@@ -119,6 +120,8 @@ describe('Lambda functions', () => {
       ...(f.starts ?? []).map(stateMachineEnvName),
       ...(f.usesBucket ? [BUCKET_ENV] : []),
       ...(f.kind === 'authorizer' ? ['FERRY_AUTH_MODE'] : []),
+      // The copy worker's RunTask parameters (test/infra/copy-worker.test.ts checks their values).
+      ...(f.mountsShareStorage ? Object.values(COPY_ENV) : []),
     ].sort();
   }
 

@@ -45,3 +45,15 @@ export function parseListTable(out: string): Record<string, string>[] {
   const header = cells(lines[0]!);
   return lines.slice(1).map((l) => Object.fromEntries(cells(l).map((c, i) => [header[i], c])));
 }
+
+/** Runs `manila` in bypass-url/token mode (reference §4.1): X-Auth-Token `<user>:<project>`, endpoint `<url>/share/v2`. */
+export async function manilaCli(endpoint: string, token: string, args: string[]): Promise<CliResult> {
+  const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', LANG: 'C.UTF-8' };
+  try {
+    const { stdout, stderr } = await run('manila', ['--os-token', token, '--bypass-url', endpoint, ...args], { env, timeout: 60_000 });
+    return { stdout, stderr, code: 0 };
+  } catch (e) {
+    const err = e as { stdout?: string; stderr?: string; code?: number };
+    return { stdout: err.stdout ?? '', stderr: err.stderr ?? '', code: typeof err.code === 'number' ? err.code : 1 };
+  }
+}

@@ -3,17 +3,20 @@
  * progress throttling, cancel within a file, and resume from the journal.
  */
 import { execFileSync } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, linkSync, lutimesSync, mkdirSync, readdirSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { chmodSync, chownSync, existsSync, linkSync, lutimesSync, mkdirSync, readdirSync, readFileSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, test } from 'vitest';
 import { CopyVerificationFailed } from '../../functions/copy/errors.js';
 import { journalName } from '../../functions/copy/journal.js';
 import type { CopyProgress, ProgressSink } from '../../functions/copy/progress.js';
 import { copyTree } from '../../functions/copy/worker.js';
+import { clearFault, clearFaults, injectFault } from '../../functions/drivers/faults.js';
 import { bigStat, content, sameTime, tempDir, treeDigest, writeManyFiles } from './copy-fixtures.js';
 
 const cleanups: (() => void)[] = [];
 afterEach(() => {
+  clearFaults();
   for (const c of cleanups.splice(0)) c();
 });
 
@@ -143,7 +146,102 @@ describe('content and verification', () => {
     expect(result.error).toBeInstanceOf(Error);
     expect(result.error!.name).toBe(CopyVerificationFailed.name);
     expect(result.error!.message).toContain('d3/f13.bin');
+    // Both digests, of the whole source and of the whole (corrupted) destination.
+    const source = readFileSync(join(src, 'd3', 'f13.bin'));
+    const corrupted = Buffer.from(source);
+    corrupted[0] = corrupted[0]! ^ 0xff;
+    const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+    expect(result.error!.message).toContain(`source sha256 ${sha(source)}, destination sha256 ${sha(corrupted)}`);
     expect(existsSync(join(dst, 'd3', 'f13.bin'))).toBe(false);
+  });
+
+  test('the journal records each finished file with the SHA-256 of its content', async () => {
+    // Prepare: several chunks and a partial last one; the smaller file fails verification, so the
+    // run stops with the journal in place.
+    const { src, dst } = workspace();
+    const data = content(3 * 256 * 1024 + 12_345, 21);
+    writeFileSync(join(src, 'multi.bin'), data);
+    writeFileSync(join(src, 'small.bin'), content(10, 22));
+
+    // Act
+    const result = await copyTree({ source: src, destination: dst, operationId: 'digest', threads: 1, testHooks: { corruptBeforeVerify: ['small.bin'] } });
+
+    // Assess
+    expect(result.status).toBe('failed');
+    const lines = readFileSync(join(dst, journalName('digest')), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { path: string; sha256: string });
+    expect(lines).toEqual([expect.objectContaining({ path: 'multi.bin', sha256: createHash('sha256').update(data).digest('hex') })]);
+  });
+});
+
+describe('the copy_file fault point', () => {
+  test('fail: the copy fails naming the file, and nothing of it is written', async () => {
+    // Prepare
+    const { src, dst } = workspace();
+    writeManyFiles(src, 12, 3000);
+    writeFileSync(join(src, 'big.bin'), content(100_000, 4));
+    injectFault({ kind: 'copy', method: 'copy_file', mode: 'fail', times: 1 });
+
+    // Act
+    const result = await copyTree({ source: src, destination: dst, operationId: 'fault-fail' });
+
+    // Assess
+    expect(result.status).toBe('failed');
+    expect(result.error!.message).toBe('Cannot copy big.bin: injected fault: copy.copy_file on fault-fail');
+    expect(existsSync(join(dst, 'big.bin'))).toBe(false);
+  });
+
+  test('a fault for another operation (backend = operation id) does not apply', async () => {
+    // Prepare
+    const { src, dst } = workspace();
+    writeManyFiles(src, 5, 100);
+    injectFault({ kind: 'copy', backend: 'some-other-op', method: 'copy_file', mode: 'fail' });
+
+    // Act
+    const result = await copyTree({ source: src, destination: dst, operationId: 'fault-mine' });
+
+    // Assess
+    expect(result.status).toBe('completed');
+  });
+
+  test('hang holds that file until the fault is cleared; the others are copied meanwhile', async () => {
+    // Prepare
+    const { src, dst } = workspace();
+    writeManyFiles(src, 40, 2000);
+    writeFileSync(join(src, 'held.bin'), content(64_000, 5));
+    const id = injectFault({ kind: 'copy', method: 'copy_file', mode: 'hang', times: 1 });
+
+    // Act
+    const running = copyTree({ source: src, destination: dst, operationId: 'fault-hang', threads: 2 });
+    const deadline = Date.now() + 10_000;
+    const copied = () => (existsSync(dst) ? readdirSync(dst, { recursive: true }).filter((f) => String(f).endsWith('.bin')).length : 0);
+    // The first batch waits behind the held file; the second batch (other lanes) goes through.
+    while (copied() < 5 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    const heldWhileHanging = existsSync(join(dst, 'held.bin'));
+    clearFault(id);
+    const result = await running;
+
+    // Assess
+    expect(heldWhileHanging).toBe(false);
+    expect(result.status).toBe('completed');
+    expect(treeDigest(dst)).toEqual(treeDigest(src));
+  });
+
+  test('hang does not hold up a cancel', async () => {
+    // Prepare
+    const { src, dst } = workspace();
+    writeManyFiles(src, 4, 2000);
+    injectFault({ kind: 'copy', method: 'copy_file', mode: 'hang' });
+    const controller = new AbortController();
+
+    // Act
+    const running = copyTree({ source: src, destination: dst, operationId: 'fault-cancel', signal: controller.signal });
+    await new Promise((r) => setTimeout(r, 200));
+    controller.abort();
+    const result = await running;
+
+    // Assess
+    expect(result.status).toBe('cancelled');
+    expect(result.progress.filesDone).toBe(0);
   });
 });
 

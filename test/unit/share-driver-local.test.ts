@@ -43,7 +43,7 @@ describe('local share driver', () => {
     await expect(d.createShare({ name, sizeGb: 1, proto: 'CEPHFS', pool: 'pool0' })).rejects.toBeInstanceOf(DriverError);
   });
 
-  test('migration compatibility: local-a to another local-a only; the other migration steps say not yet', async () => {
+  test('migration compatibility: local-a to another local-a only; a start needs the source share', async () => {
     const a = new LocalShareDriver(cfg('ferry@nfs-a', 'local-a'));
     const req = (dest: ShareBackendConfig) => ({ source: { name, sizeGb: 1, proto: 'NFS' }, destination: { name, host: `${dest.host}#pool0`, backend: dest } });
     expect(await a.migrationCheckCompatibility(req(cfg('ferry@nfs-b', 'local-a')))).toMatchObject({ compatible: true, writable: true, preserve_metadata: true });
@@ -51,8 +51,8 @@ describe('local share driver', () => {
     expect((await a.migrationCheckCompatibility(req(cfg('ferry@nfs-a', 'local-a')))).compatible).toBe(false);
     const c = new LocalShareDriver(cfg('ferry@nfs-c', 'local-b'));
     expect((await c.migrationCheckCompatibility(req(cfg('ferry@nfs-a', 'local-a')))).compatible).toBe(false);
-    await expect(a.migrationStart(req(cfg('ferry@nfs-b', 'local-a')))).rejects.toThrow(/not yet implemented/);
-    await expect(a.migrationGetProgress(req(cfg('ferry@nfs-b', 'local-a')))).rejects.toThrow(/not yet implemented/);
+    await expect(a.migrationStart(req(cfg('ferry@nfs-b', 'local-a')))).rejects.toThrow(/does not exist/);
+    expect(await a.migrationGetProgress(req(cfg('ferry@nfs-b', 'local-a')))).toMatchObject({ total_progress: 0 });
     expect((await a.connectionGetInfo(name)).access_mapping).toEqual({ ip: ['nfs'], user: ['cifs'] });
   });
 });

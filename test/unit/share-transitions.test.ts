@@ -16,7 +16,7 @@ function share(overrides: Partial<Share> = {}): Share {
     id: 's1', projectId: 'demo', userId: 'demo', name: 'x', description: null, size: 1, shareProto: 'NFS', status: 'creating', taskState: null,
     shareTypeId: 't1', shareTypeName: 'default', shareNetworkId: null, availabilityZone: null, metadata: {}, isPublic: false,
     instanceId: '11111111-1111-4111-a111-111111111111', host: null, exportLocations: [], capacity: null, ownsBackendShare: false,
-    accessRules: {}, errorReason: null, createdAt: at, updatedAt: at, version: 1, ...overrides,
+    accessRules: {}, errorReason: null, migration: null, createdAt: at, updatedAt: at, version: 1, ...overrides,
   };
 }
 

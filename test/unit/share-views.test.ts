@@ -16,7 +16,7 @@ const s: Share = {
   instanceId: '11111111-1111-4111-a111-111111111111', host: 'ferry@nfs-a#pool0', exportLocations: ['/data/shares/nfs-a/share-1'], capacity: { pool: 'ferry@nfs-a#pool0', gb: 1 },
   ownsBackendShare: true,
   accessRules: { r1: { id: 'r1', accessType: 'ip', accessTo: '10.0.0.0/24', accessLevel: 'ro', state: 'queued_to_apply', createdAt: at, updatedAt: at } },
-  errorReason: null, createdAt: at, updatedAt: at, version: 3,
+  errorReason: null, migration: null, createdAt: at, updatedAt: at, version: 3,
 };
 
 describe('share detail', () => {

@@ -75,6 +75,11 @@ export interface MigrationRequest {
 
 export interface MigrationProgress {
   total_progress: number;
+  /** Bytes and regular files of the source that are on the destination, and the totals (as of the last pass). */
+  bytes_done?: number;
+  bytes_total?: number;
+  files_done?: number;
+  files_total?: number;
   [k: string]: unknown;
 }
 

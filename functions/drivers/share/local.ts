@@ -5,12 +5,16 @@
  * any `rw` rule (or none) makes it writable again (0755).
  *
  * Kinds: `local-a` backends support driver-assisted migration between each other
- * (migration_check_compatibility says so); `local-b` supports none. The migration steps
- * themselves are not implemented yet and throw a DriverError saying so.
+ * (migration_check_compatibility says so); `local-b` supports none, and its migration steps throw
+ * a DriverError. The migration steps (M/share/driver.py migration_start, _continue, _complete,
+ * _cancel, _get_progress) are built on local-migration.ts: the state is kept on the destination
+ * backend in `<destRoot>/<destName>.migration.json`, migration_continue copies for a bounded time
+ * (FERRY_SHARE_MIGRATION_SLICE_MS, default 2000 ms) and resumes from that state in any process,
+ * migration_complete does a final sync, then removes the source share and its rules.
  */
 import { chmod, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { DriverError } from '../../core/errors.js';
+import { join, resolve, sep } from 'node:path';
+import { DriverError, isFerryError } from '../../core/errors.js';
 import type {
   BackendShare,
   ConnectionInfo,
@@ -23,6 +27,25 @@ import type {
   ShareDriverKind,
   SharePoolCapabilities,
 } from './driver.js';
+import {
+  copyPass,
+  directoryExists,
+  isEmptyDirectory,
+  newState,
+  pathExists,
+  planSource,
+  progressOf,
+  readState,
+  removeState,
+  removeTree,
+  sameMigration,
+  serialized,
+  sliceBudgetMs,
+  STATE_SUFFIX,
+  writeState,
+  type MigrationEndpoints,
+  type MigrationState,
+} from './local-migration.js';
 
 const NAME_RE = /^share-[0-9a-f-]{36}$/;
 const RULES_SUFFIX = '.access.json';
@@ -110,24 +133,139 @@ export class LocalShareDriver implements ShareDriver {
     return { compatible, writable: compatible, preserve_metadata: compatible, nondisruptive: false, preserve_snapshots: compatible };
   }
 
-  private notYet(method: string): never {
-    throw new DriverError(`${method} is not yet implemented by the ${this.kind} share driver (${this.config.host}).`);
+  /**
+   * Both shares of a migration, checked: this driver is `local-a`, the destination is compatible
+   * (not asked of cancel and get_progress, which only clean up or read what start made), both
+   * names are share names, and the two share directories are distinct and not nested.
+   */
+  private async migrationEndpoints(req: MigrationRequest, method: string, requireCompatible: boolean): Promise<MigrationEndpoints> {
+    const dest = req.destination.backend;
+    if (this.kind !== 'local-a') throw new DriverError(`${method}: the ${this.kind} share driver (${this.config.host}) supports no driver-assisted migration.`);
+    const sourceDir = this.path(req.source.name);
+    if (!NAME_RE.test(req.destination.name)) throw new DriverError(`Invalid destination share name ${JSON.stringify(req.destination.name)} on ${dest.host}.`);
+    if (requireCompatible && !(await this.migrationCheckCompatibility(req)).compatible) {
+      throw new DriverError(`${method}: ${this.config.host} (${this.kind}) cannot migrate ${req.source.name} to ${dest.host} (${dest.driver}) by itself.`);
+    }
+    const destDir = join(dest.root, req.destination.name);
+    const a = resolve(sourceDir);
+    const b = resolve(destDir);
+    if (a === b || a.startsWith(b + sep) || b.startsWith(a + sep)) throw new DriverError(`${method}: source ${a} and destination ${b} overlap.`);
+    return {
+      sourceHost: this.config.host,
+      sourceRoot: this.config.root,
+      sourceName: req.source.name,
+      sourceDir,
+      destHost: dest.host,
+      destRoot: dest.root,
+      destName: req.destination.name,
+      destDir,
+      statePath: join(dest.root, req.destination.name + STATE_SUFFIX),
+    };
   }
 
-  async migrationStart(_req: MigrationRequest): Promise<void> {
-    this.notYet('migration_start');
+  /** Validates, serializes per destination share (in this process), and reports failures as DriverErrors. */
+  private async migrationStep<T>(req: MigrationRequest, method: string, run: (ep: MigrationEndpoints) => Promise<T>): Promise<T> {
+    const ep = await this.migrationEndpoints(req, method, method !== 'migration_cancel' && method !== 'migration_get_progress');
+    return serialized(ep.destDir, async () => {
+      try {
+        return await run(ep);
+      } catch (e) {
+        if (isFerryError(e)) throw e;
+        throw new DriverError(`${method} of ${ep.sourceName} (${ep.sourceHost}) to ${ep.destName} (${ep.destHost}) failed: ${(e as Error)?.message ?? e}`, { cause: e });
+      }
+    });
   }
-  async migrationContinue(_req: MigrationRequest): Promise<boolean> {
-    this.notYet('migration_continue');
+
+  private loadState(ep: MigrationEndpoints): MigrationState | undefined {
+    const state = readState(ep.statePath);
+    if (state && !sameMigration(state, ep)) {
+      throw new DriverError(`${ep.statePath} holds the migration of ${state.source.name} from ${state.source.host}, not of ${ep.sourceName} from ${ep.sourceHost}.`);
+    }
+    return state;
   }
-  async migrationComplete(_req: MigrationRequest): Promise<string[]> {
-    this.notYet('migration_complete');
+
+  async migrationStart(req: MigrationRequest): Promise<void> {
+    await this.migrationStep(req, 'migration_start', async (ep) => {
+      const state = this.loadState(ep);
+      if (state) {
+        // Started before: nothing to redo (a destination removed behind the driver's back is recreated).
+        if (state.status === 'copying') await mkdir(ep.destDir, { recursive: true, mode: 0o755 });
+        return;
+      }
+      if (!directoryExists(ep.sourceDir)) throw new DriverError(`Share ${ep.sourceName} does not exist on ${ep.sourceHost}.`);
+      if (pathExists(ep.destDir) && !(directoryExists(ep.destDir) && isEmptyDirectory(ep.destDir))) {
+        throw new DriverError(`Share ${ep.destName} already exists on ${ep.destHost} and is not an empty directory; it is not overwritten.`);
+      }
+      const plan = planSource(ep.sourceDir);
+      await mkdir(ep.destRoot, { recursive: true });
+      // The state first: a destination directory without state is never one this driver made.
+      writeState(ep.statePath, newState(ep, plan));
+      await mkdir(ep.destDir, { recursive: true, mode: 0o755 });
+      await chmod(ep.destDir, 0o755);
+    });
   }
-  async migrationCancel(_req: MigrationRequest): Promise<void> {
-    this.notYet('migration_cancel');
+
+  async migrationContinue(req: MigrationRequest): Promise<boolean> {
+    return this.migrationStep(req, 'migration_continue', async (ep) => {
+      const state = this.loadState(ep);
+      if (!state) throw new DriverError(`Migration of ${ep.sourceName} to ${ep.destHost} has not been started.`);
+      if (state.status !== 'copying') return true;
+      try {
+        if ((await copyPass(ep, state, sliceBudgetMs())).complete) state.status = 'phase1-done';
+      } finally {
+        writeState(ep.statePath, state);
+      }
+      return state.status !== 'copying';
+    });
   }
-  async migrationGetProgress(_req: MigrationRequest): Promise<MigrationProgress> {
-    this.notYet('migration_get_progress');
+
+  async migrationComplete(req: MigrationRequest): Promise<string[]> {
+    return this.migrationStep(req, 'migration_complete', async (ep) => {
+      const state = this.loadState(ep);
+      if (!state) {
+        // Completed before: the source is gone, the destination holds the share.
+        if (!pathExists(ep.sourceDir) && directoryExists(ep.destDir)) return [ep.destDir];
+        throw new DriverError(`Migration of ${ep.sourceName} to ${ep.destHost} has not been started.`);
+      }
+      if (state.status === 'copying') throw new DriverError(`Migration of ${ep.sourceName} to ${ep.destHost} cannot complete: phase 1 (the copy) is not done.`);
+      if (state.status === 'phase1-done') {
+        // The final sync: whatever changed on the source since it was copied, and what was removed.
+        try {
+          if (!(await copyPass(ep, state, Number.POSITIVE_INFINITY)).complete) throw new DriverError(`Final sync of ${ep.sourceName} did not finish.`);
+          state.status = 'completed';
+        } finally {
+          writeState(ep.statePath, state);
+        }
+      }
+      // The destination holds the share: the source backend is cleaned, as Manila expects of the driver.
+      removeTree(ep.sourceDir);
+      await rm(ep.sourceDir + RULES_SUFFIX, { force: true });
+      removeState(ep.statePath);
+      return [ep.destDir];
+    });
+  }
+
+  async migrationCancel(req: MigrationRequest): Promise<void> {
+    await this.migrationStep(req, 'migration_cancel', async (ep) => {
+      const state = this.loadState(ep);
+      if (state) {
+        if (state.status === 'completed') throw new DriverError(`Migration of ${ep.sourceName} to ${ep.destHost} has completed; it cannot be cancelled.`);
+        removeTree(ep.destDir);
+        removeState(ep.statePath);
+        return;
+      }
+      if (!pathExists(ep.destDir)) return;
+      if (!pathExists(ep.sourceDir)) throw new DriverError(`Migration of ${ep.sourceName} to ${ep.destHost} has completed (the source is gone); ${ep.destDir} is not removed.`);
+      if (directoryExists(ep.destDir) && isEmptyDirectory(ep.destDir)) {
+        await rm(ep.destDir, { recursive: true, force: true });
+        return;
+      }
+      throw new DriverError(`${ep.destDir} holds data that no migration by this driver wrote; it is not removed.`);
+    });
+  }
+
+  async migrationGetProgress(req: MigrationRequest): Promise<MigrationProgress> {
+    return this.migrationStep(req, 'migration_get_progress', async (ep) => progressOf(this.loadState(ep)));
   }
 
   async connectionGetInfo(name: string): Promise<ConnectionInfo> {

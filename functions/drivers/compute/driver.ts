@@ -1,0 +1,297 @@
+/**
+ * The compute driver interface, after Nova's virt API (`nova/virt/driver.py:ComputeDriver`): the
+ * subset the server flows need (boot, delete, power, volume attach/detach, snapshot, cold
+ * migration/resize, live migration, evacuate). Drivers do hypervisor work on ONE compute host and
+ * return what they did; the orchestrator (Nova's compute manager role) persists state in DynamoDB.
+ *
+ * Every call is idempotent: spawning a guest that exists with the same spec, destroying one that is
+ * gone, powering off a stopped guest, detaching a volume that is not attached all succeed without
+ * change, so a retried step never fails on its own earlier success. Failures are DriverErrors.
+ *
+ * What a host has USED (allocations) is not the driver's business: Ferry accounts allocations in
+ * DynamoDB (Placement's role). The driver reports configured capacity and which guests exist.
+ *
+ * Vocabulary:
+ * - a guest is DEFINED on a host when it exists there as a server (Nova: the libvirt domain);
+ * - its disks may be KEPT without a definition (`destroy(uuid, {keepDisks: true})`, the source
+ *   of a cold migration until confirm/revert): they are listed by `listKeptDisks`, not `listGuests`;
+ * - a volume CONNECTION is host-level (os-brick's `connect_volume`): an entry under the host that
+ *   points at what the volume driver exported; a guest's attached volume is a connection plus a
+ *   mountpoint in the guest's definition.
+ */
+import type { Readable } from 'node:stream';
+
+/** Nova's `nova/compute/power_state.py` values. */
+export const POWER_STATE = {
+  NOSTATE: 0,
+  RUNNING: 1,
+  PAUSED: 3,
+  SHUTDOWN: 4,
+  CRASHED: 6,
+  SUSPENDED: 7,
+} as const;
+export type PowerState = (typeof POWER_STATE)[keyof typeof POWER_STATE];
+
+/** The device name of a guest's root disk (local disk or boot volume), as Nova's libvirt driver defaults it. */
+export const ROOT_DEVICE_NAME = '/dev/vda';
+
+/** A compute host as recorded by the operator (or seeded by the local stack). */
+export interface ComputeHostConfig {
+  /** The compute service host (also the hypervisor hostname), e.g. `cmp1`. One path component. */
+  host: string;
+  driver: 'local';
+  /** Directory holding every local host: this host lives in `<root>/<host>`. */
+  root: string;
+  /** Configured capacity (what the resource provider inventory says). */
+  vcpus: number;
+  memoryMb: number;
+  diskGb: number;
+  /** Configured down (besides the `<root>/<host>/down` flag file): every call but getHostInfo fails. */
+  down?: boolean;
+  /**
+   * When set, a volume connection may only point into these directories (after resolving
+   * symlinks): the volume backends' roots. Unset: any regular file a connection_info names.
+   */
+  allowedVolumeRoots?: string[];
+}
+
+/** Another host a migration reaches: its name and the root it lives under (a ComputeHostConfig fits). */
+export interface ComputeHostRef {
+  host: string;
+  root: string;
+  /** Configured down (an evacuation source); the flag file counts too. */
+  down?: boolean;
+}
+
+export interface Flavor {
+  vcpus: number;
+  memoryMb: number;
+  /** Root disk size; 0 = the image's size (Nova's root_gb 0). */
+  rootGb: number;
+}
+
+/**
+ * The image a guest boots from. `path`: a readable local file; `data`: bytes in memory; `stream`:
+ * a readable (or a function opening one, called only when the bytes are needed: the S3 image
+ * fetch plugs in here as `{ stream: () => getObject(...).Body }`).
+ */
+export type ImageSource =
+  | { path: string }
+  | { data: Uint8Array }
+  | { stream: Readable | (() => Readable | Promise<Readable>) };
+
+/** A volume to attach: where in the guest, and the connection_info Cinder returned for THIS host. */
+export interface BlockDeviceSpec {
+  /** `/dev/vdb`; `/dev/vda` (ROOT_DEVICE_NAME) is the boot volume of a volume-backed guest. */
+  mountpoint: string;
+  /** Cinder's connection_info: Nova's nested `{driver_volume_type, data}` or the attachments API's flat form. */
+  connectionInfo: Record<string, unknown>;
+  /** The Cinder volume id, recorded for the audit (also read from connection_info `serial`/`volume_id`). */
+  volumeId?: string;
+}
+
+export interface GuestSpec {
+  /** The server uuid (lowercase 8-4-4-4-12 hex). */
+  uuid: string;
+  flavor: Flavor;
+  /** Absent = volume-backed: a block device at ROOT_DEVICE_NAME is then required. */
+  image?: ImageSource;
+  /** Identifies the image for idempotency (a retried spawn with another imageRef is refused). */
+  imageRef?: string;
+  blockDevices?: BlockDeviceSpec[];
+  /** Nova's `power_on` argument of spawn/finish_migration; default true. */
+  powerOn?: boolean;
+}
+
+export interface AttachedVolume {
+  mountpoint: string;
+  /** The host-level connection the guest uses (an entry under `<host>/connections/`). */
+  connectionKey: string;
+  volumeId?: string;
+  connectionInfo: Record<string, unknown>;
+}
+
+/** A migration the guest (or its kept disks) takes part in on this host. */
+export interface GuestMigration {
+  kind: 'resize' | 'live';
+  role: 'source' | 'dest';
+  /** The other host. */
+  peer: string;
+  /** Source of a resize: the volumes the guest had, for finishRevertMigration's default. */
+  volumes?: AttachedVolume[];
+  /** Source of a resize: the flavor before. */
+  flavor?: Flavor;
+}
+
+export interface GuestInfo {
+  uuid: string;
+  host: string;
+  defined: boolean;
+  powerState: PowerState;
+  flavor: Flavor;
+  imageRef?: string;
+  rootDisk: 'local' | 'volume';
+  /** Size of the local root disk file; 0 for volume-backed guests. */
+  rootDiskBytes: number;
+  volumes: AttachedVolume[];
+  /** Power-ons and reboots since spawn: lets a test see a reboot happened. */
+  bootCount: number;
+  migration?: GuestMigration;
+  /** The host an evacuation rebuilt it from. */
+  evacuatedFrom?: string;
+}
+
+export interface HostInfo {
+  host: string;
+  hypervisorType: string;
+  hypervisorHostname: string;
+  driverVersion: string;
+  /** Configured capacity. */
+  vcpus: number;
+  memoryMb: number;
+  diskGb: number;
+  /** False when the host is down (flag file or config): then every other call fails. */
+  up: boolean;
+  /** Defined guests (uuids). Allocations are accounted in DynamoDB, not here. */
+  guests: string[];
+}
+
+/** A host-level volume connection, as the audit sees it. */
+export interface HostConnection {
+  key: string;
+  /** The entry's path (what a hypervisor would hand the guest). */
+  entryPath: string;
+  /** What it points at: the volume driver's export (local driver: `device_path`). */
+  devicePath: string;
+  driverVolumeType: string;
+  volumeId?: string;
+  backendName?: string;
+  /** True when the export can be opened now (the volume driver still exports it). */
+  reachable: boolean;
+  /** Defined guests (or a pending migration) on this host using it. */
+  users: { uuid: string; mountpoint: string }[];
+}
+
+/** Bytes through a connection or a guest's disk. Writes never grow a device. */
+export interface BlockHandle {
+  readonly sizeBytes: number;
+  read(position: number, length: number): Promise<Buffer>;
+  write(position: number, data: Uint8Array): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface SnapshotImage {
+  imageId: string;
+  sizeBytes: number;
+  /** The root disk as of the call, raw. Consume it once; nothing is left on the host when it closes. */
+  stream: Readable;
+}
+
+export interface MigrationProgress {
+  /** 'disk' while the root disk copies; 'complete' once the guest runs on the destination. */
+  phase: 'disk' | 'complete';
+  processedBytes: number;
+  totalBytes: number;
+  /** 0..100, never decreasing within one call. */
+  percent: number;
+}
+
+export interface LiveMigrationOptions {
+  onProgress?: (p: MigrationProgress) => void;
+  /** Abort before the switch-over: the call rejects (MigrationAborted) and the guest stays on the source. */
+  signal?: AbortSignal;
+  /** Copy granularity (default 1 MiB). */
+  chunkBytes?: number;
+}
+
+/** What pre_live_migration prepared on the destination (Nova's migrate_data, the parts the driver needs). */
+export interface LiveMigrateData {
+  uuid: string;
+  sourceHost: string;
+  destHost: string;
+  rootDisk: 'local' | 'volume';
+  /** Destination connection keys, by mountpoint. */
+  destConnections: Record<string, string>;
+}
+
+export interface ConnectResult {
+  key: string;
+  entryPath: string;
+  devicePath: string;
+}
+
+export interface CanConnect {
+  canConnect: boolean;
+  reason?: string;
+}
+
+export interface ComputeDriver {
+  readonly host: string;
+
+  // ---- host ---------------------------------------------------------------------------------
+  /** Capacity as configured plus the guests that exist; never fails for a down host (up: false). */
+  getHostInfo(): Promise<HostInfo>;
+  listGuests(): Promise<GuestInfo[]>;
+  /** uuids whose disks are kept without a definition (destroy keepDisks, cold-migration sources). */
+  listKeptDisks(): Promise<GuestInfo[]>;
+  /** A defined guest or kept disks; undefined when the host has nothing of that uuid. */
+  getGuest(uuid: string): Promise<GuestInfo | undefined>;
+
+  // ---- lifecycle ----------------------------------------------------------------------------
+  /** Creates the root disk (image bytes, sparse-extended to rootGb), connects the block devices, defines and (by default) powers on. */
+  spawn(spec: GuestSpec): Promise<GuestInfo>;
+  /** Powers off, disconnects the guest's volumes on this host, removes the definition; the disks too unless keepDisks. */
+  destroy(uuid: string, options?: { keepDisks?: boolean }): Promise<void>;
+  powerOff(uuid: string): Promise<void>;
+  powerOn(uuid: string): Promise<void>;
+  reboot(uuid: string, type?: 'SOFT' | 'HARD'): Promise<void>;
+  /** NOSTATE when the guest is not defined here (Nova's manager maps InstanceNotFound so). */
+  getPowerState(uuid: string): Promise<PowerState>;
+  /** Raw bytes of the root disk as of now (defined guest or kept disks). The caller stores it (S3). */
+  snapshot(uuid: string, imageId: string): Promise<SnapshotImage>;
+
+  // ---- volumes (os-brick + driver.attach_volume) ----------------------------------------------
+  canConnectVolume(connectionInfo: Record<string, unknown>): Promise<CanConnect>;
+  /** Host-level: makes (or finds) this host's entry for the export. */
+  connectVolume(connectionInfo: Record<string, unknown>): Promise<ConnectResult>;
+  /** Host-level: removes the entry unless a guest on this host still uses it (or `force`). */
+  disconnectVolume(connectionInfo: Record<string, unknown>, options?: { force?: boolean }): Promise<void>;
+  attachVolume(uuid: string, connectionInfo: Record<string, unknown>, mountpoint: string, volumeId?: string): Promise<AttachedVolume>;
+  detachVolume(uuid: string, mountpoint: string): Promise<void>;
+  listConnections(): Promise<HostConnection[]>;
+  /** Opens the bytes behind a connection on this host. */
+  openConnection(connectionInfo: Record<string, unknown>): Promise<BlockHandle>;
+  /** Opens a guest's device: ROOT_DEVICE_NAME (local root disk or boot volume) or an attached mountpoint. */
+  openGuestDevice(uuid: string, device: string): Promise<BlockHandle>;
+
+  // ---- cold migration / resize (same host root) ---------------------------------------------
+  /** Source: powers off, copies the root disk to the destination, disconnects volumes, keeps the disks here until confirm/revert. */
+  migrateDiskAndPowerOff(uuid: string, dest: ComputeHostRef, flavor: Flavor): Promise<void>;
+  /** Destination: defines the guest on the copied disk (grown to the new flavor), connects the new block devices. */
+  finishMigration(spec: Omit<GuestSpec, 'image'>, source: ComputeHostRef): Promise<GuestInfo>;
+  /** Source: removes the kept disks (also cross-cell confirm). Refuses while the guest is defined here. */
+  confirmMigration(uuid: string): Promise<void>;
+  /** Source: defines the guest again on its kept disks (old flavor) with the given (or recorded) volumes. */
+  finishRevertMigration(uuid: string, options?: { blockDevices?: BlockDeviceSpec[]; powerOn?: boolean }): Promise<GuestInfo>;
+
+  // ---- live migration -----------------------------------------------------------------------
+  /** Destination: connects the destination's block devices and prepares to receive the guest. */
+  preLiveMigration(spec: Omit<GuestSpec, 'image'>, source: ComputeHostRef): Promise<LiveMigrateData>;
+  /** Source: copies the root disk with progress, then switches the guest over to the destination. */
+  liveMigration(uuid: string, dest: ComputeHostRef, options?: LiveMigrationOptions): Promise<void>;
+  /** Source, after success: disconnects the source's volumes and removes the source's disks. */
+  postLiveMigration(uuid: string): Promise<void>;
+  /** Destination, after success: clears the migration mark. */
+  postLiveMigrationAtDestination(uuid: string): Promise<GuestInfo>;
+  /** Destination, after failure: disconnects what pre_live_migration connected and removes the partial copy. */
+  rollbackLiveMigrationAtDestination(uuid: string): Promise<void>;
+
+  // ---- evacuate -----------------------------------------------------------------------------
+  /**
+   * Nova's rebuild(recreate=True) on this (destination) host: the source must be down. The root
+   * disk is copied from the source host's directory when it is readable (shared storage), else
+   * built from `spec.image`; volume-backed guests need neither. The source is left as it is: when
+   * it comes back, `destroy` there removes the stale guest.
+   */
+  spawnEvacuated(spec: GuestSpec, source: ComputeHostRef): Promise<GuestInfo>;
+}

@@ -1,0 +1,198 @@
+/**
+ * File helpers of the local compute driver: whole-file JSON writes, chunked sparse copies with
+ * progress and abort (live migration), a changed-chunks pass (the live migration's stop-and-copy),
+ * and an in-process lock per host directory.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdir, open, readFile, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
+
+export const DEFAULT_CHUNK_BYTES = 1024 * 1024;
+
+export function isErrno(e: unknown, ...codes: string[]): boolean {
+  return typeof e === 'object' && e !== null && codes.includes((e as NodeJS.ErrnoException).code ?? '');
+}
+
+/** Names starting with '.' are temp files: never guests, connections or hosts. */
+export const tempName = (name: string) => `.tmp-${name}-${process.pid}-${randomBytes(4).toString('hex')}`;
+
+export async function statOrUndefined(path: string) {
+  try {
+    return await stat(path);
+  } catch (e) {
+    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return undefined;
+    throw e;
+  }
+}
+
+/** Visible entries of a directory ([] when it is missing). */
+export async function listVisible(path: string): Promise<string[]> {
+  try {
+    return (await readdir(path)).filter((n) => !n.startsWith('.')).sort();
+  } catch (e) {
+    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return [];
+    throw e;
+  }
+}
+
+export async function unlinkIfPresent(path: string): Promise<void> {
+  try {
+    await unlink(path);
+  } catch (e) {
+    if (!isErrno(e, 'ENOENT', 'ENOTDIR')) throw e;
+  }
+}
+
+/** Removes a directory tree so that it disappears at once: renamed to a temp name first, then removed. */
+export async function removeTree(path: string): Promise<void> {
+  const doomed = join(dirname(path), tempName(`rm-${basename(path)}`));
+  try {
+    await rename(path, doomed);
+  } catch (e) {
+    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return;
+    throw e;
+  }
+  await rm(doomed, { recursive: true, force: true });
+}
+
+/** Writes a small file whole: temp, fsync, rename. */
+export async function writeJsonAtomic(path: string, value: unknown): Promise<void> {
+  await mkdir(dirname(path), { recursive: true });
+  const temp = join(dirname(path), tempName(basename(path)));
+  try {
+    const fh = await open(temp, 'wx');
+    try {
+      await fh.writeFile(`${JSON.stringify(value, null, 2)}\n`);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(temp, path);
+  } finally {
+    await unlinkIfPresent(temp);
+  }
+}
+
+export async function readJson<T>(path: string): Promise<T | undefined> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (e) {
+    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return undefined;
+    throw e;
+  }
+  return JSON.parse(text) as T;
+}
+
+async function readFully(fh: FileHandle, buf: Buffer, len: number, pos: number): Promise<Buffer> {
+  let got = 0;
+  while (got < len) {
+    const { bytesRead } = await fh.read(buf, got, len - got, pos + got);
+    if (bytesRead === 0) break;
+    got += bytesRead;
+  }
+  if (got < len) buf.fill(0, got, len);
+  return buf.subarray(0, len);
+}
+
+export async function writeFully(fh: FileHandle, data: Uint8Array, pos: number): Promise<void> {
+  let done = 0;
+  while (done < data.length) {
+    const { bytesWritten } = await fh.write(data, done, data.length - done, pos + done);
+    done += bytesWritten;
+  }
+}
+
+export class CopyAborted extends Error {
+  constructor() {
+    super('copy aborted');
+    this.name = 'CopyAborted';
+  }
+}
+
+export interface CopyOptions {
+  chunkBytes?: number;
+  /** Called after each chunk with the bytes processed so far (strictly increasing). */
+  onChunk?: (processed: number, total: number) => void;
+  signal?: AbortSignal;
+}
+
+/**
+ * Copies `src` to a new file `dst` keeping it sparse (chunks of zeros stay holes). The destination
+ * is created with 'wx' (never overwrites); on any failure or abort it is removed.
+ */
+export async function sparseCopy(src: string, dst: string, options: CopyOptions = {}): Promise<number> {
+  const chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES;
+  if (!Number.isInteger(chunkBytes) || chunkBytes <= 0) throw new RangeError(`invalid chunk size ${chunkBytes}`);
+  await mkdir(dirname(dst), { recursive: true });
+  const input = await open(src, 'r');
+  let output: FileHandle | undefined;
+  try {
+    output = await open(dst, 'wx');
+    const { size } = await input.stat();
+    await output.truncate(size);
+    const buf = Buffer.alloc(chunkBytes);
+    const zeros = Buffer.alloc(chunkBytes);
+    for (let off = 0; off < size; off += chunkBytes) {
+      if (options.signal?.aborted) throw new CopyAborted();
+      const len = Math.min(chunkBytes, size - off);
+      const chunk = await readFully(input, buf, len, off);
+      if (!chunk.equals(zeros.subarray(0, len))) await writeFully(output, chunk, off);
+      options.onChunk?.(off + len, size);
+    }
+    if (options.signal?.aborted) throw new CopyAborted();
+    await output.sync();
+    return size;
+  } catch (e) {
+    await output?.close().catch(() => undefined);
+    output = undefined;
+    await unlinkIfPresent(dst);
+    throw e;
+  } finally {
+    await output?.close();
+    await input.close();
+  }
+}
+
+/** Makes `dst` equal `src` by rewriting the chunks that differ (and the size); returns the bytes written. */
+export async function syncChangedChunks(src: string, dst: string, chunkBytes = DEFAULT_CHUNK_BYTES): Promise<number> {
+  const input = await open(src, 'r');
+  try {
+    const output = await open(dst, 'r+');
+    try {
+      const { size } = await input.stat();
+      if ((await output.stat()).size !== size) await output.truncate(size);
+      const a = Buffer.alloc(chunkBytes);
+      const b = Buffer.alloc(chunkBytes);
+      let written = 0;
+      for (let off = 0; off < size; off += chunkBytes) {
+        const len = Math.min(chunkBytes, size - off);
+        const want = await readFully(input, a, len, off);
+        const have = await readFully(output, b, len, off);
+        if (!want.equals(have)) {
+          await writeFully(output, want, off);
+          written += len;
+        }
+      }
+      await output.sync();
+      return written;
+    } finally {
+      await output.close();
+    }
+  } finally {
+    await input.close();
+  }
+}
+
+/** In-process serialization per key (a host directory): one mutation of a host at a time. */
+const queues = new Map<string, Promise<unknown>>();
+export function serialized<T>(key: string, fn: () => Promise<T>): Promise<T> {
+  const previous = queues.get(key) ?? Promise.resolve();
+  const run = previous.then(fn, fn);
+  const tail = run.catch(() => undefined);
+  queues.set(key, tail);
+  void tail.then(() => {
+    if (queues.get(key) === tail) queues.delete(key);
+  });
+  return run;
+}

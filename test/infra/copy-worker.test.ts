@@ -1,0 +1,439 @@
+/**
+ * The copy worker on AWS (infra/aws/copy-worker.ts): the VPC, the share file system, the Fargate
+ * task, what the mounting functions get, and the IAM of every machine that runs the task with
+ * `ecs:runTask.sync`.
+ *
+ * Two stacks: the app as the wiring table declares it, and a fixture wiring (one step function, a
+ * machine with the copy Task, a machine without) that does not depend on any ASL file in
+ * statemachines/ using the task. The fixture is synthesized with no `docker` on the PATH.
+ */
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { delimiter, join, relative, resolve } from 'node:path';
+import { App, Stack } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import type { IConstruct } from 'constructs';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { TABLES, tableEnvName } from '../../functions/core/tables.js';
+import { FUNCTIONS, STATE_MACHINES, functionByName, type StateMachineWiring } from '../../functions/wiring.js';
+import {
+  COPY_CONTAINER_NAME,
+  COPY_DOCKERFILE,
+  COPY_ENV,
+  COPY_TASK_CPU,
+  COPY_TASK_MEMORY_MIB,
+  ECS_TASK_EVENTS_RULE,
+  RUN_TASK_SYNC,
+  SHARE_ACCESS_POINT_PATH,
+  SHARE_MOUNT_PATH,
+} from '../../infra/aws/copy-worker.js';
+import { buildFerryApp, type FerryStack, type FerryWiring } from '../../infra/aws/ferry-stack.js';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+
+type Resource = { Type: string; Properties: Record<string, any>; DeletionPolicy?: string };
+type Statement = { Action: string | string[]; Resource: unknown; Effect: string; Condition?: unknown };
+
+/** Everything a test needs to read one synthesized stack. */
+function view(app: App, stack: FerryStack) {
+  const template = Template.fromStack(stack);
+  const resources = template.toJSON().Resources as Record<string, Resource>;
+  const id = (c: IConstruct) => Stack.of(c).resolve(Stack.of(c).getLogicalId((c.node.defaultChild ?? c) as never)) as string;
+  const ofType = (type: string) => Object.entries(resources).filter(([, r]) => r.Type === type);
+  /** Every policy statement attached to a role (by the role's logical id). */
+  const statementsOf = (roleId: string): Statement[] =>
+    ofType('AWS::IAM::Policy')
+      .filter(([, r]) => JSON.stringify(r.Properties.Roles).includes(`"${roleId}"`))
+      .flatMap(([, r]) => r.Properties.PolicyDocument.Statement);
+  return { app, stack, template, resources, id, ofType, statementsOf };
+}
+type View = ReturnType<typeof view>;
+
+const actionsOf = (s: Statement) => (Array.isArray(s.Action) ? s.Action : [s.Action]);
+const withAction = (statements: Statement[], action: string) => statements.filter((s) => actionsOf(s).includes(action));
+const usesRunTaskSync = (m: { file: string }) => {
+  const file = resolve(ROOT, m.file);
+  return existsSync(file) && readFileSync(file, 'utf8').includes(RUN_TASK_SYNC);
+};
+
+/**
+ * The IAM a machine needs to run the copy task with `.sync`, as the Step Functions guide's
+ * "Run a Job (.sync)" policy for ECS/Fargate gives it, plus iam:PassRole on the task's roles.
+ */
+function expectRunTaskSyncIam(v: View, machineName: string): void {
+  const copy = v.stack.copyWorker!;
+  const statements = v.statementsOf(v.id(v.stack.stateMachines.get(machineName)!.role));
+  const text = (s: Statement[]) => JSON.stringify(s);
+
+  const run = withAction(statements, 'ecs:RunTask');
+  expect(run, 'ecs:RunTask').toHaveLength(1);
+  expect(text(run)).toContain(`:task-definition/${copy.taskDefinition.family}:*"`);
+
+  const [stopDescribe] = withAction(statements, 'ecs:StopTask');
+  expect(actionsOf(stopDescribe!).sort()).toEqual(['ecs:DescribeTasks', 'ecs:StopTask']);
+  expect(stopDescribe!.Resource).toBe('*');
+
+  const pass = withAction(statements, 'iam:PassRole');
+  expect(pass).toHaveLength(1);
+  expect(pass[0]!.Resource).toEqual([
+    { 'Fn::GetAtt': [v.id(copy.taskDefinition.taskRole), 'Arn'] },
+    { 'Fn::GetAtt': [v.id(copy.taskDefinition.executionRole!), 'Arn'] },
+  ]);
+
+  const events = withAction(statements, 'events:PutRule');
+  expect(events).toHaveLength(1);
+  expect(actionsOf(events[0]!).sort()).toEqual(['events:DescribeRule', 'events:PutRule', 'events:PutTargets']);
+  expect(text(events)).toContain(`:rule/${ECS_TASK_EVENTS_RULE}"`);
+  expect(text(events)).toContain(':events:');
+}
+
+function expectNoEcsIam(v: View, machineName: string): void {
+  const statements = v.statementsOf(v.id(v.stack.stateMachines.get(machineName)!.role));
+  expect(statements.flatMap(actionsOf).filter((a) => a.startsWith('ecs:') || a === 'iam:PassRole' || a.startsWith('events:'))).toEqual([]);
+}
+
+/** Each Task state in an ASL definition (nested in Parallel branches and Map processors too). */
+function tasks(definition: any): { name: string; state: any }[] {
+  const out: { name: string; state: any }[] = [];
+  const walk = (states: Record<string, any>) => {
+    for (const [name, state] of Object.entries(states ?? {})) {
+      if (state.Type === 'Task') out.push({ name, state });
+      for (const b of state.Branches ?? []) walk(b.States);
+      if (state.ItemProcessor) walk(state.ItemProcessor.States);
+      if (state.Iterator) walk(state.Iterator.States);
+    }
+  };
+  walk(definition.States);
+  return out;
+}
+
+// --- the app as the wiring table declares it ----------------------------------------------------
+
+let real: View;
+
+beforeAll(() => {
+  const { app, stack } = buildFerryApp(new App(), { nag: false });
+  real = view(app, stack);
+});
+
+const mounting = FUNCTIONS.filter((f) => f.mountsShareStorage);
+
+describe('the wiring table asks for the share storage', () => {
+  test('share-api and share-steps (at least) mount the share storage', () => {
+    expect(mounting.map((f) => f.name)).toEqual(expect.arrayContaining(['share-api', 'share-steps']));
+  });
+});
+
+describe('VPC', () => {
+  test('one VPC, two isolated subnets in two AZs: no internet gateway, no NAT', () => {
+    real.template.resourceCountIs('AWS::EC2::VPC', 1);
+    real.template.resourceCountIs('AWS::EC2::Subnet', 2);
+    real.template.resourceCountIs('AWS::EC2::InternetGateway', 0);
+    real.template.resourceCountIs('AWS::EC2::NatGateway', 0);
+    const azs = real.ofType('AWS::EC2::Subnet').map(([, r]) => JSON.stringify(r.Properties.AvailabilityZone));
+    expect(new Set(azs).size).toBe(2);
+    for (const [, r] of real.ofType('AWS::EC2::Subnet')) expect(r.Properties.MapPublicIpOnLaunch).toBe(false);
+    // No route anywhere but the local VPC and the gateway endpoints.
+    real.template.resourceCountIs('AWS::EC2::Route', 0);
+  });
+
+  test('gateway endpoints for DynamoDB and S3, interface endpoints with private DNS for states, logs, ecr.api and ecr.dkr', () => {
+    const endpoints = real.ofType('AWS::EC2::VPCEndpoint').map(([, r]) => r.Properties);
+    // ServiceName is com.amazonaws.<region>.<service>, the region a reference.
+    const service = (p: Record<string, any>) => JSON.stringify(p.ServiceName).match(/\.([a-z0-9.]+)"\]\]\}$/)?.[1];
+    const iface = endpoints.filter((p) => p.VpcEndpointType === 'Interface');
+    expect(endpoints.filter((p) => (p.VpcEndpointType ?? 'Gateway') === 'Gateway').map(service).sort()).toEqual(['dynamodb', 's3']);
+    expect(iface.map(service).sort()).toEqual(['ecr.api', 'ecr.dkr', 'logs', 'states']);
+    for (const p of iface) expect(p.PrivateDnsEnabled).toBe(true);
+  });
+
+  test('the VPC has flow logs', () => {
+    real.template.resourceCountIs('AWS::EC2::FlowLog', 1);
+  });
+});
+
+describe('share file system', () => {
+  const fsEntry = () => real.ofType('AWS::EFS::FileSystem');
+
+  test('one EFS file system, encrypted, retained by default like the tables', () => {
+    expect(fsEntry()).toHaveLength(1);
+    const [, fs] = fsEntry()[0]!;
+    expect(fs.Properties.Encrypted).toBe(true);
+    expect(fs.DeletionPolicy).toBe('Retain');
+  });
+
+  test(`one access point at ${SHARE_ACCESS_POINT_PATH} acting as uid/gid 0`, () => {
+    real.template.resourceCountIs('AWS::EFS::AccessPoint', 1);
+    real.template.hasResourceProperties('AWS::EFS::AccessPoint', {
+      PosixUser: { Uid: '0', Gid: '0' },
+      RootDirectory: { Path: SHARE_ACCESS_POINT_PATH },
+    });
+  });
+
+  test('NFS (2049) reaches the file system from the functions and the task only', () => {
+    const copy = real.stack.copyWorker!;
+    const fsSg = real.id(copy.fileSystem.connections.securityGroups[0]!);
+    const ingress = real
+      .ofType('AWS::EC2::SecurityGroupIngress')
+      .map(([, r]) => r.Properties)
+      .filter((p) => JSON.stringify(p.GroupId).includes(`"${fsSg}"`));
+    expect(ingress.map((p) => [p.FromPort, p.ToPort, p.IpProtocol])).toEqual([
+      [2049, 2049, 'tcp'],
+      [2049, 2049, 'tcp'],
+    ]);
+    expect(ingress.map((p) => p.SourceSecurityGroupId['Fn::GetAtt'][0]).sort()).toEqual(
+      [real.id(copy.functionSecurityGroup), real.id(copy.taskSecurityGroup)].sort(),
+    );
+    // And no inline ingress on the group itself.
+    expect(real.resources[fsSg]!.Properties.SecurityGroupIngress).toBeUndefined();
+  });
+
+  test('one mount target per isolated subnet, in the file system group', () => {
+    real.template.resourceCountIs('AWS::EFS::MountTarget', 2);
+  });
+});
+
+describe('functions that mount the share storage', () => {
+  const fn = (name: string) => real.resources[real.id(real.stack.functions.get(name)!)]!.Properties;
+
+  test.each(mounting.map((f) => [f.name] as const))('%s runs in the isolated subnets with the access point at /mnt/ferry-shares', (name) => {
+    const copy = real.stack.copyWorker!;
+    const props = fn(name);
+    expect(props.VpcConfig.SecurityGroupIds).toEqual([{ 'Fn::GetAtt': [real.id(copy.functionSecurityGroup), 'GroupId'] }]);
+    expect(props.VpcConfig.SubnetIds).toEqual(copy.vpc.isolatedSubnets.map((s) => ({ Ref: real.id(s.node.defaultChild as IConstruct) })));
+    expect(props.FileSystemConfigs).toHaveLength(1);
+    expect(props.FileSystemConfigs[0].LocalMountPath).toBe(SHARE_MOUNT_PATH);
+    expect(JSON.stringify(props.FileSystemConfigs[0].Arn)).toContain(`"${real.id(copy.accessPoint)}"`);
+  });
+
+  test.each(mounting.map((f) => [f.name] as const))('%s gets the RunTask parameters in FERRY_COPY_*', (name) => {
+    const copy = real.stack.copyWorker!;
+    const vars = fn(name).Environment.Variables as Record<string, unknown>;
+    expect(vars[COPY_ENV.cluster]).toEqual({ 'Fn::GetAtt': [real.id(copy.cluster), 'Arn'] });
+    expect(vars[COPY_ENV.taskDefinition]).toEqual({ Ref: real.id(copy.taskDefinition) });
+    expect(vars[COPY_ENV.subnets]).toEqual({ 'Fn::Join': [',', copy.vpc.isolatedSubnets.map((s) => ({ Ref: real.id(s.node.defaultChild as IConstruct) }))] });
+    // One group: CDK folds the join of one element into the element itself.
+    expect(vars[COPY_ENV.securityGroups]).toEqual({ 'Fn::GetAtt': [real.id(copy.taskSecurityGroup), 'GroupId'] });
+    expect(vars[COPY_ENV.container]).toBe(COPY_CONTAINER_NAME);
+  });
+
+  test.each(mounting.map((f) => [f.name] as const))('%s may mount, write and act as root through the access point only', (name) => {
+    const copy = real.stack.copyWorker!;
+    const statements = real.statementsOf(real.id(real.stack.functions.get(name)!.role!));
+    const root = withAction(statements, 'elasticfilesystem:ClientRootAccess');
+    expect(root).toHaveLength(1);
+    expect(root[0]!.Resource).toEqual({ 'Fn::GetAtt': [real.id(copy.fileSystem), 'Arn'] });
+    expect(JSON.stringify(root[0]!.Condition)).toContain(`"${real.id(copy.accessPoint)}"`);
+    for (const s of withAction(statements, 'elasticfilesystem:ClientMount')) expect(s.Condition ?? root[0]!.Condition).toBeDefined();
+  });
+
+  test.each(FUNCTIONS.filter((f) => !f.mountsShareStorage).map((f) => [f.name] as const))('%s stays out of the VPC and gets no FERRY_COPY_*', (name) => {
+    const props = fn(name);
+    expect(props.VpcConfig).toBeUndefined();
+    expect(props.FileSystemConfigs).toBeUndefined();
+    expect(Object.keys(props.Environment.Variables).filter((k) => k.startsWith('FERRY_COPY_'))).toEqual([]);
+  });
+});
+
+describe('the copy task', () => {
+  const taskDef = () => real.resources[real.id(real.stack.copyWorker!.taskDefinition)]!.Properties;
+  const container = () => taskDef().ContainerDefinitions[0];
+
+  test(`a Fargate task definition, ${COPY_TASK_CPU / 1024} vCPU / ${COPY_TASK_MEMORY_MIB / 1024} GiB on arm64, in an ECS cluster`, () => {
+    real.template.resourceCountIs('AWS::ECS::Cluster', 1);
+    real.template.resourceCountIs('AWS::ECS::TaskDefinition', 1);
+    expect(taskDef()).toMatchObject({
+      RequiresCompatibilities: ['FARGATE'],
+      NetworkMode: 'awsvpc',
+      Cpu: String(COPY_TASK_CPU),
+      Memory: String(COPY_TASK_MEMORY_MIB),
+      RuntimePlatform: { CpuArchitecture: 'ARM64', OperatingSystemFamily: 'LINUX' },
+      Family: `${real.stack.stackName}-copy-worker`,
+    });
+  });
+
+  test(`one container named ${COPY_CONTAINER_NAME}, its image an asset, logging to CloudWatch`, () => {
+    expect(taskDef().ContainerDefinitions).toHaveLength(1);
+    expect(container()).toMatchObject({ Name: COPY_CONTAINER_NAME, Essential: true, ReadonlyRootFilesystem: true, LogConfiguration: { LogDriver: 'awslogs' } });
+    expect(JSON.stringify(container().Image)).toContain('container-assets');
+  });
+
+  test(`the access point is mounted at ${SHARE_MOUNT_PATH} with TLS and IAM authorization`, () => {
+    const copy = real.stack.copyWorker!;
+    expect(taskDef().Volumes).toEqual([
+      {
+        Name: 'shares',
+        EFSVolumeConfiguration: {
+          FilesystemId: { Ref: real.id(copy.fileSystem) },
+          TransitEncryption: 'ENABLED',
+          AuthorizationConfig: { AccessPointId: { Ref: real.id(copy.accessPoint) }, IAM: 'ENABLED' },
+        },
+      },
+    ]);
+    expect(container().MountPoints).toEqual([{ SourceVolume: 'shares', ContainerPath: SHARE_MOUNT_PATH, ReadOnly: false }]);
+  });
+
+  test('the container gets the share table and the region as the functions do', () => {
+    const env = Object.fromEntries((container().Environment as { Name: string; Value: unknown }[]).map((e) => [e.Name, e.Value]));
+    expect(env[tableEnvName('share')]).toEqual({ Ref: real.id(real.stack.tables.get('share')!) });
+    expect(env.AWS_REGION).toEqual({ Ref: 'AWS::Region' });
+    expect(Object.keys(env).filter((k) => k.startsWith('FERRY_TABLE_'))).toEqual([tableEnvName('share')]);
+  });
+
+  test('the task role reaches the share table only (get and update its record) and the file system through the access point', () => {
+    const copy = real.stack.copyWorker!;
+    const statements = real.statementsOf(real.id(copy.taskDefinition.taskRole));
+    const text = JSON.stringify(statements);
+    for (const t of TABLES) {
+      if (t.key === 'share') expect(text).toContain(`"${real.id(real.stack.tables.get(t.key)!)}"`);
+      else expect(text).not.toContain(`"${real.id(real.stack.tables.get(t.key)!)}"`);
+    }
+    expect(statements.flatMap(actionsOf).filter((a) => a.startsWith('dynamodb:')).sort()).toEqual(['dynamodb:GetItem', 'dynamodb:UpdateItem']);
+    expect(text).not.toContain('/index/');
+    const efs = withAction(statements, 'elasticfilesystem:ClientWrite');
+    expect(efs).toHaveLength(1);
+    expect(actionsOf(efs[0]!).sort()).toEqual(['elasticfilesystem:ClientMount', 'elasticfilesystem:ClientRootAccess', 'elasticfilesystem:ClientWrite']);
+    expect(JSON.stringify(efs[0]!.Condition)).toContain(`"${real.id(copy.accessPoint)}"`);
+  });
+
+  test('the image is built at deploy from Dockerfile.copy-worker for linux/arm64; synth only stages a small context', () => {
+    const assembly = real.app.synth();
+    const manifest = JSON.parse(readFileSync(join(assembly.directory, `${real.stack.artifactId}.assets.json`), 'utf8'));
+    const images = Object.values(manifest.dockerImages ?? {}) as { source: { directory: string; dockerFile: string; platform?: string } }[];
+    expect(images).toHaveLength(1);
+    expect(images[0]!.source).toMatchObject({ dockerFile: COPY_DOCKERFILE, platform: 'linux/arm64' });
+    const context = join(assembly.directory, images[0]!.source.directory);
+    const files = (readdirSync(context, { recursive: true, withFileTypes: true }) as import('node:fs').Dirent[])
+      .filter((d) => d.isFile())
+      .map((d) => relative(context, join(d.parentPath, d.name)));
+    expect(files).toEqual(expect.arrayContaining([COPY_DOCKERFILE, 'package.json', 'package-lock.json', 'functions/copy/main.ts', 'functions/copy/thread.ts']));
+    expect(files.filter((f) => !f.startsWith('functions/') && !['package.json', 'package-lock.json', 'tsconfig.json', COPY_DOCKERFILE, '.dockerignore'].includes(f))).toEqual([]);
+  });
+
+  test('Dockerfile.copy-worker builds functions/copy/main.ts and thread.ts and runs the bundle on node 22', () => {
+    const dockerfile = readFileSync(join(ROOT, COPY_DOCKERFILE), 'utf8');
+    expect(dockerfile).toMatch(/^FROM node:22-slim$/m);
+    expect(dockerfile).toContain('functions/copy/main.ts functions/copy/thread.ts');
+    expect(dockerfile).toMatch(/^ENTRYPOINT \["node", "\/app\/main\.js"\]$/m);
+  });
+
+  test('the file system, the cluster and the task definition are stack outputs', () => {
+    const outputs = real.template.toJSON().Outputs as Record<string, unknown>;
+    expect(Object.keys(outputs)).toEqual(expect.arrayContaining(['ShareFileSystemId', 'CopyClusterArn', 'CopyTaskDefinitionArn']));
+  });
+});
+
+describe('state machines in the wiring table', () => {
+  // Whatever machine files exist when this runs: each one that runs the task has the IAM for it.
+  test.each(STATE_MACHINES.map((m) => [m.name, m] as const))('%s has the ecs:runTask.sync IAM exactly when its ASL uses it', (name, m) => {
+    if (usesRunTaskSync(m)) expectRunTaskSyncIam(real, name);
+    else expectNoEcsIam(real, name);
+  });
+
+  test.each(STATE_MACHINES.filter(usesRunTaskSync).map((m) => [m.name, m] as const))('%s runs the copy task on Fargate, overriding the copy-worker container', (_name, m) => {
+    const definition = JSON.parse(readFileSync(resolve(ROOT, m.file), 'utf8'));
+    const runs = tasks(definition).filter((t) => t.state.Resource === RUN_TASK_SYNC);
+    expect(runs.length).toBeGreaterThan(0);
+    for (const { name, state } of runs) {
+      expect(state.Parameters?.LaunchType, name).toBe('FARGATE');
+      expect((state.Parameters?.Overrides?.ContainerOverrides ?? []).map((o: { Name?: string }) => o.Name), name).toEqual([COPY_CONTAINER_NAME]);
+    }
+  });
+});
+
+// --- a fixture wiring: a machine with the copy Task, independent of statemachines/ ---------------
+
+const COPY_TASK_STATE = {
+  Type: 'Task',
+  Resource: RUN_TASK_SYNC,
+  Parameters: {
+    'Cluster.$': '$.copyTask.cluster',
+    'TaskDefinition.$': '$.copyTask.taskDefinition',
+    LaunchType: 'FARGATE',
+    NetworkConfiguration: {
+      AwsvpcConfiguration: { 'Subnets.$': '$.copyTask.subnets', 'SecurityGroups.$': '$.copyTask.securityGroups', AssignPublicIp: 'DISABLED' },
+    },
+    Overrides: { ContainerOverrides: [{ Name: COPY_CONTAINER_NAME, 'Environment.$': '$.copyTask.environment' }] },
+  },
+  ResultPath: '$.copy',
+  End: true,
+};
+
+describe('a fixture machine that runs the copy task (no docker on the PATH)', () => {
+  let dir: string;
+  let fixture: View;
+  const savedPath = process.env.PATH;
+
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'ferry-copy-fixture-'));
+    const file = join(dir, 'copy-fixture.asl.json');
+    writeFileSync(
+      file,
+      JSON.stringify({
+        Comment: 'fixture: prepare the copy with share-steps, then run the copy task and wait',
+        StartAt: 'Prepare',
+        States: { Prepare: { Type: 'Task', Resource: '${FnShareSteps}', ResultPath: '$.copyTask', Next: 'Copy' }, Copy: COPY_TASK_STATE },
+      }),
+    );
+    const machines: StateMachineWiring[] = [
+      { name: 'copy-fixture', file, description: 'fixture with the copy Task', functions: ['share-steps'] },
+      { name: 'no-copy-fixture', file: 'statemachines/share-delete.asl.json', description: 'fixture without it', functions: ['share-steps'] },
+    ];
+    const wiring: FerryWiring = { functions: [functionByName('share-steps')], stateMachines: machines };
+    // Synth must not need Docker: take every directory with a `docker` in it off the PATH.
+    process.env.PATH = (savedPath ?? '').split(delimiter).filter((d) => d && !existsSync(join(d, 'docker'))).join(delimiter);
+    try {
+      const { app, stack } = buildFerryApp(new App({ context: { removalPolicy: 'destroy' } }), { nag: false, stackName: 'FerryCopyFixture', wiring });
+      fixture = view(app, stack);
+      fixture.app.synth();
+    } finally {
+      process.env.PATH = savedPath;
+    }
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  test('the machine with the Task gets RunTask on the family, Stop/Describe, PassRole on both roles and the ECS events rule', () => {
+    expectRunTaskSyncIam(fixture, 'copy-fixture');
+  });
+
+  test('the machine without it gets none of that', () => {
+    expectNoEcsIam(fixture, 'no-copy-fixture');
+  });
+
+  test('the Task overrides the container the task definition really has', () => {
+    const td = fixture.resources[fixture.id(fixture.stack.copyWorker!.taskDefinition)]!.Properties;
+    expect(td.ContainerDefinitions.map((c: { Name: string }) => c.Name)).toEqual(COPY_TASK_STATE.Parameters.Overrides.ContainerOverrides.map((o) => o.Name));
+  });
+
+  test('removalPolicy=destroy makes the share file system deletable', () => {
+    expect(fixture.ofType('AWS::EFS::FileSystem').map(([, r]) => r.DeletionPolicy)).toEqual(['Delete']);
+  });
+
+  test('cdk-nag finds nothing unacknowledged, the run-task grants included', () => {
+    const report = new AwsSolutionsChecks().validateScope(fixture.app);
+    expect(report.violations.flatMap((v) => v.violatingResources.map((r) => `${v.severity} ${v.ruleName} at ${r.constructPath}`))).toEqual([]);
+  });
+});
+
+describe('a wiring that needs no share storage', () => {
+  test('gets no VPC, no file system and no cluster', () => {
+    const { stack } = buildFerryApp(new App(), { nag: false, stackName: 'FerryNoShares', wiring: { functions: [functionByName('authorizer')], stateMachines: [] } });
+    expect(stack.copyWorker).toBeUndefined();
+    const types = Object.values(Template.fromStack(stack).toJSON().Resources as Record<string, Resource>).map((r) => r.Type);
+    for (const type of ['AWS::EC2::VPC', 'AWS::EFS::FileSystem', 'AWS::ECS::Cluster', 'AWS::ECS::TaskDefinition']) expect(types).not.toContain(type);
+  });
+
+  test('a machine that runs the task makes the stack create it, even when no function mounts the storage', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ferry-copy-only-'));
+    try {
+      const file = join(dir, 'copy-only.asl.json');
+      writeFileSync(file, JSON.stringify({ StartAt: 'Copy', States: { Copy: COPY_TASK_STATE } }));
+      const { stack } = buildFerryApp(new App(), { nag: false, stackName: 'FerryCopyOnly', wiring: { functions: [], stateMachines: [{ name: 'copy-only', file, description: 'copy only', functions: [] }] } });
+      expect(stack.copyWorker).toBeDefined();
+      expectRunTaskSyncIam(view(stack.node.root as App, stack), 'copy-only');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

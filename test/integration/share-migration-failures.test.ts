@@ -1,0 +1,509 @@
+/**
+ * Share migration failures on the embedded local stack: for each failure point of reference
+ * manila-cinder.md §1.9 a fault is injected (functions/drivers/faults.ts: share driver methods,
+ * and the copy worker's copy_file through FERRY_FAULTS), and the cleanup is checked exactly:
+ * task_state, the share available on its source host with one instance, no destination backend
+ * share (nor its .migration.json), the source's backend rules exactly the share's own (no data
+ * node rule, no read-only cast) and its directory writable, the data intact, the destination
+ * pool's capacity given back, no copy record, and a clean audit.
+ *
+ * DriverError faults are retried by the ASL (MaxAttempts 3: four calls in all), so `times` is
+ * four where the cleanup then calls the same method and must succeed; every test checks that the
+ * fault was used up (the machine really made that many calls) and no more.
+ *
+ * Crashes: the copy worker killed with SIGKILL mid-copy, the whole stack restarted in this
+ * process mid-copy, and the whole stack process killed with SIGKILL mid-copy (a child process
+ * here) then started again on the same data directory.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { runAudit } from '../../functions/audit/audit.js';
+import { getCopyOperation } from '../../functions/copy/progress.js';
+import { clearFaultCalls, clearFaults, faultCalls, injectFault, listFaults, type FaultSpec } from '../../functions/drivers/faults.js';
+import { copyOperationIdOf } from '../../functions/migration/steps.js';
+import { allocatedOnSharePool, getShare, updateShareBy } from '../../functions/shares/repo.js';
+import { freePort } from '../../infra/local/ports.js';
+import { REPO_ROOT } from '../../infra/local/http.js';
+import { fillShare, manilaClient, migrationStartBody, shareDigest } from '../support/manila.js';
+import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
+
+let stack: TestLocalStack;
+const m = manilaClient(() => stack.url);
+const saved: Record<string, string | undefined> = {};
+
+const SRC = 'ferry@nfs-a#pool0';
+const DRIVER_DEST = 'ferry@nfs-b#pool0';
+const HOST_DEST = 'ferry@nfs-c#pool0';
+/** The share's own rules, one of each level: after any cleanup the source holds exactly these. */
+const OWN_RULES = ['10.8.0.1:ro', '10.9.0.0/24:rw'];
+
+beforeAll(async () => {
+  for (const k of ['FERRY_LOCAL_WAIT_SCALE', 'FERRY_SHARE_MIGRATION_SLICE_MS', 'FERRY_COPY_BYTES_PER_SECOND']) saved[k] = process.env[k];
+  // Wait states and Retry intervals at 1/100 (the driver's 5 s poll is 50 ms); small driver slices.
+  process.env.FERRY_LOCAL_WAIT_SCALE = '0.01';
+  process.env.FERRY_SHARE_MIGRATION_SLICE_MS = '0';
+  stack = await useLocalStack();
+}, 60_000);
+afterAll(async () => {
+  await stack?.stop();
+  for (const [k, v] of Object.entries(saved)) if (v === undefined) delete process.env[k];
+  else process.env[k] = v;
+});
+afterEach(async () => {
+  clearFaults();
+  clearFaultCalls();
+  delete process.env.FERRY_COPY_BYTES_PER_SECOND;
+  expect((await runAudit()).findings).toEqual([]);
+});
+
+// ---- helpers ----------------------------------------------------------------------------------
+
+const backendOf = (pool: string) => pool.split('#')[0]!;
+const backendDir = (pool: string) => join(stack.dataDir, 'shares', backendOf(pool).split('@')[1]!);
+/** What a backend holds: share directories and the files beside them (rules, migration state). */
+const backendEntries = (pool: string) => (existsSync(backendDir(pool)) ? readdirSync(backendDir(pool)).sort() : []);
+
+const rulesOf = (file: string): string[] => {
+  if (!existsSync(file)) return [];
+  return (JSON.parse(readFileSync(file, 'utf8')) as { accessTo: string; accessLevel: string }[]).map((r) => `${r.accessTo}:${r.accessLevel}`).sort();
+};
+const modeOf = (path: string) => statSync(path).mode & 0o777;
+
+interface Scenario {
+  id: string;
+  path: string;
+  before: Record<string, string>;
+  destPool: string;
+  destAllocatedBefore: number;
+  destEntriesBefore: string[];
+  migrationId?: string;
+}
+
+/** An available share on nfs-a with data and the two OWN_RULES; what the destination pool holds before the migration. */
+async function scenario(destPool: string, fill: Parameters<typeof fillShare>[1] = {}): Promise<Scenario> {
+  const { id, path } = await m.availableShare('nfs-a');
+  await fillShare(path, fill);
+  for (const [to, level] of [['10.9.0.0/24', 'rw'], ['10.8.0.1', 'ro']]) {
+    const r = await m.action(id, { allow_access: { access_type: 'ip', access_to: to, access_level: level } });
+    expect(r.status).toBe(200);
+  }
+  expect(rulesOf(path + '.access.json')).toEqual(OWN_RULES);
+  return { id, path, before: shareDigest(path), destPool, destAllocatedBefore: await allocatedOnSharePool(destPool), destEntriesBefore: backendEntries(destPool) };
+}
+
+async function start(sc: Scenario, flags: Parameters<typeof migrationStartBody>[1] = {}): Promise<string> {
+  // The share's type pins it to nfs-a; the new type pins it to the destination backend.
+  const newType = await m.typePinnedTo(backendOf(sc.destPool).split('@')[1]!);
+  const r = await m.action(sc.id, migrationStartBody(sc.destPool, flags, { new_share_type_id: newType }));
+  expect(r.status).toBe(202);
+  sc.migrationId = (await getShare(sc.id))!.migration!.id;
+  return sc.migrationId;
+}
+
+/** A fault whose every use the test checks: `times` calls made, all refused, the fault used up. */
+function fault(spec: FaultSpec) {
+  const id = injectFault(spec);
+  return {
+    id,
+    refused: () => faultCalls().filter((c) => c.faultId === id && c.outcome === 'injected-fail').length,
+    usedUp: () => !listFaults().some((f) => f.id === id),
+  };
+}
+
+/** Everything the migration made is gone and the share is as it was, on its source. */
+async function expectCleanOnSource(sc: Scenario, taskState: string): Promise<void> {
+  const s = await m.share(sc.id);
+  expect(s).toMatchObject({ status: 'available', host: SRC, task_state: taskState });
+  const record = (await getShare(sc.id))!;
+  expect(record.migration).toBeNull();
+  const instances = (await m.api('GET', `/shares/${sc.id}/instances`)).body.share_instances;
+  expect(instances).toHaveLength(1);
+  expect(instances[0]).toMatchObject({ host: SRC, status: 'available' });
+  // No destination share, no .migration.json, no rules file left on the destination backend.
+  expect(backendEntries(sc.destPool)).toEqual(sc.destEntriesBefore);
+  // The source: exactly the share's own rules at their own levels (no data node, no read-only cast), writable.
+  expect(rulesOf(sc.path + '.access.json')).toEqual(OWN_RULES);
+  expect(modeOf(sc.path)).toBe(0o755);
+  expect(shareDigest(sc.path)).toEqual(sc.before);
+  expect(await allocatedOnSharePool(sc.destPool)).toBe(sc.destAllocatedBefore);
+  expect(await getCopyOperation(copyOperationIdOf(sc.migrationId!))).toBeUndefined();
+  expect((await runAudit()).findings).toEqual([]);
+}
+
+/** Copy workers that are children of this process (the in-process stack's copy tasks), from /proc. */
+function childrenOf(ppid: number, cmdlineHas: string): number[] {
+  const out: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(fields[1]) !== ppid || fields[0] === 'Z') continue;
+      if (readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').join(' ').includes(cmdlineHas)) out.push(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+function processGone(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
+  } catch {
+    return true;
+  }
+}
+
+/** Copy record of a running copy with at least one file finished and bytes still to copy. */
+async function copyUnderWay(operationId: string) {
+  return eventually(async () => {
+    const r = await getCopyOperation(operationId);
+    return r && r.status === 'running' && (r.filesDone ?? 0) > 0 && (r.bytesDone ?? 0) < (r.bytesTotal ?? 0) ? r : undefined;
+  }, 'the copy under way with some files done', 60_000);
+}
+
+// ---- phase 1, driver-assisted ------------------------------------------------------------------
+
+describe('phase 1, driver-assisted (nfs-a to nfs-b)', () => {
+  test('migration_start fails, all flags False -> silent fallback to host-assisted, data_copying_completed; cancel cleans up', async () => {
+    const sc = await scenario(DRIVER_DEST);
+    const f = fault({ kind: 'share', backend: 'ferry@nfs-a', method: 'migrationStart', mode: 'fail', times: 4 });
+    await start(sc);
+    const phase1 = await m.taskStateBecomes(sc.id, ['data_copying_completed']);
+    expect(phase1).toMatchObject({ status: 'migrating', host: SRC });
+    expect(f.refused()).toBe(4);
+    expect(f.usedUp()).toBe(true);
+    const mig = (await getShare(sc.id))!.migration!;
+    expect(mig.approach).toBe('host');
+    // The host-assisted copy landed on the same destination backend, complete.
+    expect(shareDigest(mig.destination!.exportLocations[0]!)).toEqual(sc.before);
+    expect(existsSync(mig.destination!.exportLocations[0]! + '.migration.json')).toBe(false);
+
+    expect((await m.action(sc.id, { migration_cancel: null })).status).toBe(202);
+    await m.taskStateBecomes(sc.id, ['migration_cancelled']);
+    await expectCleanOnSource(sc, 'migration_cancelled');
+  }, 120_000);
+
+  test('migration_start fails with writable True -> migration_error, nothing left', async () => {
+    const sc = await scenario(DRIVER_DEST);
+    const f = fault({ kind: 'share', backend: 'ferry@nfs-a', method: 'migrationStart', mode: 'fail', times: 4 });
+    await start(sc, { writable: true });
+    await m.taskStateBecomes(sc.id, ['migration_error']);
+    expect(f.refused()).toBe(4);
+    expect(f.usedUp()).toBe(true);
+    expect((await getShare(sc.id))!.errorReason).toMatch(/host-assisted migration cannot honour/);
+    await expectCleanOnSource(sc, 'migration_error');
+  }, 120_000);
+
+  test('migration_continue fails -> migration_error: migration_cancel removed the driver destination', async () => {
+    const sc = await scenario(DRIVER_DEST);
+    const f = fault({ kind: 'share', backend: 'ferry@nfs-a', method: 'migrationContinue', mode: 'fail', times: 4 });
+    await start(sc);
+    await m.taskStateBecomes(sc.id, ['migration_error']);
+    expect(f.refused()).toBe(4);
+    expect(f.usedUp()).toBe(true);
+    // The driver had started (its destination and state file existed): the cleanup cancelled it.
+    const cancels = faultCalls().filter((c) => c.method === 'migrationCancel' && c.backend === 'ferry@nfs-a');
+    expect(cancels.map((c) => c.outcome)).toEqual(['ok']);
+    await expectCleanOnSource(sc, 'migration_error');
+  }, 120_000);
+});
+
+// ---- phase 1, host-assisted --------------------------------------------------------------------
+
+describe('phase 1, host-assisted (nfs-a to nfs-c)', () => {
+  test('destination create_share fails -> migration_error, read-only cast undone', async () => {
+    const sc = await scenario(HOST_DEST);
+    const f = fault({ kind: 'share', backend: 'ferry@nfs-c', method: 'createShare', mode: 'fail', times: 4 });
+    await start(sc);
+    await m.taskStateBecomes(sc.id, ['migration_error']);
+    expect(f.refused()).toBe(4);
+    expect(f.usedUp()).toBe(true);
+    await expectCleanOnSource(sc, 'migration_error');
+  }, 120_000);
+
+  test('update_access on the destination fails giving the data node access -> migration_error', async () => {
+    const sc = await scenario(HOST_DEST);
+    const f = fault({ kind: 'share', backend: 'ferry@nfs-c', method: 'updateAccess', mode: 'fail', times: 4 });
+    await start(sc);
+    await m.taskStateBecomes(sc.id, ['migration_error']);
+    expect(f.refused()).toBe(4);
+    expect(f.usedUp()).toBe(true);
+    // The destination existed (create_share ran) and the cleanup deleted it.
+    const deletes = faultCalls().filter((c) => c.method === 'deleteShare' && c.backend === 'ferry@nfs-c');
+    expect(deletes.length).toBeGreaterThan(0);
+    expect(deletes.every((c) => c.outcome === 'ok')).toBe(true);
+    await expectCleanOnSource(sc, 'migration_error');
+  }, 120_000);
+
+  test('the copy worker fails copy_file on every attempt (3 workers) -> migration_error', async () => {
+    const sc = await scenario(HOST_DEST);
+    // Unlimited: each worker gets its own copy through FERRY_FAULTS.
+    injectFault({ kind: 'copy', method: 'copy_file', mode: 'fail', message: 'injected: disk on fire' });
+    await start(sc);
+    await m.taskStateBecomes(sc.id, ['migration_error']);
+    expect((await getShare(sc.id))!.errorReason).toMatch(/the data copy failed 3 times; last: .*disk on fire/);
+    await expectCleanOnSource(sc, 'migration_error');
+  }, 120_000);
+
+  test('the copy worker killed with SIGKILL mid-copy -> started again, resumes from its journal, data_copying_completed', async () => {
+    const sc = await scenario(HOST_DEST, { bigBytes: 8 * 1024 * 1024 });
+    process.env.FERRY_COPY_BYTES_PER_SECOND = String(2 * 1024 * 1024);
+    const mid = await start(sc);
+    const first = await copyUnderWay(copyOperationIdOf(mid));
+    const workers = childrenOf(process.pid, 'functions/copy/main.ts');
+    expect(workers).toHaveLength(1);
+    process.kill(workers[0]!, 'SIGKILL');
+    await eventually(async () => (processGone(workers[0]!) ? true : undefined), 'the killed worker gone');
+
+    const phase1 = await m.taskStateBecomes(sc.id, ['data_copying_completed']);
+    expect(phase1.status).toBe('migrating');
+    const mig = (await getShare(sc.id))!.migration!;
+    expect(mig.copyAttempts).toBe(2);
+    const record = (await getCopyOperation(copyOperationIdOf(mid)))!;
+    expect(record).toMatchObject({ status: 'completed', generation: first.generation + 1 });
+    // The second worker skipped what the first had finished (counted, not copied again).
+    expect(record.filesResumed).toBeGreaterThan(0);
+    expect(record.filesResumed).toBeGreaterThanOrEqual(first.filesDone!);
+    const destPath = mig.destination!.exportLocations[0]!;
+    expect(shareDigest(destPath)).toEqual(sc.before);
+
+    expect((await m.action(sc.id, { migration_complete: null })).status).toBe(202);
+    expect(await m.taskStateBecomes(sc.id, ['migration_success'])).toMatchObject({ status: 'available', host: HOST_DEST });
+    expect(shareDigest(destPath)).toEqual(sc.before);
+    expect(existsSync(sc.path)).toBe(false);
+  }, 120_000);
+});
+
+// ---- phase 2 -----------------------------------------------------------------------------------
+
+describe('phase 2', () => {
+  test('host-assisted: applying the rules to the destination fails -> migration_error, destination deleted, source restored', async () => {
+    const sc = await scenario(HOST_DEST);
+    await start(sc);
+    await m.taskStateBecomes(sc.id, ['data_copying_completed']);
+    expect(modeOf(sc.path)).toBe(0o555);
+    const f = fault({ kind: 'share', backend: 'ferry@nfs-c', method: 'updateAccess', mode: 'fail', times: 4 });
+    expect((await m.action(sc.id, { migration_complete: null })).status).toBe(202);
+    await m.taskStateBecomes(sc.id, ['migration_error']);
+    expect(f.refused()).toBe(4);
+    expect(f.usedUp()).toBe(true);
+    await expectCleanOnSource(sc, 'migration_error');
+  }, 120_000);
+
+  test("driver-assisted: migration_complete fails -> upstream's outcome (share error, migration_error, one audit finding); operator cleanup", async () => {
+    const sc = await scenario(DRIVER_DEST);
+    await start(sc);
+    await m.taskStateBecomes(sc.id, ['migration_driver_phase1_done']);
+    const f = fault({ kind: 'share', backend: 'ferry@nfs-a', method: 'migrationComplete', mode: 'fail', times: 4 });
+    expect((await m.action(sc.id, { migration_complete: null })).status).toBe(202);
+    const s = await m.taskStateBecomes(sc.id, ['migration_error']);
+    expect(s.status).toBe('error');
+    expect(f.refused()).toBe(4);
+    expect(f.usedUp()).toBe(true);
+    // No rollback (reference §1.9): the destination instance is error, the destination still holds the copy.
+    const mig = (await getShare(sc.id))!.migration!;
+    expect(mig.destination).toMatchObject({ status: 'error', ownsBackendShare: true });
+    const instances = (await m.api('GET', `/shares/${sc.id}/instances`)).body.share_instances;
+    expect(instances.map((i: any) => i.status).sort()).toEqual(['error', 'error']);
+    const findings = (await runAudit()).findings;
+    expect(findings).toEqual([{ kind: 'migration-leftovers', resource: `share ${sc.id}`, detail: expect.stringContaining(`destination backend share ${mig.destination!.id}`) }]);
+    // migration_cancel refuses a share in error (its source may be gone after a driver failure).
+    expect((await m.action(sc.id, { migration_cancel: null })).status).toBe(400);
+
+    // The operator checks the source is intact and resets the share's status to available, as
+    // `manila reset-state --state available` would (Ferry has no share reset_status action yet, so
+    // the record is written directly); then migration_cancel runs the cleanup of what is held.
+    expect(shareDigest(sc.path)).toEqual(sc.before);
+    await updateShareBy(sc.id, (x) => ({ ...x, status: 'available', updatedAt: new Date().toISOString() }));
+    expect((await m.action(sc.id, { migration_cancel: null })).status).toBe(202);
+    await m.taskStateBecomes(sc.id, ['migration_cancelled']);
+    await expectCleanOnSource(sc, 'migration_cancelled');
+  }, 120_000);
+
+  test('host-assisted: deleting the retired source fails -> migration_success with the source on the record; migration_cancel finishes it', async () => {
+    const sc = await scenario(HOST_DEST);
+    const srcAllocatedWithShare = await allocatedOnSharePool(SRC);
+    await start(sc);
+    await m.taskStateBecomes(sc.id, ['data_copying_completed']);
+    // DeleteRetired retries everything 4 times: five calls.
+    const f = fault({ kind: 'share', backend: 'ferry@nfs-a', method: 'deleteShare', mode: 'fail', times: 5 });
+    expect((await m.action(sc.id, { migration_complete: null })).status).toBe(202);
+    const done = await m.taskStateBecomes(sc.id, ['migration_success']);
+    expect(done).toMatchObject({ status: 'available', host: HOST_DEST });
+    expect(f.refused()).toBe(5);
+    expect(f.usedUp()).toBe(true);
+    const mig = (await getShare(sc.id))!.migration!;
+    expect(mig.retired).toMatchObject({ ownsBackendShare: true, host: SRC });
+    expect(existsSync(sc.path)).toBe(true);
+    expect(await allocatedOnSharePool(SRC)).toBe(srcAllocatedWithShare);
+    expect((await runAudit()).findings).toEqual([
+      { kind: 'migration-leftovers', resource: `share ${sc.id}`, detail: expect.stringContaining(`retired source backend share ${mig.retired!.id}`) },
+    ]);
+
+    expect((await m.action(sc.id, { migration_cancel: null })).status).toBe(202);
+    await eventually(async () => ((await getShare(sc.id))!.migration === null ? true : undefined), 'the retired source cleaned up');
+    expect(await m.share(sc.id)).toMatchObject({ status: 'available', host: HOST_DEST, task_state: 'migration_success' });
+    expect(existsSync(sc.path)).toBe(false);
+    expect(existsSync(sc.path + '.access.json')).toBe(false);
+    expect(await allocatedOnSharePool(SRC)).toBe(srcAllocatedWithShare - 1);
+    expect(await allocatedOnSharePool(HOST_DEST)).toBe(sc.destAllocatedBefore + 1);
+    const newPath = (await m.api('GET', `/shares/${sc.id}/export_locations`)).body.export_locations[0].path;
+    expect(shareDigest(newPath)).toEqual(sc.before);
+    expect(rulesOf(newPath + '.access.json')).toEqual(OWN_RULES);
+    expect((await m.api('GET', `/shares/${sc.id}/instances`)).body.share_instances).toHaveLength(1);
+    expect(await getCopyOperation(copyOperationIdOf(sc.migrationId!))).toBeUndefined();
+  }, 120_000);
+});
+
+// ---- the cleanup itself fails ------------------------------------------------------------------
+
+describe('the cleanup fails', () => {
+  test('copy fails, then the cleanup cannot delete the destination -> migration_error with leftovers; migration_cancel finishes', async () => {
+    const sc = await scenario(HOST_DEST);
+    injectFault({ kind: 'copy', method: 'copy_file', mode: 'fail' });
+    const del = fault({ kind: 'share', backend: 'ferry@nfs-c', method: 'deleteShare', mode: 'fail' });
+    await start(sc);
+    const s = await m.taskStateBecomes(sc.id, ['migration_error']);
+    expect(s.status).toBe('available');
+    // The cleanup step ran five times (Retry MaxAttempts 4), each refused at delete_share.
+    expect(del.refused()).toBe(5);
+    const mig = (await getShare(sc.id))!.migration!;
+    expect(mig).toMatchObject({ readOnlyCast: true, dataNodeAccess: false, destination: { ownsBackendShare: true } });
+    const findings = (await runAudit()).findings;
+    expect(findings).toHaveLength(1);
+    expect(findings[0]).toMatchObject({ kind: 'migration-leftovers', resource: `share ${sc.id}` });
+    for (const held of [`destination backend share ${mig.destination!.id}`, `destination capacity on ${HOST_DEST}`, 'read-only cast']) {
+      expect(findings[0]!.detail).toContain(held);
+    }
+    // What is left is real: the destination is on its backend, the source still read-only (its own rules as ro, no data node).
+    expect(existsSync(mig.destination!.exportLocations[0]!)).toBe(true);
+    expect(rulesOf(sc.path + '.access.json')).toEqual(['10.8.0.1:ro', '10.9.0.0/24:ro']);
+    expect(await allocatedOnSharePool(HOST_DEST)).toBe(sc.destAllocatedBefore + 1);
+    // A new migration is refused until the leftovers are cleaned up.
+    expect((await m.action(sc.id, migrationStartBody(HOST_DEST))).status).toBe(400);
+
+    clearFaults();
+    expect((await m.action(sc.id, { migration_cancel: null })).status).toBe(202);
+    await m.taskStateBecomes(sc.id, ['migration_cancelled']);
+    await expectCleanOnSource(sc, 'migration_cancelled');
+  }, 120_000);
+});
+
+// ---- whole-stack crashes -----------------------------------------------------------------------
+
+describe('the whole stack stops mid-copy', () => {
+  test('stack.restart() in this process mid-copy: the RUNNING execution resumes and completes with identical data', async () => {
+    const sc = await scenario(HOST_DEST, { bigBytes: 8 * 1024 * 1024 });
+    process.env.FERRY_COPY_BYTES_PER_SECOND = String(2 * 1024 * 1024);
+    const mid = await start(sc);
+    const first = await copyUnderWay(copyOperationIdOf(mid));
+    await stack.restart();
+    const phase1 = await m.taskStateBecomes(sc.id, ['data_copying_completed']);
+    expect(phase1.status).toBe('migrating');
+    const record = (await getCopyOperation(copyOperationIdOf(mid)))!;
+    expect(record.status).toBe('completed');
+    expect(record.generation).toBeGreaterThan(first.generation);
+    const destPath = (await getShare(sc.id))!.migration!.destination!.exportLocations[0]!;
+    expect(shareDigest(destPath)).toEqual(sc.before);
+    await eventually(async () => (childrenOf(process.pid, 'functions/copy/main.ts').length === 0 ? true : undefined), 'no copy worker left running');
+
+    expect((await m.action(sc.id, { migration_complete: null })).status).toBe(202);
+    expect(await m.taskStateBecomes(sc.id, ['migration_success'])).toMatchObject({ status: 'available', host: HOST_DEST });
+    expect(shareDigest(destPath)).toEqual(sc.before);
+  }, 180_000);
+
+  test('kill -9 of the stack process mid-copy: the worker exits with it; started again on the same data, the copy completes', async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), 'ferry-kill9-'));
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    const env: NodeJS.ProcessEnv = { ...process.env, FERRY_DATA_DIR: dataDir, FERRY_PORT: String(port), FERRY_COPY_BYTES_PER_SECOND: String(2 * 1024 * 1024) };
+    // This process's in-process stack's endpoints and faults are not the child's.
+    for (const k of ['FERRY_DYNAMODB_ENDPOINT', 'FERRY_S3_ENDPOINT', 'FERRY_SFN_ENDPOINT', 'FERRY_FAULTS']) delete env[k];
+    const children: ChildProcess[] = [];
+    const orphans: number[] = [];
+    const jvmPids: number[] = [];
+    const startStack = async (): Promise<ChildProcess> => {
+      const child = spawn(process.execPath, ['--openssl-legacy-provider', '--import', 'tsx', 'infra/local/main.ts'], { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+      children.push(child);
+      const output: string[] = [];
+      child.stderr!.on('data', (d) => output.push(String(d)));
+      await new Promise<void>((resolve, reject) => {
+        const lines = createInterface({ input: child.stdout! });
+        lines.on('line', (line) => {
+          if (line.startsWith('ferry ready')) resolve();
+        });
+        child.once('exit', (code, signal) => reject(new Error(`the stack exited (${code ?? signal}) before it was ready: ${output.join('')}`)));
+      });
+      // Its DynamoDB Local (a JVM child) outlives a kill -9 of the stack: remembered, to be ended by pid.
+      jvmPids.push(...childrenOf(child.pid!, 'DynamoDBLocal.jar'));
+      return child;
+    };
+    const exited = (child: ChildProcess) => (child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise<void>((r) => child.once('exit', () => r())));
+    const remote = manilaClient(() => url);
+    try {
+      const first = await startStack();
+      const { id, path } = await remote.availableShare('nfs-a');
+      await fillShare(path, { bigBytes: 8 * 1024 * 1024 });
+      const before = shareDigest(path);
+      expect((await remote.action(id, { allow_access: { access_type: 'ip', access_to: '10.9.0.0/24', access_level: 'rw' } })).status).toBe(200);
+      const typeC = await remote.typePinnedTo('nfs-c');
+      expect((await remote.action(id, migrationStartBody(HOST_DEST, {}, { new_share_type_id: typeC }))).status).toBe(202);
+      await eventually(async () => {
+        const p = (await remote.action(id, { migration_get_progress: null })).body;
+        return p.task_state === 'data_copying_in_progress' && p.details.files_copied > 0 && p.details.bytes_copied < p.details.bytes_total ? p : undefined;
+      }, 'the copy under way', 60_000);
+      const workers = childrenOf(first.pid!, 'functions/copy/main.ts');
+      expect(workers).toHaveLength(1);
+      // DynamoDB Local is a JVM child of the stack; it outlives a kill -9 of its parent.
+      const jvms = childrenOf(first.pid!, 'DynamoDBLocal.jar');
+      expect(jvms).toHaveLength(1);
+      orphans.push(...workers);
+
+      first.kill('SIGKILL');
+      await exited(first);
+      // The worker notices its parent is gone and exits by itself (FERRY_COPY_EXIT_WITH_PARENT).
+      await eventually(async () => (processGone(workers[0]!) ? true : undefined), 'the orphaned copy worker exits on its own', 10_000);
+      // The rest of the crash: the orphaned DynamoDB Local goes too (the process this test started, by its pid).
+      process.kill(jvms[0]!, 'SIGKILL');
+      await eventually(async () => (processGone(jvms[0]!) ? true : undefined), 'DynamoDB Local gone');
+
+      const second = await startStack();
+      const phase1 = await remote.taskStateBecomes(id, ['data_copying_completed'], 120_000);
+      expect(phase1.status).toBe('migrating');
+      const destShares = readdirSync(join(dataDir, 'shares', 'nfs-c')).filter((n) => /^share-[0-9a-f-]{36}$/.test(n));
+      expect(destShares).toHaveLength(1);
+      const destPath = join(dataDir, 'shares', 'nfs-c', destShares[0]!);
+      expect(shareDigest(destPath)).toEqual(before);
+
+      expect((await remote.action(id, { migration_complete: null })).status).toBe(202);
+      expect(await remote.taskStateBecomes(id, ['migration_success'], 120_000)).toMatchObject({ status: 'available', host: HOST_DEST });
+      expect((await remote.api('GET', `/shares/${id}/export_locations`)).body.export_locations[0].path).toBe(destPath);
+      expect(shareDigest(destPath)).toEqual(before);
+      expect(existsSync(path)).toBe(false);
+
+      // The operator's audit against the running stack (bin/ferry.ts finds it through <data dir>/stack.json).
+      const auditEnv = { ...env };
+      delete auditEnv.FERRY_TABLE_VOLUME;
+      const audit = spawnSync(process.execPath, ['--import', 'tsx', 'bin/ferry.ts', 'audit', '--json'], { cwd: REPO_ROOT, env: auditEnv, encoding: 'utf8', timeout: 60_000 });
+      expect(audit.status, audit.stderr).toBe(0);
+      const report = JSON.parse(audit.stdout);
+      expect(report.findings).toEqual([]);
+      expect(report.checked['share migrations']).toBe(0);
+
+      second.kill('SIGTERM');
+      await exited(second);
+    } finally {
+      for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+      for (const pid of [...orphans, ...jvmPids]) if (!processGone(pid)) process.kill(pid, 'SIGKILL');
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  }, 240_000);
+});
