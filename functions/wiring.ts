@@ -175,6 +175,17 @@ export const FUNCTIONS: FunctionWiring[] = [
     timeoutSeconds: 900,
     memoryMb: 1024,
   },
+  {
+    name: 'compute-api',
+    kind: 'api',
+    entry: 'functions/api/compute.ts',
+    export: 'handler',
+    description: 'Nova v2.1 REST API: versions, flavors and extra specs, os-services (forced_down), os-hypervisors, os-availability-zone; cell and host mappings in compute-api, services and compute nodes in each cell table.',
+    httpPrefix: '/compute',
+    publicPaths: ['/compute', '/compute/v2.1'],
+    tables: ['compute-api', 'cell1', 'cell2'],
+    timeoutSeconds: 29,
+  },
 ];
 
 /** `volume-steps` -> `FnVolumeSteps`: the ASL substitution key for a function's ARN. */

@@ -24,6 +24,7 @@ import { InvalidShare } from '../shares/transitions.js';
 import { isObject } from '../shares/validation.js';
 import { migrationRequest } from './steps.js';
 import { migrationStateMessage, migrationTransition, startableError } from './transitions.js';
+import { boolFromString } from '../core/strutils.js';
 
 registerPolicies({
   'share:migration_start': 'admin_api',
@@ -31,7 +32,6 @@ registerPolicies({
   'share:migration_cancel': 'admin_api',
   'share:migration_get_progress': 'admin_api',
   'share:reset_task_state': 'admin_api',
-  'share:reset_status': 'admin_api',
 });
 
 const now = () => new Date().toISOString();
@@ -55,10 +55,9 @@ function pyStr(v: unknown): string {
 /** strutils.bool_from_string(strict=True), as get_bool_from_api_params uses it. */
 function apiBool(key: string, params: Record<string, unknown>): boolean {
   const v = Object.hasOwn(params, key) ? params[key] : false;
-  if (typeof v === 'boolean') return v;
-  const s = pyStr(v).trim().toLowerCase();
-  if (['1', 't', 'true', 'on', 'y', 'yes'].includes(s)) return true;
-  if (['0', 'f', 'false', 'off', 'n', 'no'].includes(s)) return false;
+  // Upstream turns a non-string into str() first, so the number 1 is true there too.
+  const b = boolFromString(typeof v === 'boolean' ? v : pyStr(v));
+  if (b !== undefined) return b;
   throw new BadRequest(`Invalid value ${pyStr(v)} for ${key}. Expecting a boolean.`);
 }
 

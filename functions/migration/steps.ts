@@ -321,12 +321,19 @@ export async function hostFinish(input: MigrationStepInput): Promise<{ taskState
 export async function cleanup(input: MigrationStepInput): Promise<{ taskState: string | null }> {
   let s = await getShare(input.shareId);
   if (!s?.migration || s.migration.id !== input.migrationId) return { taskState: s?.taskState ?? null };
-  if (s.migration.retired) return finishSuccess(input);
+  if (s.migration.retired) {
+    // Phase 2 got past the flip and the retired source could not be deleted then: delete it now.
+    await deleteRetired(input);
+    return finishSuccess(input);
+  }
   // A cancel that raced a failure still ends as the operator asked: cancelled, source intact.
   const outcome: MigrationOutcome = s.migration.cancelRequested ? 'migration_cancelled' : (input.outcome ?? 'migration_error');
   const reason = outcome === 'migration_error' ? reasonOf(input.error) : undefined;
   if (s.migration.dataNodeAccess) {
     s = await apply(input, { type: 'data-node-access', at: now(), migrationId: input.migrationId, present: false });
+    // Both backends: the source holds the data node's rule too, and a cleanup that fails later
+    // must not leave it there unrecorded.
+    await syncSourceRules(s);
     await syncDestinationRules(s);
   }
   await undoDriverDestination(s);
@@ -344,6 +351,9 @@ export async function cleanup(input: MigrationStepInput): Promise<{ taskState: s
 export async function cleanupFailed(input: MigrationStepInput): Promise<{ taskState: string | null }> {
   const s = await getShare(input.shareId);
   if (!s?.migration || s.migration.id !== input.migrationId) return { taskState: s?.taskState ?? null };
+  // Past the flip the share has moved (migration_error would be refused): it stays migration_success
+  // with the retired source on the record, and cancelRequested cleared so migration_cancel can retry.
+  if (s.migration.retired) return finishSuccess(input);
   const after = await apply(input, { type: 'finish', at: now(), migrationId: input.migrationId, outcome: 'migration_error', reason: `cleanup failed: ${reasonOf(input.error)}` });
   return { taskState: after.taskState };
 }

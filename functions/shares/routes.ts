@@ -14,6 +14,7 @@ import { executionName, startExecution } from '../core/executions.js';
 import { logger } from '../core/logger.js';
 import { own } from '../core/lookup.js';
 import { authorize, registerPolicies } from '../core/policy.js';
+import { boolFromString } from '../core/strutils.js';
 import { accessList, allowAccess, denyAccess } from './access.js';
 import { type Share } from './model.js';
 import { getShareNetwork } from './networks.js';
@@ -30,6 +31,7 @@ registerPolicies({
   'share:update': 'admin_or_owner',
   'share:delete': 'admin_or_owner',
   'share:action': 'admin_or_owner',
+  'share:reset_status': 'admin_api',
   'share_export_location:index': 'admin_or_owner',
   'share_export_location:show': 'admin_or_owner',
   'share_instance:index': 'admin_api',
@@ -72,11 +74,29 @@ registerShareAction('os-deny_access', { maxVersion: '2.6', handler: denyAccess }
 registerShareAction('deny_access', { minVersion: '2.7', handler: denyAccess });
 registerShareAction('os-access_list', { maxVersion: '2.6', handler: (req, s) => accessList(req, s) });
 registerShareAction('access_list', { minVersion: '2.7', maxVersion: '2.44', handler: (req, s) => accessList(req, s) });
+registerShareAction('os-reset_status', { maxVersion: '2.6', policy: 'share:reset_status', byId: resetStatus });
+registerShareAction('reset_status', { minVersion: '2.7', policy: 'share:reset_status', byId: resetStatus });
+
+/** Manila's share statuses an admin may set (M/api/openstack/wsgi.py AdminActionsMixin valid_status). */
+const RESETTABLE_STATUSES = ['available', 'error', 'creating', 'deleting', 'error_deleting', 'migrating', 'migrating_to', 'inactive'] as const;
+
+/**
+ * `reset_status` (`manila reset-state`): an admin's override of a share's status after checking
+ * the backend by hand, e.g. after a failed phase 2 of a driver-assisted migration. Only the
+ * status changes; what the share holds stays recorded, so the audit still sees it.
+ */
+async function resetStatus(req: ApiRequest, shareId: string, value: unknown): Promise<ApiResponse> {
+  const share = await getShareScoped(req.auth, shareId);
+  const status = isObject(value) ? value.status : undefined;
+  if (typeof status !== 'string') throw new BadRequest("Must specify 'status'");
+  if (!(RESETTABLE_STATUSES as readonly string[]).includes(status)) throw new BadRequest(`Invalid state. Valid states: ${RESETTABLE_STATUSES.join(', ')}.`);
+  await updateShare(share.id, { type: 'reset-status', at: now(), status: status as Share['status'] });
+  return json(202);
+}
 
 /** strutils.bool_from_string, lenient: what the experimental header accepts. */
 export function isExperimental(headers: Record<string, string | undefined>): boolean {
-  const v = (headers['x-openstack-manila-api-experimental'] ?? '').trim().toLowerCase();
-  return ['1', 't', 'true', 'on', 'y', 'yes'].includes(v);
+  return boolFromString(headers['x-openstack-manila-api-experimental'] ?? '') === true;
 }
 
 function inRange(req: ApiRequest, spec: ShareActionSpec): boolean {

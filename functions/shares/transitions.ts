@@ -29,6 +29,8 @@ export type ShareEvent =
   | { type: 'access-applied'; at: string; ids: string[]; ok: boolean }
   | { type: 'access-deny'; at: string; id: string }
   | { type: 'access-removed'; at: string; id: string }
+  /** reset_status (admin): the status only. */
+  | { type: 'reset-status'; at: string; status: Share['status'] }
   /** For the migration work: sets the task state (reset_task_state, and each migration step). */
   | { type: 'set-task-state'; at: string; taskState: TaskState | null };
 
@@ -113,6 +115,8 @@ export function transition(s: Share, e: ShareEvent): Share | FerryError {
       const { [e.id]: _gone, ...rest } = s.accessRules;
       return next({ accessRules: rest });
     }
+    case 'reset-status':
+      return s.status === e.status ? s : next({ status: e.status });
     case 'set-task-state':
       return s.taskState === e.taskState ? s : next({ taskState: e.taskState });
   }

@@ -6,6 +6,7 @@
 import { BadRequest } from '../core/errors.js';
 import { isObject } from '../volumes/validation.js';
 import type { AccessLevel, AccessType } from './model.js';
+import { boolFromString } from '../core/strutils.js';
 
 export { isObject };
 
@@ -55,13 +56,9 @@ export function metadataOf(v: unknown): Record<string, string> {
 
 /** strutils.bool_from_string(strict=True) */
 export function strictBool(field: string, v: unknown): boolean {
-  if (typeof v === 'boolean') return v;
-  if (typeof v === 'string') {
-    const s = v.trim().toLowerCase();
-    if (['1', 't', 'true', 'on', 'y', 'yes'].includes(s)) return true;
-    if (['0', 'f', 'false', 'off', 'n', 'no'].includes(s)) return false;
-  }
-  throw new BadRequest(`Invalid boolean value for ${field}: ${JSON.stringify(v)}.`);
+  const b = boolFromString(v);
+  if (b === undefined) throw new BadRequest(`Invalid boolean value for ${field}: ${JSON.stringify(v)}.`);
+  return b;
 }
 
 const IPV4_CIDR = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?:\/(\d{1,2}))?$/;

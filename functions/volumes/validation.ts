@@ -4,6 +4,7 @@
  * so a client sees the same 400 text from Ferry as from Cinder.
  */
 import { BadRequest } from '../core/errors.js';
+import { boolFromString } from '../core/strutils.js';
 
 /** Python's str() of a JSON value, as the upstream message shows `Value: ...`. */
 export function pyStr(v: unknown): string {
@@ -95,12 +96,8 @@ export function extraSpecsField(v: unknown, field = 'extra_specs'): Record<strin
 
 /** oslo strutils.bool_from_string(strict=True) as upstream applies it to boolean parameters. */
 export function boolParam(field: string, v: unknown): boolean {
-  if (typeof v === 'boolean') return v;
-  if (typeof v === 'string') {
-    const s = v.trim().toLowerCase();
-    if (['1', 't', 'true', 'on', 'y', 'yes'].includes(s)) return true;
-    if (['0', 'f', 'false', 'off', 'n', 'no'].includes(s)) return false;
-  }
+  const b = boolFromString(v);
+  if (b !== undefined) return b;
   throw invalidField(field, v, `${pyRepr(v)} is not one of ['True', 'true', 'False', 'false', True, False, 'On', 'on', 'Off', 'off', 'Yes', 'yes', 'No', 'no', 'y', 'n', '1', '0', 't', 'f']`);
 }
 

@@ -91,8 +91,17 @@ export function taskFailed(task: StoppedTask): Error {
   return Object.assign(new Error(JSON.stringify(task)), { name: 'States.TaskFailed' });
 }
 
-export function copyTaskIntegration(options: CopyTaskOptions = {}): TaskIntegration {
+/** The integration, plus `stop()`: the local stack stops the workers it started when it stops. */
+export type CopyTaskIntegration = TaskIntegration & { stop(): Promise<void> };
+
+/** How long a stopped worker gets to exit on SIGTERM before SIGKILL. */
+const STOP_GRACE_MS = 3000;
+
+export function copyTaskIntegration(options: CopyTaskOptions = {}): CopyTaskIntegration {
+  const mine = new Set<ChildProcess>();
+  let stopped = false;
   const integration: TaskIntegration = async (input) => {
+    if (stopped) throw Object.assign(new Error('The local stack is stopping; no copy task is started.'), { name: 'States.TaskFailed' });
     const params = (input ?? {}) as RunTaskParameters;
     const override = params.Overrides?.ContainerOverrides?.find((c) => c.Name === COPY_CONTAINER_NAME);
     const others = params.Overrides?.ContainerOverrides?.filter((c) => c.Name !== COPY_CONTAINER_NAME) ?? [];
@@ -144,6 +153,8 @@ export function copyTaskIntegration(options: CopyTaskOptions = {}): TaskIntegrat
       if (logFd !== undefined) closeSync(logFd);
     }
     runningCopyTasks.set(taskId, child);
+    mine.add(child);
+    child.once('exit', () => mine.delete(child));
     // Never keep this process alive for a copy: it exits with us (FERRY_COPY_EXIT_WITH_PARENT).
     child.unref();
     for (const stream of [child.stdout, child.stderr]) {
@@ -196,5 +207,21 @@ export function copyTaskIntegration(options: CopyTaskOptions = {}): TaskIntegrat
       });
     });
   };
-  return integration;
+  /**
+   * Stops this stack's workers. A stack stopped and started again in the same process (tests, or
+   * an embedding program) would otherwise keep an old worker writing into the destination next to
+   * the new one, fenced only once its writes reach the database — which, after a restart, may be a
+   * new DynamoDB Local the old worker does not talk to. A killed worker resumes from its journal.
+   */
+  const stop = async () => {
+    stopped = true;
+    const exits = [...mine].map((child) => new Promise<void>((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', () => resolve()))));
+    for (const child of mine) child.kill('SIGTERM');
+    const timer = setTimeout(() => {
+      for (const child of mine) child.kill('SIGKILL');
+    }, STOP_GRACE_MS);
+    await Promise.all(exits);
+    clearTimeout(timer);
+  };
+  return Object.assign(integration, { stop });
 }

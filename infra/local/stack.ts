@@ -99,16 +99,23 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     await seedSandbox(dataDir);
 
     const functions = options.functions ?? FUNCTIONS;
+    const copyTasks = copyTaskIntegration({ logDir: join(dataDir, 'copy-tasks'), quiet: options.quiet });
     const stepFunctions = new LocalStepFunctions({
       dataDir,
       functions,
       ...(options.machines ? { machines: options.machines } : {}),
-      integrations: { [ECS_RUN_TASK_SYNC]: copyTaskIntegration({ logDir: join(dataDir, 'copy-tasks'), quiet: options.quiet }), ...options.integrations },
+      integrations: { [ECS_RUN_TASK_SYNC]: copyTasks, ...options.integrations },
       quiet: options.quiet,
     });
     const server = await startHttpServer({ port: options.port ?? 0, functions, stepFunctions, quiet: options.quiet });
     // The server closes first, so no new request starts an execution while executions stop.
-    stops.push(() => stepFunctions.stop());
+    stops.push(async () => {
+      // stop() aborts every execution at once (they resume on the next start), then waits for work
+      // in flight; the copy workers of those executions are stopped meanwhile, not waited for.
+      const stopping = stepFunctions.stop();
+      await copyTasks.stop();
+      await stopping;
+    });
     stops.push(() => server.close());
     process.env.FERRY_SFN_ENDPOINT = server.url + STEP_FUNCTIONS_PATH;
     setSfn(undefined);

@@ -43,7 +43,7 @@ const HOST_DEST = 'ferry@nfs-c#pool0';
 const OWN_RULES = ['10.8.0.1:ro', '10.9.0.0/24:rw'];
 
 beforeAll(async () => {
-  for (const k of ['FERRY_LOCAL_WAIT_SCALE', 'FERRY_SHARE_MIGRATION_SLICE_MS', 'FERRY_COPY_BYTES_PER_SECOND']) saved[k] = process.env[k];
+  for (const k of ['FERRY_LOCAL_WAIT_SCALE', 'FERRY_SHARE_MIGRATION_SLICE_MS', 'FERRY_COPY_BYTES_PER_SECOND', 'FERRY_COPY_THREADS']) saved[k] = process.env[k];
   // Wait states and Retry intervals at 1/100 (the driver's 5 s poll is 50 ms); small driver slices.
   process.env.FERRY_LOCAL_WAIT_SCALE = '0.01';
   process.env.FERRY_SHARE_MIGRATION_SLICE_MS = '0';
@@ -58,6 +58,7 @@ afterEach(async () => {
   clearFaults();
   clearFaultCalls();
   delete process.env.FERRY_COPY_BYTES_PER_SECOND;
+  delete process.env.FERRY_COPY_THREADS;
   expect((await runAudit()).findings).toEqual([]);
 });
 
@@ -133,6 +134,14 @@ async function expectCleanOnSource(sc: Scenario, taskState: string): Promise<voi
   expect(await allocatedOnSharePool(sc.destPool)).toBe(sc.destAllocatedBefore);
   expect(await getCopyOperation(copyOperationIdOf(sc.migrationId!))).toBeUndefined();
   expect((await runAudit()).findings).toEqual([]);
+}
+
+/** Waits for task_state `wanted` from a state taskStateBecomes would take for the end (a migration_error being cleaned up). */
+async function taskStateTurns(id: string, wanted: string) {
+  return eventually(async () => {
+    const s = await m.share(id);
+    return s.task_state === wanted ? s : undefined;
+  }, `share ${id} task_state ${wanted}`, 60_000);
 }
 
 /** Copy workers that are children of this process (the in-process stack's copy tasks), from /proc. */
@@ -254,7 +263,7 @@ describe('phase 1, host-assisted (nfs-a to nfs-c)', () => {
   }, 120_000);
 
   test('the copy worker killed with SIGKILL mid-copy -> started again, resumes from its journal, data_copying_completed', async () => {
-    const sc = await scenario(HOST_DEST, { bigBytes: 8 * 1024 * 1024 });
+    const sc = await scenario(HOST_DEST, { bigBytes: 8 * 1024 * 1024, files: 80 });
     process.env.FERRY_COPY_BYTES_PER_SECOND = String(2 * 1024 * 1024);
     const mid = await start(sc);
     const first = await copyUnderWay(copyOperationIdOf(mid));
@@ -318,13 +327,14 @@ describe('phase 2', () => {
     // migration_cancel refuses a share in error (its source may be gone after a driver failure).
     expect((await m.action(sc.id, { migration_cancel: null })).status).toBe(400);
 
-    // The operator checks the source is intact and resets the share's status to available, as
-    // `manila reset-state --state available` would (Ferry has no share reset_status action yet, so
-    // the record is written directly); then migration_cancel runs the cleanup of what is held.
+    // The operator checks the source is intact and resets the share's status to available
+    // (`manila reset-state --state available`); then migration_cancel runs the cleanup of what is held.
     expect(shareDigest(sc.path)).toEqual(sc.before);
-    await updateShareBy(sc.id, (x) => ({ ...x, status: 'available', updatedAt: new Date().toISOString() }));
+    expect((await m.action(sc.id, { reset_status: { status: 'bogus' } })).status).toBe(400);
+    expect((await m.action(sc.id, { reset_status: { status: 'available' } }, { token: 'demo:demo' })).status).toBe(403);
+    expect((await m.action(sc.id, { reset_status: { status: 'available' } })).status).toBe(202);
     expect((await m.action(sc.id, { migration_cancel: null })).status).toBe(202);
-    await m.taskStateBecomes(sc.id, ['migration_cancelled']);
+    await taskStateTurns(sc.id, 'migration_cancelled');
     await expectCleanOnSource(sc, 'migration_cancelled');
   }, 120_000);
 
@@ -347,6 +357,20 @@ describe('phase 2', () => {
     expect((await runAudit()).findings).toEqual([
       { kind: 'migration-leftovers', resource: `share ${sc.id}`, detail: expect.stringContaining(`retired source backend share ${mig.retired!.id}`) },
     ]);
+
+    // A first migration_cancel whose delete fails too (the cancel machine's cleanup retries 4 times):
+    // still migration_success with the retired source on the record, and migration_cancel can run again.
+    const again = fault({ kind: 'share', backend: 'ferry@nfs-a', method: 'deleteShare', mode: 'fail', times: 5 });
+    expect((await m.action(sc.id, { migration_cancel: null })).status).toBe(202);
+    await eventually(async () => (again.usedUp() ? true : undefined), 'the failing cancel to use up its fault');
+    const kept = await eventually(async () => {
+      const r = (await getShare(sc.id))!;
+      return r.migration && !r.migration.cancelRequested ? r : undefined;
+    }, 'the failed cancel recorded');
+    expect(again.refused()).toBe(5);
+    expect(kept).toMatchObject({ taskState: 'migration_success', status: 'available', migration: { retired: { ownsBackendShare: true } } });
+    expect(existsSync(sc.path)).toBe(true);
+    expect((await runAudit()).findings.map((x) => x.kind)).toEqual(['migration-leftovers']);
 
     expect((await m.action(sc.id, { migration_cancel: null })).status).toBe(202);
     await eventually(async () => ((await getShare(sc.id))!.migration === null ? true : undefined), 'the retired source cleaned up');
@@ -392,7 +416,7 @@ describe('the cleanup fails', () => {
 
     clearFaults();
     expect((await m.action(sc.id, { migration_cancel: null })).status).toBe(202);
-    await m.taskStateBecomes(sc.id, ['migration_cancelled']);
+    await taskStateTurns(sc.id, 'migration_cancelled');
     await expectCleanOnSource(sc, 'migration_cancelled');
   }, 120_000);
 });
@@ -401,16 +425,25 @@ describe('the cleanup fails', () => {
 
 describe('the whole stack stops mid-copy', () => {
   test('stack.restart() in this process mid-copy: the RUNNING execution resumes and completes with identical data', async () => {
-    const sc = await scenario(HOST_DEST, { bigBytes: 8 * 1024 * 1024 });
-    process.env.FERRY_COPY_BYTES_PER_SECOND = String(2 * 1024 * 1024);
+    const sc = await scenario(HOST_DEST, { bigBytes: 8 * 1024 * 1024, files: 80 });
+    // stop() lets in-flight tasks (this copy) run for up to 10 s before DynamoDB Local goes: the
+    // copy must outlast that, or it simply finishes before the restart. Two threads at 256 KiB/s
+    // each: big.bin alone takes ~32 s.
+    process.env.FERRY_COPY_THREADS = '2';
+    process.env.FERRY_COPY_BYTES_PER_SECOND = String(512 * 1024);
     const mid = await start(sc);
     const first = await copyUnderWay(copyOperationIdOf(mid));
     await stack.restart();
+    // Still mid-copy when the stack came back (else this test would prove nothing about resuming).
+    expect((await getCopyOperation(copyOperationIdOf(mid)))!.status).toBe('running');
     const phase1 = await m.taskStateBecomes(sc.id, ['data_copying_completed']);
     expect(phase1.status).toBe('migrating');
     const record = (await getCopyOperation(copyOperationIdOf(mid)))!;
+    // A new worker of the resumed execution finished it, skipping what the first had journaled.
     expect(record.status).toBe('completed');
     expect(record.generation).toBeGreaterThan(first.generation);
+    expect(record.filesResumed).toBeGreaterThanOrEqual(first.filesDone!);
+    expect(record.filesResumed).toBeGreaterThan(0);
     const destPath = (await getShare(sc.id))!.migration!.destination!.exportLocations[0]!;
     expect(shareDigest(destPath)).toEqual(sc.before);
     await eventually(async () => (childrenOf(process.pid, 'functions/copy/main.ts').length === 0 ? true : undefined), 'no copy worker left running');
@@ -451,7 +484,7 @@ describe('the whole stack stops mid-copy', () => {
     try {
       const first = await startStack();
       const { id, path } = await remote.availableShare('nfs-a');
-      await fillShare(path, { bigBytes: 8 * 1024 * 1024 });
+      await fillShare(path, { bigBytes: 8 * 1024 * 1024, files: 80 });
       const before = shareDigest(path);
       expect((await remote.action(id, { allow_access: { access_type: 'ip', access_to: '10.9.0.0/24', access_level: 'rw' } })).status).toBe(200);
       const typeC = await remote.typePinnedTo('nfs-c');
