@@ -342,8 +342,18 @@ async function auditShares(now: number, stuckMs: number, find: (kind: string, re
   }
   for (const [pool, gb] of held) find('share-capacity-mismatch', `share pool ${pool}`, `shares hold ${gb} GiB on a pool with no allocation record`);
 
+  const copyRecords = new Map(items.filter((i) => i.sk === 'COPY').map((c) => [String(c.operationId), c]));
   for (const s of shares) {
     if (['creating', 'deleting'].includes(s.status) && now - Date.parse(s.updatedAt) > stuckMs) find('stuck-share', `share ${s.id}`, `${s.status} since ${s.updatedAt}`);
+    // A migration step that is working moves something at least every few seconds (each
+    // migration_continue poll writes the share, the copy worker its record); the two phase-1-done
+    // states wait for the operator and may last for days.
+    const working = s.taskState && BUSY_TASK_STATES.includes(s.taskState) && !['migration_driver_phase1_done', 'data_copying_completed'].includes(s.taskState);
+    if (working) {
+      const copy = s.migration?.copyOperationId ? copyRecords.get(s.migration.copyOperationId) : undefined;
+      const last = Math.max(Date.parse(s.updatedAt), copy ? Date.parse(String(copy.updatedAt)) : 0);
+      if (now - last > stuckMs) find('stuck-share-migration', `share ${s.id}`, `${s.taskState} with no progress since ${new Date(last).toISOString()} (is its migration machine still running?)`);
+    }
   }
   // A type's share count (which keeps a type in use from being deleted) moves with the shares, also when a migration retypes one.
   for (const t of items.filter((i) => i.sk === 'STYPE')) {

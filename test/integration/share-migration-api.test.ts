@@ -626,3 +626,19 @@ describe('concurrency', () => {
     expect((await getShare(id))!.migration).toBeNull();
   }, 300_000);
 });
+
+describe('the audit and a migration that stopped moving', () => {
+  test('a working task_state with no progress past the threshold is reported; the phase-1-done states wait without a finding', async () => {
+    // reset_task_state leaves a share "working" with no machine behind it: what a lost execution would leave.
+    expect((await m.action(base, { reset_task_state: { task_state: 'migration_in_progress' } })).status).toBe(202);
+    await new Promise((r) => setTimeout(r, 20));
+    const stuck = (await runAudit({ stuckAfterSeconds: 0.01 })).findings;
+    expect(stuck).toEqual([{ kind: 'stuck-share-migration', resource: `share ${base}`, detail: expect.stringContaining('migration_in_progress with no progress since') }]);
+    expect((await runAudit()).findings).toEqual([]); // within the default hour it is not stuck yet
+
+    expect((await m.action(base, { reset_task_state: { task_state: 'data_copying_completed' } })).status).toBe(202);
+    await new Promise((r) => setTimeout(r, 20));
+    expect((await runAudit({ stuckAfterSeconds: 0.01 })).findings).toEqual([]);
+    expect((await m.action(base, { reset_task_state: { task_state: null } })).status).toBe(202);
+  });
+});
