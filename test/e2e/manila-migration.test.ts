@@ -12,16 +12,15 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { getShare } from '../../functions/shares/repo.js';
 import { manilaCli, parseListTable, parsePropertyTable, type CliResult } from '../support/cli.js';
-import { fillShare, shareDigest } from '../support/manila.js';
+import { fillShare, shareDigest, useFastMigrationEnv } from '../support/manila.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 /** Each CLI call starts a Python interpreter and rediscovers versions. */
 const SCENARIO_TIMEOUT_MS = 300_000;
-const ENV_KEYS = ['FERRY_LOCAL_WAIT_SCALE', 'FERRY_SHARE_MIGRATION_SLICE_MS', 'FERRY_COPY_BYTES_PER_SECOND'];
 const TERMINAL = ['migration_success', 'migration_error', 'migration_cancelled'];
 
 let stack: TestLocalStack;
-const saved: Record<string, string | undefined> = {};
+let restoreEnv: (() => void) | undefined;
 
 const manilaAs = (token: string, ...args: string[]): Promise<CliResult> => manilaCli(`${stack.url}/share/v2`, token, args);
 
@@ -113,11 +112,7 @@ async function cleanAudit(): Promise<void> {
 }
 
 beforeAll(async () => {
-  for (const k of ENV_KEYS) saved[k] = process.env[k];
-  // The driver's Wait loop polls every 5 s on a real stack; here every 50 ms, in slices small enough to loop.
-  process.env.FERRY_LOCAL_WAIT_SCALE = '0.01';
-  process.env.FERRY_SHARE_MIGRATION_SLICE_MS = '0';
-  delete process.env.FERRY_COPY_BYTES_PER_SECOND;
+  restoreEnv = useFastMigrationEnv();
   stack = await useLocalStack();
   // Share types pinned to one backend each, made with the CLI.
   for (const backend of ['nfs-a', 'nfs-b', 'nfs-c']) {
@@ -129,10 +124,7 @@ beforeAll(async () => {
 }, 120_000);
 afterAll(async () => {
   await stack?.stop();
-  for (const [k, v] of Object.entries(saved)) {
-    if (v === undefined) delete process.env[k];
-    else process.env[k] = v;
-  }
+  restoreEnv?.();
 });
 
 describe('manila CLI share migration', () => {

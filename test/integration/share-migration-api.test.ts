@@ -27,12 +27,12 @@ import { sfn, stateMachineArn } from '../../functions/core/executions.js';
 import { clearFault, clearFaults, faultCalls, injectFault } from '../../functions/drivers/faults.js';
 import type { StateMachineName } from '../../functions/wiring.js';
 import { getShare } from '../../functions/shares/repo.js';
-import { manilaClient, migrationStartBody, type ManilaResponse } from '../support/manila.js';
+import { manilaClient, migrationStartBody, type ManilaResponse, useFastMigrationEnv } from '../support/manila.js';
 import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
 const m = manilaClient(() => stack.url);
-const saved: Record<string, string | undefined> = {};
+let restoreEnv: (() => void) | undefined;
 
 const A = 'ferry@nfs-a#pool0';
 const B = 'ferry@nfs-b#pool0';
@@ -64,16 +64,13 @@ const PROGRESS_0 = ['migration_starting', 'data_copying_starting', 'migration_in
 let base: string;
 
 beforeAll(async () => {
-  for (const k of ['FERRY_LOCAL_WAIT_SCALE', 'FERRY_SHARE_MIGRATION_SLICE_MS']) saved[k] = process.env[k];
-  process.env.FERRY_LOCAL_WAIT_SCALE = '0.01';
-  process.env.FERRY_SHARE_MIGRATION_SLICE_MS = '0';
+  restoreEnv = useFastMigrationEnv([]);
   stack = await useLocalStack();
   base = (await m.availableShare('nfs-a', { name: 'base' })).id;
 }, 120_000);
 afterAll(async () => {
   await stack?.stop();
-  for (const [k, v] of Object.entries(saved)) if (v === undefined) delete process.env[k];
-  else process.env[k] = v;
+  restoreEnv?.();
 });
 afterEach(async () => {
   clearFaults();

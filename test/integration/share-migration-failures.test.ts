@@ -29,12 +29,12 @@ import { copyOperationIdOf } from '../../functions/migration/steps.js';
 import { allocatedOnSharePool, getShare, updateShareBy } from '../../functions/shares/repo.js';
 import { freePort } from '../../infra/local/ports.js';
 import { REPO_ROOT } from '../../infra/local/http.js';
-import { fillShare, manilaClient, migrationStartBody, shareDigest } from '../support/manila.js';
+import { fillShare, manilaClient, migrationStartBody, shareDigest, useFastMigrationEnv } from '../support/manila.js';
 import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
 const m = manilaClient(() => stack.url);
-const saved: Record<string, string | undefined> = {};
+let restoreEnv: (() => void) | undefined;
 
 const SRC = 'ferry@nfs-a#pool0';
 const DRIVER_DEST = 'ferry@nfs-b#pool0';
@@ -43,16 +43,12 @@ const HOST_DEST = 'ferry@nfs-c#pool0';
 const OWN_RULES = ['10.8.0.1:ro', '10.9.0.0/24:rw'];
 
 beforeAll(async () => {
-  for (const k of ['FERRY_LOCAL_WAIT_SCALE', 'FERRY_SHARE_MIGRATION_SLICE_MS', 'FERRY_COPY_BYTES_PER_SECOND', 'FERRY_COPY_THREADS']) saved[k] = process.env[k];
-  // Wait states and Retry intervals at 1/100 (the driver's 5 s poll is 50 ms); small driver slices.
-  process.env.FERRY_LOCAL_WAIT_SCALE = '0.01';
-  process.env.FERRY_SHARE_MIGRATION_SLICE_MS = '0';
+  restoreEnv = useFastMigrationEnv(['FERRY_COPY_BYTES_PER_SECOND', 'FERRY_COPY_THREADS']);
   stack = await useLocalStack();
 }, 60_000);
 afterAll(async () => {
   await stack?.stop();
-  for (const [k, v] of Object.entries(saved)) if (v === undefined) delete process.env[k];
-  else process.env[k] = v;
+  restoreEnv?.();
 });
 afterEach(async () => {
   clearFaults();

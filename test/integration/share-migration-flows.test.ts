@@ -15,24 +15,20 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { clearFaults } from '../../functions/drivers/faults.js';
 import { getShare } from '../../functions/shares/repo.js';
-import { fillShare, manilaClient, migrationStartBody, shareDigest } from '../support/manila.js';
+import { fillShare, manilaClient, migrationStartBody, shareDigest, useFastMigrationEnv } from '../support/manila.js';
 import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
 const m = manilaClient(() => stack.url);
-const saved: Record<string, string | undefined> = {};
+let restoreEnv: (() => void) | undefined;
 
 beforeAll(async () => {
-  for (const k of ['FERRY_LOCAL_WAIT_SCALE', 'FERRY_SHARE_MIGRATION_SLICE_MS', 'FERRY_COPY_BYTES_PER_SECOND']) saved[k] = process.env[k];
-  // The driver's Wait loop polls every 5 s on a real stack; here every 50 ms, with small slices so it loops.
-  process.env.FERRY_LOCAL_WAIT_SCALE = '0.01';
-  process.env.FERRY_SHARE_MIGRATION_SLICE_MS = '0';
+  restoreEnv = useFastMigrationEnv();
   stack = await useLocalStack();
 }, 60_000);
 afterAll(async () => {
   await stack?.stop();
-  for (const [k, v] of Object.entries(saved)) if (v === undefined) delete process.env[k];
-  else process.env[k] = v;
+  restoreEnv?.();
 });
 afterEach(async () => {
   clearFaults();

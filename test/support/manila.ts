@@ -151,3 +151,20 @@ export function shareDigest(root: string): Record<string, string> {
   for (const names of inodes.values()) if (names.length > 1) out[`hardlinks:${names[0]}`] = names.join(' = ');
   return out;
 }
+
+/**
+ * What the migration tests run with: the Wait states and Retry intervals of the local stack at
+ * 1/100 (the driver's 5 s poll is 50 ms) and one file per migration_continue slice, so the
+ * driver-assisted loop really loops. Sets them (and clears `alsoClear`) for a test file; returns
+ * the function that puts every one of them back (afterAll).
+ */
+export function useFastMigrationEnv(alsoClear: string[] = ['FERRY_COPY_BYTES_PER_SECOND']): () => void {
+  const values: Record<string, string | undefined> = { FERRY_LOCAL_WAIT_SCALE: '0.01', FERRY_SHARE_MIGRATION_SLICE_MS: '0' };
+  for (const k of alsoClear) values[k] = undefined;
+  const saved = Object.fromEntries(Object.keys(values).map((k) => [k, process.env[k]]));
+  const set = (k: string, v: string | undefined) => (v === undefined ? delete process.env[k] : (process.env[k] = v));
+  for (const [k, v] of Object.entries(values)) set(k, v);
+  return () => {
+    for (const [k, v] of Object.entries(saved)) set(k, v);
+  };
+}
