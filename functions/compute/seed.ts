@@ -105,40 +105,26 @@ export async function seedComputeSandbox(options: { dataDir: string }): Promise<
     await putIfAbsent(api, { ...cellMappingKey(cell.uuid), gsi1pk: GSI.cells, gsi1sk: cell.name, ...cell });
     const cellTable = tableName(c.table);
 
-    for (const ctl of c.control) {
-      const svc: ComputeService = {
-        uuid: serviceUuid(ctl.host, ctl.binary),
-        id: nextServiceId++,
-        host: ctl.host,
-        binary: ctl.binary,
-        topic: ctl.binary.replace(/^nova-/, ''),
-        disabled: false,
-        disabledReason: null,
-        forcedDown: false,
-        createdAt: at,
-        updatedAt: at,
-        version: 1,
-      };
-      await serviceIfAbsent(cell, svc);
-    }
+    const service = (host: string, binary: string): ComputeService => ({
+      uuid: serviceUuid(host, binary),
+      id: nextServiceId++,
+      host,
+      binary,
+      topic: binary.replace(/^nova-/, ''),
+      disabled: false,
+      disabledReason: null,
+      forcedDown: false,
+      createdAt: at,
+      updatedAt: at,
+      version: 1,
+    });
+    for (const ctl of c.control) await serviceIfAbsent(cell, service(ctl.host, ctl.binary));
 
     for (const host of c.hosts) {
       const mapping: HostMapping = { host, cellUuid: cell.uuid, cellName: cell.name, createdAt: at };
       await putIfAbsent(api, { ...hostMappingKey(host), gsi1pk: GSI.hosts, gsi1sk: host, ...mapping });
       const config = sandboxHostConfig(options.dataDir, host);
-      const svc: ComputeService = {
-        uuid: serviceUuid(host, COMPUTE_BINARY),
-        id: nextServiceId++,
-        host,
-        binary: COMPUTE_BINARY,
-        topic: 'compute',
-        disabled: false,
-        disabledReason: null,
-        forcedDown: false,
-        createdAt: at,
-        updatedAt: at,
-        version: 1,
-      };
+      const svc = service(host, COMPUTE_BINARY);
       await serviceIfAbsent(cell, svc);
       const node: ComputeNode = {
         uuid: nodeUuid(host),

@@ -19,6 +19,7 @@ import { shareBackendOf, TASK_STATES, type Share, type ShareMigration, type Task
 import { getShare, getShareBackend, listShareBackends, updateShareBy } from '../shares/repo.js';
 import { registerShareAction } from '../shares/routes.js';
 import { DEFAULT_SHARE_AZ } from '../shares/scheduler.js';
+import { getShareNetwork } from '../shares/networks.js';
 import { getShareTypeById } from '../shares/types.js';
 import { InvalidShare } from '../shares/transitions.js';
 import { isObject } from '../shares/validation.js';
@@ -71,6 +72,12 @@ async function loadShare(req: ApiRequest, id: string, notFound: (id: string) => 
 }
 const shareNotFoundShort = (id: string) => new NotFound(`Share ${id} not found.`);
 
+/** For a lookup whose NotFound the caller words as its own 400; any other failure stays what it is. */
+function unlessNotFound(e: unknown): undefined {
+  if (e instanceof NotFound) return undefined;
+  throw e;
+}
+
 function optionalId(params: Record<string, unknown>, key: string): string | null {
   const v = params[key];
   if (v === undefined || v === null || v === '') return null;
@@ -92,18 +99,15 @@ async function validateStart(req: ApiRequest, shareId: string, value: unknown): 
   if (typeof host !== 'string' || !host.trim()) throw new BadRequest(`Invalid value ${pyStr(host)} for host.`);
   const newShareNetworkId = optionalId(params, 'new_share_network_id');
   if (newShareNetworkId) {
-    const { shareNetworkKey } = await import('../shares/model.js');
-    const { GetCommand } = await import('@aws-sdk/lib-dynamodb');
-    const { db } = await import('../core/db.js');
-    const { tableName } = await import('../core/tables.js');
-    const out = await db().send(new GetCommand({ TableName: tableName('share'), Key: shareNetworkKey(newShareNetworkId), ConsistentRead: true }));
-    if (!out.Item) throw new BadRequest(`Share network ${newShareNetworkId} not found.`); // row 7
+    // The caller is an admin (policy above), who sees every project's networks.
+    const found = await getShareNetwork(req.auth, newShareNetworkId).catch(unlessNotFound);
+    if (!found) throw new BadRequest(`Share network ${newShareNetworkId} not found.`); // row 7
     // row 7b: share networks are records in Ferry, always active.
   }
   const newShareTypeId = optionalId(params, 'new_share_type_id');
   let newType;
   if (newShareTypeId) {
-    newType = await getShareTypeById(newShareTypeId).catch(() => undefined);
+    newType = await getShareTypeById(newShareTypeId).catch(unlessNotFound);
     if (!newType) throw new BadRequest(`Share type ${newShareTypeId} not found.`); // row 8
   }
   if (forceHostAssisted && (preserveMetadata || writable || nondisruptive || preserveSnapshots)) {

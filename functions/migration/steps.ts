@@ -21,7 +21,7 @@ import { shareDriverFor } from '../drivers/share/registry.js';
 import { copyOperationKey, getCopyOperation } from '../copy/progress.js';
 import { rulesForDriver } from '../shares/access.js';
 import { backendShareName, sharePoolOf, type MigrationInstance, type Share, type ShareMigration, type TaskState } from '../shares/model.js';
-import { getShare, getShareBackend, getShareOrThrow, releaseSharePoolItem, typeCountItem, updateShareBy, writeShareWith } from '../shares/repo.js';
+import { allocatedOnSharePool, getShare, getShareBackend, getShareOrThrow, releaseSharePoolItem, typeCountItem, updateShareBy, writeShareWith, type TransactItem } from '../shares/repo.js';
 import { DEFAULT_SHARE_AZ, filterAndWeighShares, NoValidHost, reserveSharePoolItem } from '../shares/scheduler.js';
 import { reasonOf, type CaughtError } from '../shares/steps.js';
 import { getShareTypeById } from '../shares/types.js';
@@ -57,6 +57,25 @@ export interface MigrationStepInput {
 
 async function apply(input: { shareId: string }, event: MigrationEvent | ((s: Share) => MigrationEvent)): Promise<Share> {
   return updateShareBy(input.shareId, (s) => migrationTransition(s, typeof event === 'function' ? event(s) : event));
+}
+
+/**
+ * apply() for events that move something else in the same transaction (a pool's allocation, a
+ * type's share count): `build` looks at the current share and returns the event and the other
+ * items, or undefined when there is nothing (left) to do. A lost race re-reads and builds again.
+ */
+async function applyWith(shareId: string, build: (s: Share) => { event: MigrationEvent; items: TransactItem[] } | undefined): Promise<Share> {
+  return withRetries(
+    async () => {
+      const cur = await getShareOrThrow(shareId);
+      const plan = build(cur);
+      if (!plan) return cur;
+      const after = migrationTransition(cur, plan.event);
+      if (after instanceof FerryError) throw after;
+      return writeShareWith(cur, after, plan.items);
+    },
+    { retryable: (e) => cancellationCodes(e).some((c) => c === 'ConditionalCheckFailed' || c === 'TransactionConflict') },
+  );
 }
 
 /** The share and its migration, which must be the one this execution runs. */
@@ -134,7 +153,6 @@ export async function reserveDestination(input: MigrationStepInput): Promise<{ p
     const caps = (await shareDriverFor(destBackend).capabilities()).find((c) => c.pool === poolName);
     if (!caps) throw new NoValidHost(`Pool ${poolName ?? '(none given)'} does not exist on ${destBackend.host}; give the destination as host@backend#pool.`);
     const type = await getShareTypeById(m.newShareTypeId ?? s.shareTypeId);
-    const { allocatedOnSharePool } = await import('../shares/repo.js');
     const pool = { host: d.host, backend: destBackend, caps, allocatedGb: await allocatedOnSharePool(d.host) };
     const { chosen, rejected } = filterAndWeighShares([pool], { sizeGb: s.size, proto: s.shareProto, extraSpecs: type.extraSpecs, availabilityZone: null });
     if (!chosen.length) throw new NoValidHost(`${rejected.join('; ')}.`);
@@ -359,17 +377,11 @@ export async function cleanupFailed(input: MigrationStepInput): Promise<{ taskSt
 }
 
 async function releaseDestinationCapacity(s: Share): Promise<void> {
-  await withRetries(
-    async () => {
-      const cur = await getShareOrThrow(s.id);
-      const d = cur.migration?.destination;
-      if (!d?.capacity) return;
-      const after = migrationTransition(cur, { type: 'destination-update', at: now(), migrationId: cur.migration!.id, changes: { capacity: null } });
-      if (after instanceof FerryError) throw after;
-      await writeShareWith(cur, after, [releaseSharePoolItem(d.capacity.pool, d.capacity.gb)]);
-    },
-    { retryable: (e) => cancellationCodes(e).some((c) => c === 'ConditionalCheckFailed' || c === 'TransactionConflict') },
-  );
+  await applyWith(s.id, (cur) => {
+    const cap = cur.migration?.destination?.capacity;
+    if (!cap) return undefined;
+    return { event: { type: 'destination-update', at: now(), migrationId: cur.migration!.id, changes: { capacity: null } }, items: [releaseSharePoolItem(cap.pool, cap.gb)] };
+  });
 }
 
 async function deleteCopyRecord(m: ShareMigration): Promise<void> {
@@ -425,17 +437,11 @@ export async function deleteRetired(input: MigrationStepInput): Promise<{ delete
     await shareDriverFor(await getShareBackend(r.host)).deleteShare(backendShareName(r.id));
     await apply(input, { type: 'retired-update', at: now(), migrationId: m.id, changes: { ownsBackendShare: false, exportLocations: [] } });
   }
-  await withRetries(
-    async () => {
-      const cur = await getShareOrThrow(input.shareId);
-      const cap = cur.migration?.retired?.capacity;
-      if (!cap) return;
-      const after = migrationTransition(cur, { type: 'retired-update', at: now(), migrationId: m.id, changes: { capacity: null } });
-      if (after instanceof FerryError) throw after;
-      await writeShareWith(cur, after, [releaseSharePoolItem(cap.pool, cap.gb)]);
-    },
-    { retryable: (e) => cancellationCodes(e).some((c) => c === 'ConditionalCheckFailed' || c === 'TransactionConflict') },
-  );
+  await applyWith(input.shareId, (cur) => {
+    const cap = cur.migration?.retired?.capacity;
+    if (!cap) return undefined;
+    return { event: { type: 'retired-update', at: now(), migrationId: m.id, changes: { capacity: null } }, items: [releaseSharePoolItem(cap.pool, cap.gb)] };
+  });
   return { deleted: r.id };
 }
 
@@ -449,15 +455,8 @@ export async function finishSuccess(input: MigrationStepInput): Promise<{ taskSt
   const event: MigrationEvent = { type: 'finish', at: now(), migrationId: m.id, outcome: 'migration_success', ...(type ? { newShareType: { id: type.id, name: type.name } } : {}) };
   if (!type) return { taskState: (await apply(input, event)).taskState };
   // A retype moves the share between the types' share counts in the same transaction.
-  const after = await withRetries(
-    async () => {
-      const cur = await getShareOrThrow(input.shareId);
-      if (!cur.migration || cur.migration.id !== m.id) return cur;
-      const next = migrationTransition(cur, event);
-      if (next instanceof FerryError) throw next;
-      return writeShareWith(cur, next, [typeCountItem(cur.shareTypeId, -1), typeCountItem(type.id, 1)]);
-    },
-    { retryable: (e) => cancellationCodes(e).some((c) => c === 'ConditionalCheckFailed' || c === 'TransactionConflict') },
+  const after = await applyWith(input.shareId, (cur) =>
+    cur.migration?.id === m.id ? { event, items: [typeCountItem(cur.shareTypeId, -1), typeCountItem(type.id, 1)] } : undefined,
   );
   return { taskState: after.taskState };
 }

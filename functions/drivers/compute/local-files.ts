@@ -3,45 +3,14 @@
  * progress and abort (live migration), a changed-chunks pass (the live migration's stop-and-copy),
  * and an in-process lock per host directory.
  */
-import { randomBytes } from 'node:crypto';
-import { mkdir, open, readFile, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
+import { isErrno, readChunk, tempName, unlinkIfPresent, writeFileAtomic, writeFully } from '../files.js';
+
+// The compute driver takes the small helpers from here too.
+export { isErrno, listVisible, readJson, statOrUndefined, tempName, unlinkIfPresent, writeFully } from '../files.js';
 
 export const DEFAULT_CHUNK_BYTES = 1024 * 1024;
-
-export function isErrno(e: unknown, ...codes: string[]): boolean {
-  return typeof e === 'object' && e !== null && codes.includes((e as NodeJS.ErrnoException).code ?? '');
-}
-
-/** Names starting with '.' are temp files: never guests, connections or hosts. */
-export const tempName = (name: string) => `.tmp-${name}-${process.pid}-${randomBytes(4).toString('hex')}`;
-
-export async function statOrUndefined(path: string) {
-  try {
-    return await stat(path);
-  } catch (e) {
-    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return undefined;
-    throw e;
-  }
-}
-
-/** Visible entries of a directory ([] when it is missing). */
-export async function listVisible(path: string): Promise<string[]> {
-  try {
-    return (await readdir(path)).filter((n) => !n.startsWith('.')).sort();
-  } catch (e) {
-    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return [];
-    throw e;
-  }
-}
-
-export async function unlinkIfPresent(path: string): Promise<void> {
-  try {
-    await unlink(path);
-  } catch (e) {
-    if (!isErrno(e, 'ENOENT', 'ENOTDIR')) throw e;
-  }
-}
 
 /** Removes a directory tree so that it disappears at once: renamed to a temp name first, then removed. */
 export async function removeTree(path: string): Promise<void> {
@@ -55,52 +24,9 @@ export async function removeTree(path: string): Promise<void> {
   await rm(doomed, { recursive: true, force: true });
 }
 
-/** Writes a small file whole: temp, fsync, rename. */
+/** Writes a small JSON file whole: temp, fsync, rename. */
 export async function writeJsonAtomic(path: string, value: unknown): Promise<void> {
-  await mkdir(dirname(path), { recursive: true });
-  const temp = join(dirname(path), tempName(basename(path)));
-  try {
-    const fh = await open(temp, 'wx');
-    try {
-      await fh.writeFile(`${JSON.stringify(value, null, 2)}\n`);
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-    await rename(temp, path);
-  } finally {
-    await unlinkIfPresent(temp);
-  }
-}
-
-export async function readJson<T>(path: string): Promise<T | undefined> {
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (e) {
-    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return undefined;
-    throw e;
-  }
-  return JSON.parse(text) as T;
-}
-
-async function readFully(fh: FileHandle, buf: Buffer, len: number, pos: number): Promise<Buffer> {
-  let got = 0;
-  while (got < len) {
-    const { bytesRead } = await fh.read(buf, got, len - got, pos + got);
-    if (bytesRead === 0) break;
-    got += bytesRead;
-  }
-  if (got < len) buf.fill(0, got, len);
-  return buf.subarray(0, len);
-}
-
-export async function writeFully(fh: FileHandle, data: Uint8Array, pos: number): Promise<void> {
-  let done = 0;
-  while (done < data.length) {
-    const { bytesWritten } = await fh.write(data, done, data.length - done, pos + done);
-    done += bytesWritten;
-  }
+  await writeFileAtomic(path, `${JSON.stringify(value, null, 2)}\n`);
 }
 
 export class CopyAborted extends Error {
@@ -136,7 +62,7 @@ export async function sparseCopy(src: string, dst: string, options: CopyOptions 
     for (let off = 0; off < size; off += chunkBytes) {
       if (options.signal?.aborted) throw new CopyAborted();
       const len = Math.min(chunkBytes, size - off);
-      const chunk = await readFully(input, buf, len, off);
+      const chunk = await readChunk(input, buf, len, off);
       if (!chunk.equals(zeros.subarray(0, len))) await writeFully(output, chunk, off);
       options.onChunk?.(off + len, size);
     }
@@ -167,8 +93,8 @@ export async function syncChangedChunks(src: string, dst: string, chunkBytes = D
       let written = 0;
       for (let off = 0; off < size; off += chunkBytes) {
         const len = Math.min(chunkBytes, size - off);
-        const want = await readFully(input, a, len, off);
-        const have = await readFully(output, b, len, off);
+        const want = await readChunk(input, a, len, off);
+        const have = await readChunk(output, b, len, off);
         if (!want.equals(have)) {
           await writeFully(output, want, off);
           written += len;

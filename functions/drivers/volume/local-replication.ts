@@ -19,29 +19,26 @@
  * replicated (the primary is presumed lost); failback copies every volume back from the target in
  * one full comparison, after which the targets are replicas again.
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { constants } from 'node:fs';
 import {
   copyFile,
   lstat,
   mkdir,
   open,
-  readdir,
-  readFile,
   readlink,
   rename,
   rm,
   rmdir,
   stat,
   symlink,
-  unlink,
-  writeFile,
   type FileHandle,
 } from 'node:fs/promises';
 import { basename, dirname, join, relative } from 'node:path';
 import { DriverError, FerryError } from '../../core/errors.js';
 import { logger } from '../../core/logger.js';
 import type { BackendConfig, ReplicationDevice } from './driver.js';
+import { isDirectory, isErrno, listVisible, readChunk, readJson, statOrUndefined, tempName, unlinkIfPresent, writeFileAtomic, writeFully } from '../files.js';
 
 /** The active backend id of a backend running on its primary site (reference §2.3: `''`). */
 export const PRIMARY_BACKEND_ID = '';
@@ -74,91 +71,8 @@ export class InvalidReplicationTarget extends FerryError {
   }
 }
 
-// ---- small file helpers (shared with local.ts) -------------------------------------------------
-
-export function isErrno(e: unknown, ...codes: string[]): boolean {
-  return typeof e === 'object' && e !== null && codes.includes((e as NodeJS.ErrnoException).code ?? '');
-}
-
-/** Entries of a directory that are not hidden ('.'-names are temp files and Ferry's own trees); [] when it is missing. */
-export async function listVisible(path: string): Promise<string[]> {
-  try {
-    return (await readdir(path)).filter((n) => !n.startsWith('.'));
-  } catch (e) {
-    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return [];
-    throw e;
-  }
-}
-
-export async function statOrUndefined(path: string) {
-  try {
-    return await stat(path);
-  } catch (e) {
-    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return undefined;
-    throw e;
-  }
-}
-
-export async function isDirectory(path: string): Promise<boolean> {
-  return (await statOrUndefined(path))?.isDirectory() ?? false;
-}
-
-export const tempName = (name: string) => `.tmp-${name}-${process.pid}-${randomBytes(4).toString('hex')}`;
-
-async function unlinkIfPresent(path: string): Promise<void> {
-  try {
-    await unlink(path);
-  } catch (e) {
-    if (!isErrno(e, 'ENOENT', 'ENOTDIR')) throw e;
-  }
-}
-
-/** Writes a small file whole: temp, fsync, rename. */
-async function writeFileAtomic(path: string, data: string): Promise<void> {
-  await mkdir(dirname(path), { recursive: true });
-  const temp = join(dirname(path), tempName(basename(path)));
-  try {
-    const fh = await open(temp, 'wx');
-    try {
-      await fh.writeFile(data);
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-    await rename(temp, path);
-  } finally {
-    await unlinkIfPresent(temp);
-  }
-}
-
-async function readJson<T>(path: string): Promise<T | undefined> {
-  try {
-    return JSON.parse(await readFile(path, 'utf8')) as T;
-  } catch (e) {
-    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return undefined;
-    throw e;
-  }
-}
-
-/** Reads `len` bytes at `pos` into `buf`; what lies past the end of the file reads as zeros. */
-async function readChunk(fh: FileHandle, buf: Buffer, len: number, pos: number): Promise<Buffer> {
-  let got = 0;
-  while (got < len) {
-    const { bytesRead } = await fh.read(buf, got, len - got, pos + got);
-    if (bytesRead === 0) break;
-    got += bytesRead;
-  }
-  if (got < len) buf.fill(0, got, len);
-  return buf.subarray(0, len);
-}
-
-async function writeFully(fh: FileHandle, data: Buffer, pos: number): Promise<void> {
-  let done = 0;
-  while (done < data.length) {
-    const { bytesWritten } = await fh.write(data, done, data.length - done, pos + done);
-    done += bytesWritten;
-  }
-}
+// The small file helpers live in ../files.ts (shared with the compute driver); local.ts takes them from here.
+export { isDirectory, isErrno, listVisible, statOrUndefined, tempName } from '../files.js';
 
 function chunkDigest(chunk: Buffer, zeros: Buffer): string {
   // Most chunks of a volume are never written: a memcmp against zeros is much cheaper than a hash.

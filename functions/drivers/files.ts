@@ -1,0 +1,94 @@
+/**
+ * Small file helpers of the local drivers (volume, compute): errno checks, tolerant stat and
+ * listing, whole-file writes (temp + fsync + rename), and positional reads/writes that loop until
+ * done. Names starting with '.' are the drivers' temp files and own trees, never listed.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdir, open, readFile, readdir, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
+
+export function isErrno(e: unknown, ...codes: string[]): boolean {
+  return typeof e === 'object' && e !== null && codes.includes((e as NodeJS.ErrnoException).code ?? '');
+}
+
+export async function statOrUndefined(path: string) {
+  try {
+    return await stat(path);
+  } catch (e) {
+    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return undefined;
+    throw e;
+  }
+}
+
+export async function isDirectory(path: string): Promise<boolean> {
+  return (await statOrUndefined(path))?.isDirectory() ?? false;
+}
+
+/** Visible entries of a directory, sorted; [] when it is missing. */
+export async function listVisible(path: string): Promise<string[]> {
+  try {
+    return (await readdir(path)).filter((n) => !n.startsWith('.')).sort();
+  } catch (e) {
+    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return [];
+    throw e;
+  }
+}
+
+export const tempName = (name: string) => `.tmp-${name}-${process.pid}-${randomBytes(4).toString('hex')}`;
+
+export async function unlinkIfPresent(path: string): Promise<void> {
+  try {
+    await unlink(path);
+  } catch (e) {
+    if (!isErrno(e, 'ENOENT', 'ENOTDIR')) throw e;
+  }
+}
+
+/** Writes a small file whole: temp, fsync, rename. */
+export async function writeFileAtomic(path: string, data: string): Promise<void> {
+  await mkdir(dirname(path), { recursive: true });
+  const temp = join(dirname(path), tempName(basename(path)));
+  try {
+    const fh = await open(temp, 'wx');
+    try {
+      await fh.writeFile(data);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(temp, path);
+  } finally {
+    await unlinkIfPresent(temp);
+  }
+}
+
+export async function readJson<T>(path: string): Promise<T | undefined> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (e) {
+    if (isErrno(e, 'ENOENT', 'ENOTDIR')) return undefined;
+    throw e;
+  }
+  return JSON.parse(text) as T;
+}
+
+/** Reads `len` bytes at `pos` into `buf`; what lies past the end of the file reads as zeros. */
+export async function readChunk(fh: FileHandle, buf: Buffer, len: number, pos: number): Promise<Buffer> {
+  let got = 0;
+  while (got < len) {
+    const { bytesRead } = await fh.read(buf, got, len - got, pos + got);
+    if (bytesRead === 0) break;
+    got += bytesRead;
+  }
+  if (got < len) buf.fill(0, got, len);
+  return buf.subarray(0, len);
+}
+
+export async function writeFully(fh: FileHandle, data: Uint8Array, pos: number): Promise<void> {
+  let done = 0;
+  while (done < data.length) {
+    const { bytesWritten } = await fh.write(data, done, data.length - done, pos + done);
+    done += bytesWritten;
+  }
+}
