@@ -95,6 +95,84 @@ export const STATE_MACHINES = [
     description: 'migration_cancel after phase 1 ended (or of what a failed migration left): removes the destination, restores the source rules, migration_cancelled.',
     functions: ['migration-steps'],
   },
+  {
+    name: 'server-create',
+    file: 'statemachines/server-create.asl.json',
+    description: 'Boots a server: schedule and claim, port binding, volume block devices through the attachments API, spawn; a failure undoes all of it and leaves the instance ERROR.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-delete',
+    file: 'statemachines/server-delete.asl.json',
+    description: 'Deletes a server: guest, attachments (and delete_on_termination volumes), ports, allocations, records.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-power',
+    file: 'statemachines/server-power.asl.json',
+    description: 'Stops, starts or hard-reboots a server.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-attach-volume',
+    file: 'statemachines/server-attach-volume.asl.json',
+    description: 'Attaches a volume on the compute host (attachment_update, driver attach, attachment_complete), or rolls it back.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-detach-volume',
+    file: 'statemachines/server-detach-volume.asl.json',
+    description: 'Detaches a volume on the compute host (driver detach, attachment_delete), or rolls the volume back to in-use.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-evacuate',
+    file: 'statemachines/server-evacuate.asl.json',
+    description: 'Evacuates a server off a down host: claim on another host of the cell, volume attachments switched to the destination, spawnEvacuated, migration done; a failure leaves ERROR (or the vm_state when no host was found) and nothing on the destination.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-shelve',
+    file: 'statemachines/server-shelve.asl.json',
+    description: 'Shelves (snapshot to S3) and offloads a server: guest destroyed, volume connections terminated, bindings and allocations released; a failure reverts the task state.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-unshelve',
+    file: 'statemachines/server-unshelve.asl.json',
+    description: 'Unshelves a server: schedule and claim, bindings, volumes connected on the host, spawn from the shelved image or boot volume; a failure leaves it SHELVED_OFFLOADED with nothing held.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-swap-volume',
+    file: 'statemachines/server-swap-volume.asl.json',
+    description: 'Swaps a server volume for another (block copy, new attachment completed, old deleted), or rolls it back.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-live-migrate',
+    file: 'statemachines/server-live-migrate.asl.json',
+    description: 'Live-migrates a server within its cell (schedule, pre_live_migration with new attachments, copy and switch-over, post), rolling back before the switch or finishing forward after it.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-resize',
+    file: 'statemachines/server-resize.asl.json',
+    description: 'Cold migration / same-cell resize: prep (allocation to the migration, destination claimed), resize_instance on the source, finish_resize on the destination (VERIFY_RESIZE); a failure rolls back to the source.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-confirm-resize',
+    file: 'statemachines/server-confirm-resize.asl.json',
+    description: 'Confirms a resize on the source: kept disks removed, source binding deleted, the migration allocation released.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-revert-resize',
+    file: 'statemachines/server-revert-resize.asl.json',
+    description: 'Reverts a resize: destination torn down, then the guest defined again on the source with its volumes and allocations.',
+    functions: ['server-steps'],
+  },
 ] as const satisfies readonly StateMachineWiring[];
 
 export type StateMachineName = (typeof STATE_MACHINES)[number]['name'];
@@ -183,8 +261,22 @@ export const FUNCTIONS: FunctionWiring[] = [
     description: 'Nova v2.1 REST API: versions, flavors and extra specs, os-services (forced_down), os-hypervisors, os-availability-zone; cell and host mappings in compute-api, services and compute nodes in each cell table.',
     httpPrefix: '/compute',
     publicPaths: ['/compute', '/compute/v2.1'],
-    tables: ['compute-api', 'cell1', 'cell2'],
+    tables: ['compute-api', 'cell1', 'cell2', 'volume'],
+    usesBucket: true,
+    starts: ['server-create', 'server-delete', 'server-power', 'server-attach-volume', 'server-detach-volume', 'server-swap-volume', 'server-resize', 'server-confirm-resize', 'server-revert-resize', 'server-evacuate', 'server-shelve', 'server-unshelve', 'server-live-migrate', 'volume-delete'],
     timeoutSeconds: 29,
+  },
+  {
+    name: 'server-steps',
+    kind: 'step',
+    entry: 'functions/servers/steps.ts',
+    export: 'handler',
+    description: 'Step handlers of the server machines: Nova conductor and compute roles (schedule, claim, ports, the attachments API calls of reference §2.1, compute driver calls, rollbacks).',
+    tables: ['compute-api', 'cell1', 'cell2', 'volume'],
+    usesBucket: true,
+    starts: ['volume-delete'],
+    timeoutSeconds: 900,
+    memoryMb: 1024,
   },
 ];
 

@@ -23,7 +23,7 @@ import { own } from '../core/lookup.js';
 import { randomUUID } from 'node:crypto';
 import type { AuthContext } from '../core/auth.js';
 import { isConditionFailure, isTransactionConflict, withRetries } from '../core/db.js';
-import { BadRequest, DriverError, FerryError, InvalidVolume, NotFound } from '../core/errors.js';
+import { BadRequest, Conflict, DriverError, FerryError, InvalidVolume, NotFound } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { authorize, registerPolicies } from '../core/policy.js';
 import type { Connector, VolumeDriver } from '../drivers/volume/driver.js';
@@ -279,12 +279,19 @@ export interface RemainingAttachment {
 }
 
 /**
- * DELETE /attachments/{id}: returns the volume's remaining attachments.
- *
- * Upstream answers 409 to a non-admin deleting an attachment that has an instance and
- * connection_info while Nova still has the volume attached (Bug #2004555). Ferry has no Nova yet,
- * so such deletes are allowed for now.
+ * `attachment_deletion_allowed` (Bug #2004555): a caller other than Nova's service user may not
+ * delete an attachment with an instance and connection_info while that server still uses it (its
+ * BDM holds this attachment): 409, detach through the Compute API instead.
  */
+async function assertDeletionAllowed(auth: AuthContext, attachment: Attachment): Promise<void> {
+  if (auth.roles.includes('service') || !attachment.instanceUuid || !attachment.connectionInfo) return;
+  const { attachmentInUseByServer } = await import('../servers/repo.js');
+  if (await attachmentInUseByServer(attachment.instanceUuid, attachment.volumeId, attachment.id)) {
+    throw new Conflict(`Detach volume from instance ${attachment.instanceUuid} using the Compute API`);
+  }
+}
+
+/** DELETE /attachments/{id}: returns the volume's remaining attachments. */
 export async function deleteAttachment(input: AttachmentRef): Promise<RemainingAttachment[]> {
   const first = await getAttachmentRecord(input.attachmentId);
   if (first?.deleted && (input.auth.isAdmin || first.projectId === input.auth.projectId)) {
@@ -301,6 +308,7 @@ export async function deleteAttachment(input: AttachmentRef): Promise<RemainingA
     const visible = attachment && !attachment.deleted && (input.auth.isAdmin || attachment.projectId === input.auth.projectId) ? attachment : undefined;
     assertAttachmentLive(visible, input.attachmentId);
     authorize(input.auth, ATTACHMENT_POLICIES.delete, { projectId: visible.projectId });
+    if (n === 0) await assertDeletionAllowed(input.auth, visible);
     const volume = await loadVolumeOf(visible);
     const removed = remove(volume.volume, visible, now());
     await writeVersioned({ volume: volume.volume, attachment: visible }, { volume: removed.volume, attachment: removed.tombstone });

@@ -23,6 +23,7 @@ import { heldByMigration } from '../migration/transitions.js';
 import { backendShareName, BUSY_TASK_STATES, shareBackendOf, type HeldShareCapacity, type Share } from '../shares/model.js';
 import { toShare } from '../shares/repo.js';
 import { backendOf, listBackendRecords } from '../volumes/backends.js';
+import { auditServers } from './servers.js';
 import type { Volume } from '../volumes/model.js';
 
 export interface AuditFinding {
@@ -249,7 +250,9 @@ export async function runAudit(options: AuditOptions = {}): Promise<AuditReport>
     if (a.deleted && a.disconnect) {
       const v = volumesById.get(a.volumeId);
       const backend = v?.host ? held.get(backendOf(v.host)) : undefined;
-      if (backend?.connections.some((c) => c.backendName === v!.backendName && c.host === a.disconnect!.host)) {
+      // A later attachment connected on the same host uses the connection again: nothing pending.
+      const reused = (v?.connections?.[a.disconnect.host] ?? []).length > 0;
+      if (!reused && backend?.connections.some((c) => c.backendName === v!.backendName && c.host === a.disconnect!.host)) {
         find('pending-disconnect', `attachment ${a.id}`, `deleted, but the connection on ${a.disconnect.host} it had to remove is still there`);
       }
     }
@@ -273,10 +276,12 @@ export async function runAudit(options: AuditOptions = {}): Promise<AuditReport>
   }
 
   const shareChecks = await auditShares(now, stuckMs, find);
+  const serverChecks = await auditServers(now, stuckMs, find, liveAttachments);
 
   return {
     checked: {
       ...shareChecks,
+      ...serverChecks,
       volumes: volumes.length,
       attachments: liveAttachments.size,
       backends: held.size,

@@ -16,6 +16,7 @@ import { logger } from '../core/logger.js';
 import type { ApiVersion } from '../core/microversion.js';
 import { allowed, authorize, registerPolicies } from '../core/policy.js';
 import { computeDriverFor } from '../drivers/compute/registry.js';
+import { SERVER_ROUTES } from '../servers/routes.js';
 import { COMPUTE_BINARY, isUuidLike, parseStrictBool, serviceIsUp, type ComputeNode, type ComputeService, type Flavor, type ServiceUpdate } from './model.js';
 import {
   findServiceByHostBinary,
@@ -305,9 +306,8 @@ async function updateV253(req: ApiRequest) {
   }
   if (forcedDown !== undefined) update.forcedDown = forcedDown;
   if (Object.keys(update).length === 0) throw new BadRequest("No updates were requested. Fields 'status' or 'forced_down' should be specified.");
-  // Nova checks for in-progress evacuations when forced_down is unset (_check_for_evacuations);
-  // that joins here with evacuate.
   const saved = await updateService(found.cell, found.value.uuid, update);
+  if (update.forcedDown === false) await afterComputeBack(saved.host);
   const view = serviceView(saved, await upOf({ cell: found.cell, value: saved }), req.version);
   return json(200, { service: view });
 }
@@ -348,7 +348,22 @@ async function updateByAction(req: ApiRequest) {
   const found = await findServiceByHostBinary(host, binary);
   if (!found) throw new NotFound(`Could not find binary ${binary} on host ${host}.`);
   await updateService(found.cell, found.value.uuid, update);
+  if (update.forcedDown === false) await afterComputeBack(host);
   return json(200, { service: out });
+}
+
+/**
+ * A compute service no longer forced down plays a nova-compute restart: guests evacuated away
+ * from the host while it was down are destroyed there (`_destroy_evacuated_instances`). Best
+ * effort: the service update itself succeeded, and the audit lists what is left.
+ */
+async function afterComputeBack(host: string): Promise<void> {
+  try {
+    const { cleanupEvacuatedGuests } = await import('../servers/flows/evacuate.js');
+    await cleanupEvacuatedGuests(host);
+  } catch (e) {
+    logger.warn('could not clean evacuated guests on a compute host back up', { host, error: e as Error });
+  }
 }
 
 export const serviceRoutes: RouteSpec[] = [
@@ -539,4 +554,4 @@ export const availabilityZoneRoutes: RouteSpec[] = [
 ];
 
 /** Every route of the Nova API so far, in one list (functions/api/compute.ts). */
-export const COMPUTE_ROUTES: RouteSpec[] = [...flavorRoutes, ...serviceRoutes, ...hypervisorRoutes, ...availabilityZoneRoutes];
+export const COMPUTE_ROUTES: RouteSpec[] = [...flavorRoutes, ...serviceRoutes, ...hypervisorRoutes, ...availabilityZoneRoutes, ...SERVER_ROUTES];

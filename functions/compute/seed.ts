@@ -67,11 +67,15 @@ interface FlavorSeed {
   generation: 1 | 2;
 }
 
+/**
+ * Root disks are small (1 and 2 GB, not OpenStack's 20 and 80) so a move on a laptop copies in a
+ * second: the local driver's disks are sparse files, but a copy still reads every byte.
+ */
 export const SANDBOX_FLAVORS: readonly FlavorSeed[] = [
-  { flavorid: '1', name: 'm1.small', vcpus: 1, memoryMb: 2048, rootGb: 20, generation: 1 },
-  { flavorid: '2', name: 'm1.large', vcpus: 4, memoryMb: 8192, rootGb: 80, generation: 1 },
-  { flavorid: '3', name: 'm2.small', vcpus: 1, memoryMb: 2048, rootGb: 20, generation: 2 },
-  { flavorid: '4', name: 'm2.large', vcpus: 4, memoryMb: 8192, rootGb: 80, generation: 2 },
+  { flavorid: '1', name: 'm1.small', vcpus: 1, memoryMb: 2048, rootGb: 1, generation: 1 },
+  { flavorid: '2', name: 'm1.large', vcpus: 4, memoryMb: 8192, rootGb: 2, generation: 1 },
+  { flavorid: '3', name: 'm2.small', vcpus: 1, memoryMb: 2048, rootGb: 1, generation: 2 },
+  { flavorid: '4', name: 'm2.large', vcpus: 4, memoryMb: 8192, rootGb: 2, generation: 2 },
 ];
 
 export const cellUuid = (name: string) => stableUuid(`cell:${name}`);

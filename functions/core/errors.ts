@@ -100,3 +100,22 @@ export class DriverError extends FerryError {
 export function isFerryError(e: unknown): e is FerryError {
   return e instanceof FerryError;
 }
+
+/** What a state machine's Catch puts in the state (`ResultPath: $.error`). */
+export interface CaughtError {
+  Error?: string;
+  Cause?: string;
+}
+
+/** The readable message of a caught error: a Lambda error's Cause is JSON with `errorMessage`. */
+export function reasonOf(error: CaughtError | undefined): string {
+  if (!error) return 'unknown error';
+  const cause = error.Cause ?? '';
+  try {
+    const parsed = JSON.parse(cause) as { errorMessage?: string };
+    if (parsed && typeof parsed.errorMessage === 'string') return parsed.errorMessage;
+  } catch {
+    /* a plain message */
+  }
+  return cause || error.Error || 'unknown error';
+}

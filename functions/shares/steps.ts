@@ -4,7 +4,7 @@
  * share and decides from its recorded state, so a retried Task leaves the same state.
  */
 import { isConditionFailure, withRetries } from '../core/db.js';
-import { DriverError, FerryError } from '../core/errors.js';
+import { DriverError, FerryError, reasonOf, type CaughtError } from '../core/errors.js';
 import { shareDriverFor } from '../drivers/share/registry.js';
 import { backendShareName, sharePoolOf } from './model.js';
 import { getShare, getShareBackend, getShareOrThrow, removeShareRecord, updateShare } from './repo.js';
@@ -12,10 +12,7 @@ import { releaseShareCapacity, scheduleShare } from './scheduler.js';
 
 const now = () => new Date().toISOString();
 
-export interface CaughtError {
-  Error?: string;
-  Cause?: string;
-}
+export type { CaughtError };
 
 export interface ShareStepInput {
   step: string;
@@ -23,17 +20,7 @@ export interface ShareStepInput {
   error?: CaughtError;
 }
 
-export function reasonOf(error: CaughtError | undefined): string {
-  if (!error) return 'unknown error';
-  const cause = error.Cause ?? '';
-  try {
-    const parsed = JSON.parse(cause) as { errorMessage?: string };
-    if (parsed && typeof parsed.errorMessage === 'string') return parsed.errorMessage;
-  } catch {
-    /* plain */
-  }
-  return cause || error.Error || 'unknown error';
-}
+export { reasonOf };
 
 export async function schedule(shareId: string): Promise<{ host: string }> {
   const s = await scheduleShare(shareId);

@@ -11,7 +11,7 @@ import { createHash } from 'node:crypto';
 import type { AuthContext } from '../core/auth.js';
 import { db, isConditionFailure, withRetries } from '../core/db.js';
 import { tableName } from '../core/tables.js';
-import { Conflict, DriverError, FerryError } from '../core/errors.js';
+import { Conflict, DriverError, FerryError, reasonOf, type CaughtError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import type { VolumeDriver } from '../drivers/volume/driver.js';
 import { driverForHost } from '../drivers/volume/registry.js';
@@ -26,10 +26,7 @@ import { releaseCapacity, scheduleVolume } from './scheduler.js';
 const now = () => new Date().toISOString();
 
 /** What a Catch puts in `$.error`: the error name, and the message (AWS wraps it in Lambda's JSON). */
-export interface CaughtError {
-  Error?: string;
-  Cause?: string;
-}
+export type { CaughtError };
 
 export interface StepInput {
   step: string;
@@ -40,18 +37,7 @@ export interface StepInput {
   executionName?: string;
 }
 
-/** The readable message of a caught error. */
-export function reasonOf(error: CaughtError | undefined): string {
-  if (!error) return 'unknown error';
-  const cause = error.Cause ?? '';
-  try {
-    const parsed = JSON.parse(cause) as { errorMessage?: string };
-    if (parsed && typeof parsed.errorMessage === 'string') return parsed.errorMessage;
-  } catch {
-    /* a plain message */
-  }
-  return cause || error.Error || 'unknown error';
-}
+export { reasonOf };
 
 /** The owner's context, for work done on the owner's behalf (the pending attach). */
 function ownerAuth(v: Volume): AuthContext {

@@ -202,9 +202,12 @@ export class FerryStack extends Stack {
     for (const key of f.tables) this.table(key, f.name).grantReadWriteData(fn);
     if (f.usesBucket) this.bucket.grantReadWrite(fn);
     copyWorker?.grantMount(fn);
-    for (const machine of f.starts ?? []) {
-      fn.addToRolePolicy(new PolicyStatement({ actions: ['states:StartExecution'], resources: [this.stateMachineArn(machine)] }));
-      fn.addToRolePolicy(new PolicyStatement({ actions: ['states:DescribeExecution'], resources: [this.executionArns(machine)] }));
+    const starts = f.starts ?? [];
+    if (starts.length) {
+      // One statement per action with every machine as a resource: the compute API starts a dozen
+      // machines, and a statement each would overflow the role's inline policy size limit.
+      fn.addToRolePolicy(new PolicyStatement({ actions: ['states:StartExecution'], resources: starts.map((m) => this.stateMachineArn(m)) }));
+      fn.addToRolePolicy(new PolicyStatement({ actions: ['states:DescribeExecution'], resources: starts.map((m) => this.executionArns(m)) }));
     }
     this.acknowledgeFunction(fn, f);
     return fn;

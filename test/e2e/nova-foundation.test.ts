@@ -4,14 +4,11 @@
  * --os-token admin:admin` with OS_PROJECT_ID and any OS_AUTH_URL. Every invocation discovers the
  * version first (GET /compute/v2.1) and settles on 2.92, the client's maximum.
  */
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { nodeUuid, serviceUuid } from '../../functions/compute/seed.js';
-import { parseListTable, parsePropertyTable, type CliResult } from '../support/cli.js';
+import { novaCli as runNova, parseListTable, parsePropertyTable, type CliResult } from '../support/cli.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
-const run = promisify(execFile);
 /** Each CLI call starts a Python interpreter and rediscovers the version. */
 const SCENARIO_TIMEOUT_MS = 240_000;
 
@@ -19,22 +16,7 @@ let stack: TestLocalStack;
 let endpoint: string;
 
 async function novaCli(args: string[], version?: string): Promise<CliResult> {
-  const env: Record<string, string> = {
-    PATH: process.env.PATH ?? '/usr/bin:/bin',
-    HOME: process.env.HOME ?? '/root',
-    LANG: 'C.UTF-8',
-    OS_PROJECT_ID: 'admin',
-    // Must be non-empty; never contacted with the admin_token plugin.
-    OS_AUTH_URL: 'http://keystone.invalid/identity',
-  };
-  const argv = ['--os-auth-type', 'admin_token', '--os-endpoint', endpoint, '--os-token', 'admin:admin', ...(version ? ['--os-compute-api-version', version] : []), ...args];
-  try {
-    const { stdout, stderr } = await run('nova', argv, { env, timeout: 60_000 });
-    return { stdout, stderr, code: 0 };
-  } catch (e) {
-    const err = e as { stdout?: string; stderr?: string; code?: number };
-    return { stdout: err.stdout ?? '', stderr: err.stderr ?? '', code: typeof err.code === 'number' ? err.code : 1 };
-  }
+  return runNova(endpoint, args, { version });
 }
 
 const nova = async (args: string[], version?: string) => {
@@ -68,7 +50,7 @@ describe('nova CLI against the local stack', () => {
 
     // By name: GET /flavors/m1.small is a 404, then the CLI finds it in /flavors/detail?is_public=None.
     const show = parsePropertyTable(await nova(['flavor-show', 'm1.small']));
-    expect(show).toMatchObject({ id: '1', name: 'm1.small', ram: '2048', disk: '20', vcpus: '1', swap: '0', extra_specs: '{"hw:generation": "1"}' });
+    expect(show).toMatchObject({ id: '1', name: 'm1.small', ram: '2048', disk: '1', vcpus: '1', swap: '0', extra_specs: '{"hw:generation": "1"}' });
     // At 2.60 the CLI reads the extra specs from os-extra_specs.
     expect(parsePropertyTable(await nova(['flavor-show', '3'], '2.60')).extra_specs).toBe('{"hw:generation": "2"}');
 

@@ -57,3 +57,26 @@ export async function manilaCli(endpoint: string, token: string, args: string[])
     return { stdout: err.stdout ?? '', stderr: err.stderr ?? '', code: typeof err.code === 'number' ? err.code : 1 };
   }
 }
+
+/**
+ * Runs `nova` the Keystone-free way reference §3.4 verified: `--os-auth-type admin_token
+ * --os-endpoint <url>/compute/v2.1 --os-token <token>` with OS_PROJECT_ID and any OS_AUTH_URL.
+ */
+export async function novaCli(endpoint: string, args: string[], options: { token?: string; project?: string; version?: string } = {}): Promise<CliResult> {
+  const env: Record<string, string> = {
+    PATH: process.env.PATH ?? '/usr/bin:/bin',
+    HOME: process.env.HOME ?? '/root',
+    LANG: 'C.UTF-8',
+    OS_PROJECT_ID: options.project ?? 'admin',
+    // Must be non-empty; never contacted with the admin_token plugin.
+    OS_AUTH_URL: 'http://keystone.invalid/identity',
+  };
+  const argv = ['--os-auth-type', 'admin_token', '--os-endpoint', endpoint, '--os-token', options.token ?? 'admin:admin', ...(options.version ? ['--os-compute-api-version', options.version] : []), ...args];
+  try {
+    const { stdout, stderr } = await run('nova', argv, { env, timeout: 60_000 });
+    return { stdout, stderr, code: 0 };
+  } catch (e) {
+    const err = e as { stdout?: string; stderr?: string; code?: number };
+    return { stdout: err.stdout ?? '', stderr: err.stderr ?? '', code: typeof err.code === 'number' ? err.code : 1 };
+  }
+}

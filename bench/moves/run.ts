@@ -1,0 +1,200 @@
+/**
+ * bench/moves: every server flow of issue 5 on the local stack, each on a server with one
+ * attached data volume (and the boot from volume), measuring per flow:
+ * - wall time from the API call until the server settles (no operation in flight);
+ * - calls to the attachments API (attachment_create/update/complete/delete/get) and other Cinder
+ *   calls Nova makes (volume get, begin/roll_detaching), against the reference's attachments-API
+ *   call count for the same flow (nova.md §2.1 / the vol_test traces, one volume);
+ * - DynamoDB requests (all tables; the bench's own polling for the end is not counted).
+ *
+ * Absolute times drift on a noisy machine, so each flow's time is also printed as a ratio against
+ * a baseline measured in the same run: a hard reboot (one machine, one driver call, no volume work).
+ *
+ *   npm run bench:moves            (BENCH_REPEATS=3 by default; the median is printed)
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { dynamoRequests } from '../../functions/core/db.js';
+import { cinderCalls } from '../../functions/servers/cinder.js';
+import { SANDBOX_IMAGES } from '../../functions/servers/images.js';
+import { findServer } from '../../functions/servers/repo.js';
+import { startLocalStack } from '../../infra/local/stack.js';
+import { percentile } from '../support/stats.js';
+
+const REPEATS = Number(process.env.BENCH_REPEATS ?? 3);
+
+/** Attachments-API calls upstream makes for the flow with one volume BDM (reference §2.1 and traces vol_*). */
+const REFERENCE_ATTACHMENT_CALLS: Record<string, { calls: number; source: string }> = {
+  'hard reboot (baseline)': { calls: 0, source: 'no volume work' },
+  'boot from image': { calls: 0, source: 'no volume' },
+  'boot from volume': { calls: 3, source: 'create (conductor), update + complete (_prep_block_device)' },
+  attach: { calls: 3, source: 'vol_test_01: create, update, complete' },
+  detach: { calls: 1, source: 'vol_test_01: delete' },
+  swap: { calls: 4, source: 'vol_test_11: create(new), update(new), complete(new), delete(old)' },
+  'live migration': { calls: 4, source: 'vol_test_03: create(dest connector), get (refresh), complete, delete(old)' },
+  'cold migrate': { calls: 5, source: 'vol_test_06: create(empty), delete(old), update(dest), get (refresh), complete' },
+  'resize confirm': { calls: 0, source: 'vol_test_06: no Cinder calls' },
+  'resize revert': { calls: 5, source: 'vol_test_07: create(empty), delete(dest), update(source), get (refresh), complete' },
+  evacuate: { calls: 4, source: 'vol_test_08: create(empty), delete(old), update(dest), complete' },
+  'shelve + offload': { calls: 2, source: 'vol_test_09: create(empty), delete(old)' },
+  unshelve: { calls: 2, source: 'vol_test_09: update, complete' },
+  delete: { calls: 1, source: 'vol_test_16: delete' },
+};
+
+interface Sample {
+  ms: number;
+  attachmentCalls: number;
+  otherCinderCalls: number;
+  dynamo: number;
+}
+
+async function main(): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'ferry-bench-moves-'));
+  const stack = await startLocalStack({ dataDir, port: 0, quiet: true });
+  const compute = `${stack.url}/compute/v2.1`;
+  const volume = `${stack.url}/volume/v3/admin`;
+  const headers = { 'X-Auth-Token': 'admin:admin', 'Content-Type': 'application/json', Accept: 'application/json' };
+
+  async function call(base: string, method: string, path: string, body?: unknown, version?: string): Promise<any> {
+    const res = await fetch(base + path, {
+      method,
+      headers: { ...headers, ...(version ? { 'OpenStack-API-Version': version } : {}) },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    if (res.status >= 400) throw new Error(`${method} ${path} -> ${res.status} ${text}`);
+    return text ? JSON.parse(text) : undefined;
+  }
+  const nova = (method: string, path: string, body?: unknown) => call(compute, method, path, body, 'compute 2.93');
+  const cinder = (method: string, path: string, body?: unknown) => call(volume, method, path, body, 'volume 3.70');
+
+  /** DynamoDB requests made by the bench's own polling, subtracted from each flow's count. */
+  let pollRequests = 0;
+  async function settle(id: string): Promise<Record<string, any> | undefined> {
+    for (let i = 0; ; i++) {
+      const before = dynamoRequests().total;
+      const found = await findServer(id);
+      pollRequests += dynamoRequests().total - before;
+      if (!found) return undefined;
+      if (!found.instance.operation) return found.instance as unknown as Record<string, any>;
+      if (i > 20_000) throw new Error(`server ${id} did not settle`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+  async function newVolume(): Promise<string> {
+    const id = (await cinder('POST', '/volumes', { volume: { size: 1, name: 'bench' } })).volume.id as string;
+    for (;;) {
+      const v = (await cinder('GET', `/volumes/${id}`)).volume;
+      if (v.status === 'available') return id;
+      if (String(v.status).startsWith('error')) throw new Error(`volume ${id} ${v.status}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+  async function boot(bootVolume?: string): Promise<string> {
+    const server: Record<string, unknown> = { name: 'bench', flavorRef: '1', networks: 'auto', host: 'cmp1' };
+    if (bootVolume) server.block_device_mapping_v2 = [{ boot_index: 0, uuid: bootVolume, source_type: 'volume', destination_type: 'volume' }];
+    else server.imageRef = SANDBOX_IMAGES.cirrosTiny.id;
+    const id = (await nova('POST', '/servers', { server })).server.id as string;
+    const s = await settle(id);
+    if (s?.vmState !== 'active') throw new Error(`boot ended ${JSON.stringify(s?.fault)}`);
+    return id;
+  }
+
+  /** Runs `act` and measures until the server settles; `expect` checks the end state. */
+  async function measure(act: () => Promise<unknown>, id: string, expectVm?: string): Promise<Sample> {
+    const calls0 = cinderCalls().length;
+    const dynamo0 = dynamoRequests().total;
+    const polls0 = pollRequests;
+    const t0 = performance.now();
+    await act();
+    const s = await settle(id);
+    const ms = performance.now() - t0;
+    if (expectVm && s?.vmState !== expectVm) throw new Error(`expected ${expectVm}, got ${String(s?.vmState)} ${JSON.stringify(s?.fault)}`);
+    const calls = cinderCalls().slice(calls0);
+    return {
+      ms,
+      attachmentCalls: calls.filter((c) => c.call.startsWith('attachment_')).length,
+      otherCinderCalls: calls.filter((c) => !c.call.startsWith('attachment_')).length,
+      dynamo: dynamoRequests().total - dynamo0 - (pollRequests - polls0),
+    };
+  }
+  const action = (id: string, body: unknown) => nova('POST', `/servers/${id}/action`, body);
+  const forceDown = async (host: string, down: boolean) => {
+    const svc = (await nova('GET', `/os-services?host=${host}&binary=nova-compute`)).services[0];
+    await nova('PUT', `/os-services/${svc.id}`, { forced_down: down });
+  };
+
+  const samples = new Map<string, Sample[]>();
+  const add = (name: string, s: Sample) => samples.set(name, [...(samples.get(name) ?? []), s]);
+
+  for (let r = 0; r < REPEATS; r++) {
+    // Boots (measured from POST to ACTIVE).
+    const bootCalls = async (bootVolume?: string) => {
+      const calls0 = cinderCalls().length;
+      const dynamo0 = dynamoRequests().total;
+      const polls0 = pollRequests;
+      const t0 = performance.now();
+      const id = await boot(bootVolume);
+      const calls = cinderCalls().slice(calls0);
+      const dynamo = dynamoRequests().total - dynamo0 - (pollRequests - polls0);
+      return { id, sample: { ms: performance.now() - t0, attachmentCalls: calls.filter((c) => c.call.startsWith('attachment_')).length, otherCinderCalls: calls.filter((c) => !c.call.startsWith('attachment_')).length, dynamo } };
+    };
+    const booted = await bootCalls();
+    add('boot from image', booted.sample);
+    const id = booted.id;
+    add('hard reboot (baseline)', await measure(() => action(id, { reboot: { type: 'HARD' } }), id, 'active'));
+
+    const data = await newVolume();
+    add('attach', await measure(() => nova('POST', `/servers/${id}/os-volume_attachments`, { volumeAttachment: { volumeId: data } }), id, 'active'));
+    const other = await newVolume();
+    add('swap', await measure(() => nova('PUT', `/servers/${id}/os-volume_attachments/${data}`, { volumeAttachment: { volumeId: other } }), id, 'active'));
+    add('live migration', await measure(() => action(id, { 'os-migrateLive': { host: null, block_migration: 'auto' } }), id, 'active'));
+    add('cold migrate', await measure(() => action(id, { migrate: null }), id, 'resized'));
+    add('resize confirm', await measure(() => action(id, { confirmResize: null }), id, 'active'));
+    await measure(() => action(id, { resize: { flavorRef: '2' } }), id, 'resized');
+    add('resize revert', await measure(() => action(id, { revertResize: null }), id, 'active'));
+    const host = String((await settle(id))!.host);
+    await forceDown(host, true);
+    add('evacuate', await measure(() => action(id, { evacuate: {} }), id, 'active'));
+    await forceDown(host, false);
+    add('shelve + offload', await measure(() => action(id, { shelve: null }), id, 'shelved_offloaded'));
+    add('unshelve', await measure(() => action(id, { unshelve: null }), id, 'active'));
+    add('detach', await measure(() => nova('DELETE', `/servers/${id}/os-volume_attachments/${other}`), id, 'active'));
+    await nova('POST', `/servers/${id}/os-volume_attachments`, { volumeAttachment: { volumeId: other } });
+    await settle(id);
+    add('delete', await measure(() => nova('DELETE', `/servers/${id}`), id));
+
+    const bootVolume = await newVolume();
+    const bfv = await bootCalls(bootVolume);
+    add('boot from volume', bfv.sample);
+    await nova('DELETE', `/servers/${bfv.id}`);
+    await settle(bfv.id);
+  }
+
+  const baseline = percentile(samples.get('hard reboot (baseline)')!.map((s) => s.ms), 50);
+  const rows = [...samples.entries()].map(([name, ss]) => {
+    const med = (f: (s: Sample) => number) => percentile(ss.map(f), 50);
+    const ref = REFERENCE_ATTACHMENT_CALLS[name]!;
+    return {
+      flow: name,
+      'wall ms (median)': med((s) => s.ms).toFixed(0),
+      'x reboot': (med((s) => s.ms) / baseline).toFixed(2),
+      'attachment calls': med((s) => s.attachmentCalls),
+      reference: ref.calls,
+      'ferry/ref': ref.calls === 0 ? (med((s) => s.attachmentCalls) === 0 ? '-' : 'n/a') : (med((s) => s.attachmentCalls) / ref.calls).toFixed(2),
+      'other cinder calls': med((s) => s.otherCinderCalls),
+      'dynamodb requests': med((s) => s.dynamo),
+    };
+  });
+  console.log(`bench/moves: ${REPEATS} repetitions, medians; baseline hard reboot ${baseline.toFixed(0)} ms`);
+  console.table(rows);
+  for (const [name, ref] of Object.entries(REFERENCE_ATTACHMENT_CALLS)) console.log(`  reference ${name}: ${ref.source}`);
+  await stack.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

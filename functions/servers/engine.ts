@@ -1,0 +1,227 @@
+/**
+ * What every server flow shares: starting an operation from the API (the task_state gate, the
+ * instance action, the execution), loading it in a step, recording holds before making them,
+ * instance events, and ending it.
+ *
+ * An operation lives on the instance (`instance.operation`): at most one at a time, because the
+ * API sets it together with a task_state only while task_state is None (Nova's
+ * `save(expected_task_state=[None])`), conditional on the instance's version. Every step of the
+ * operation's machine first checks that the operation on the instance is still its own (by
+ * request id); a step of an operation that has ended is a no-op, so a re-delivered or re-run step
+ * never acts twice.
+ */
+import type { CellMapping, ComputeNode } from '../compute/model.js';
+import { getCell, listComputeNodes } from '../compute/repo.js';
+import type { AuthContext } from '../core/auth.js';
+import { Conflict, FerryError, reasonOf, type CaughtError } from '../core/errors.js';
+import { executionName, startExecution } from '../core/executions.js';
+import { logger } from '../core/logger.js';
+import type { ComputeDriver } from '../drivers/compute/driver.js';
+import { computeDriverFor } from '../drivers/compute/registry.js';
+import type { StateMachineName } from '../wiring.js';
+import type { BlockDeviceMapping, Instance, OperationHolds, OperationKind, ServerOperation, TaskState, VmState } from './model.js';
+import { actionPutItem, finishEvent, loadPartition, newAction, startEvent, updateServer, type InstanceChange, type LoadedServer } from './repo.js';
+
+const now = () => new Date().toISOString();
+
+/** What a step handler receives from its machine. */
+export interface ServerStepInput {
+  step: string;
+  serverId: string;
+  requestId: string;
+  /** The cell the instance was in when the operation began (the mapping may flip during a move). */
+  cellUuid: string;
+  /** What the machine caught, for rollback steps. */
+  error?: CaughtError;
+}
+
+export { reasonOf };
+
+// ---------------------------------------------------------------------------------------------
+// Starting an operation (API side)
+
+export interface BeginOperation {
+  server: LoadedServer;
+  auth: AuthContext;
+  kind: OperationKind;
+  /** The instance action name (nova/compute/instance_actions.py). */
+  action: string;
+  /** Nova's check_instance_state: allowed vm_states (task_state must be None unless `taskStates` says). */
+  vmStates: readonly VmState[];
+  taskStates?: readonly (TaskState | null)[];
+  /** The task_state the API sets (undefined: unchanged). */
+  taskState?: TaskState | null;
+  machine: StateMachineName;
+  requestId: string;
+  params?: Record<string, unknown>;
+  migrationUuid?: string;
+  /** Further changes the API makes in the same write (flavor, BDM, migration record, ...). */
+  change?: (instance: Instance, bdms: BlockDeviceMapping[]) => Omit<InstanceChange, 'instance'> & { instance?: Instance };
+  /** Checks against fresh state inside the conditional write (throw a FerryError to refuse). */
+  check?: (instance: Instance, bdms: BlockDeviceMapping[]) => void;
+  /** API work after the write and before the machine starts (Nova's attach: attachment_create). */
+  prepare?: (instance: Instance) => Promise<void>;
+  /** Undoes `prepare`'s effects when the operation is abandoned (prepare or the start failed). */
+  abort?: () => Promise<void>;
+  /** No machine: the API did all of it (offloaded attach/detach); the operation is ended after prepare. */
+  apiOnly?: boolean;
+}
+
+/** Nova's InstanceInvalidState (409). */
+export function invalidState(action: string, uuid: string, attr: 'vm_state' | 'task_state', state: string | null): Conflict {
+  return new Conflict(`Cannot '${action}' instance ${uuid} while it is in ${attr} ${state ?? 'None'}`);
+}
+
+export function assertState(instance: Instance, action: string, vmStates: readonly VmState[], taskStates: readonly (TaskState | null)[] = [null]): void {
+  if (!vmStates.includes(instance.vmState)) throw invalidState(action, instance.uuid, 'vm_state', instance.vmState);
+  if (!taskStates.includes(instance.taskState)) throw invalidState(action, instance.uuid, 'task_state', instance.taskState);
+}
+
+/**
+ * The API half of an operation: one conditional write sets task_state, the operation record and
+ * the instance action (and whatever `change` adds), then the machine starts. If the start fails the
+ * operation is ended again so the server is not left in a task_state no machine will clear.
+ */
+export async function beginOperation(b: BeginOperation): Promise<Instance> {
+  const { cell } = b.server;
+  const execution = executionName(`${b.kind}`, b.requestId.replace(/^req-/, ''));
+  const operation: ServerOperation = {
+    kind: b.kind,
+    requestId: b.requestId,
+    executionName: execution,
+    ...(b.migrationUuid ? { migrationUuid: b.migrationUuid } : {}),
+    params: b.params ?? {},
+    holds: {},
+    startedAt: now(),
+  };
+  const written = await updateServer(cell, b.server.instance.uuid, ({ instance, bdms }) => {
+    if (instance.operation) throw invalidState(b.action, instance.uuid, 'task_state', instance.taskState ?? instance.operation.kind);
+    assertState(instance, b.action, b.vmStates, b.taskStates);
+    b.check?.(instance, bdms);
+    const extra = b.change?.(instance, bdms) ?? {};
+    const base = extra.instance ?? instance;
+    const action = newAction({ ...instance, userId: b.auth.userId, projectId: instance.projectId }, b.action, b.requestId);
+    return {
+      ...extra,
+      instance: { ...base, ...(b.taskState !== undefined ? { taskState: b.taskState } : {}), operation },
+      extra: [...(extra.extra ?? []), actionPutItem(cell, action)],
+    };
+  });
+  const endIt = (change?: (i: Instance) => Instance) =>
+    updateServer(cell, b.server.instance.uuid, ({ instance }) => ({
+      instance: instance.operation?.requestId === b.requestId ? { ...(change ? change(instance) : instance), operation: null, taskState: null } : instance,
+    }));
+  try {
+    await b.prepare?.(written.instance);
+    if (b.apiOnly) return (await endIt()).instance;
+    await startExecution(b.machine, execution, { serverId: b.server.instance.uuid, requestId: b.requestId, cellUuid: cell.uuid });
+  } catch (e) {
+    logger.error('the operation could not start; ending it', { serverId: b.server.instance.uuid, machine: b.machine, error: e as Error });
+    await b.abort?.().catch((abortError: unknown) => logger.error('could not undo the API part of an abandoned operation', { error: abortError as Error }));
+    await endIt().catch(() => undefined);
+    throw e;
+  }
+  return written.instance;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steps (machine side)
+
+export interface StepState {
+  cell: CellMapping;
+  instance: Instance;
+  bdms: BlockDeviceMapping[];
+  op: ServerOperation;
+}
+
+/** Thrown (and caught by the step dispatcher) when the operation this step belongs to is over. */
+export class OperationOver extends Error {}
+
+/** Loads the instance of a step; OperationOver when the operation on it is no longer this one. */
+export async function loadStep(input: ServerStepInput): Promise<StepState> {
+  const cell = await getCell(input.cellUuid);
+  if (!cell) throw new OperationOver(`cell ${input.cellUuid} is gone`);
+  const { instance, bdms } = await loadPartition(cell, input.serverId);
+  if (!instance || instance.operation?.requestId !== input.requestId) throw new OperationOver(`operation ${input.requestId} of ${input.serverId} is over`);
+  return { cell, instance, bdms, op: instance.operation };
+}
+
+/** Applies a change to the instance only while this operation is still on it. */
+export async function updateOp(s: Pick<StepState, 'cell' | 'instance' | 'op'>, change: (current: { instance: Instance; bdms: BlockDeviceMapping[]; op: ServerOperation }) => Omit<InstanceChange, 'instance'> & { instance?: Instance }): Promise<StepState> {
+  const out = await updateServer(s.cell, s.instance.uuid, ({ instance, bdms }) => {
+    if (instance.operation?.requestId !== s.op.requestId) throw new OperationOver(`operation ${s.op.requestId} of ${instance.uuid} is over`);
+    const c = change({ instance, bdms, op: instance.operation });
+    return { ...c, instance: c.instance ?? instance };
+  });
+  return { cell: s.cell, instance: out.instance, bdms: out.bdms, op: out.instance.operation! };
+}
+
+/** Records holds on the operation BEFORE the thing they name is made (so a rollback knows of it). */
+export async function recordHolds(s: StepState, holds: (current: OperationHolds) => OperationHolds): Promise<StepState> {
+  return updateOp(s, ({ instance, op }) => ({ instance: { ...instance, operation: { ...op, holds: holds(op.holds) } } }));
+}
+
+/** Ends the operation: the final instance fields, operation cleared. */
+export async function endOperation(s: Pick<StepState, 'cell' | 'instance' | 'op'>, change: (current: { instance: Instance; bdms: BlockDeviceMapping[] }) => Omit<InstanceChange, 'instance'> & { instance: Instance }): Promise<StepState> {
+  return updateOp(s, ({ instance, bdms }) => {
+    const c = change({ instance, bdms });
+    return { ...c, instance: { ...c.instance, operation: null } };
+  });
+}
+
+/** Nova's wrap_instance_event: the event is started, the body runs, the event ends Success or Error. */
+export async function withEvent<T>(s: Pick<StepState, 'cell' | 'instance' | 'op'>, event: string, host: string | null, body: () => Promise<T>): Promise<T> {
+  await startEvent(s.cell, s.instance.uuid, s.op.requestId, event, host);
+  try {
+    const result = await body();
+    await finishEvent(s.cell, s.instance.uuid, s.op.requestId, event);
+    return result;
+  } catch (e) {
+    await finishEvent(s.cell, s.instance.uuid, s.op.requestId, event, { message: (e as Error).message, traceback: (e as Error).stack });
+    throw e;
+  }
+}
+
+/** Marks an event as failed from a rollback step (the failing step's wrap already did, unless it crashed). */
+export async function failEvent(s: Pick<StepState, 'cell' | 'instance' | 'op'>, event: string, reason: string): Promise<void> {
+  await finishEvent(s.cell, s.instance.uuid, s.op.requestId, event, { message: reason });
+}
+
+/** Nova's instance fault, recorded with an error. */
+export function faultOf(message: string, code = 500): Instance['fault'] {
+  return { code, message, details: message, created: now() };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hosts
+
+export interface HostNode {
+  cell: CellMapping;
+  node: ComputeNode;
+}
+
+let nodeCache: { at: number; nodes: HostNode[] } | undefined;
+
+/** Every compute node with its cell (cached briefly: nodes change only when an operator adds one). */
+export async function computeNodes(): Promise<HostNode[]> {
+  if (nodeCache && Date.now() - nodeCache.at < 5_000) return nodeCache.nodes;
+  const nodes = (await listComputeNodes()).map((n) => ({ cell: n.cell, node: n.value }));
+  nodeCache = { at: Date.now(), nodes };
+  return nodes;
+}
+
+export async function nodeOfHost(host: string): Promise<HostNode> {
+  const found = (await computeNodes()).find((n) => n.node.host === host);
+  if (!found) throw new FerryError(404, 'itemNotFound', `Compute host ${host} could not be found.`);
+  return found;
+}
+
+export async function driverOfHost(host: string): Promise<ComputeDriver> {
+  return computeDriverFor((await nodeOfHost(host)).node.config);
+}
+
+/** The connector a host presents, and a ref other hosts can reach it by. */
+export async function hostRef(host: string): Promise<{ host: string; root: string; down?: boolean }> {
+  const { node } = await nodeOfHost(host);
+  return { host: node.config.host, root: node.config.root, ...(node.config.down ? { down: true } : {}) };
+}

@@ -1,0 +1,259 @@
+/**
+ * Images (Glance's role for Ferry): the bytes in S3 under `images/<id>`, the record in the
+ * `compute-api` table. An image moves queued -> saving -> active; every status change is a write
+ * conditional on the status it leaves, so two callers never both believe they finished an upload.
+ */
+import { createHash, randomUUID } from 'node:crypto';
+import { Readable, Transform } from 'node:stream';
+import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { DeleteCommand, GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { db, isConditionFailure, queryAll } from '../core/db.js';
+import { BadRequest, Conflict, NotFound } from '../core/errors.js';
+import { bucket, s3 } from '../core/s3.js';
+import { tableName } from '../core/tables.js';
+import { stableUuid } from '../compute/model.js';
+import type { ImageSource } from '../drivers/compute/driver.js';
+import { imageKey, SERVER_GSI, type Image } from './model.js';
+
+const KEY_ATTRIBUTES = new Set(['pk', 'sk', 'gsi1pk', 'gsi1sk']);
+const apiTable = () => tableName('compute-api');
+
+export const imageObjectKey = (id: string) => `images/${id}`;
+
+function strip(item: Record<string, unknown>): Image {
+  return Object.fromEntries(Object.entries(item).filter(([k]) => !KEY_ATTRIBUTES.has(k))) as unknown as Image;
+}
+
+const notFound = (id: string) => new NotFound(`Image ${id} could not be found.`);
+
+export interface NewImage {
+  name: string;
+  ownerProjectId: string | null;
+  visibility: Image['visibility'];
+  properties: Record<string, string>;
+  minDisk?: number;
+  minRam?: number;
+  diskFormat?: string;
+  containerFormat?: string;
+  id?: string;
+}
+
+/**
+ * Records a new image (queued, no bytes yet).
+ * @throws Conflict when an image with that id exists (Glance's 409 on a duplicate id).
+ */
+export async function createImageRecord(input: NewImage): Promise<Image> {
+  const at = new Date().toISOString();
+  const id = input.id ?? randomUUID();
+  const image: Image = {
+    id,
+    name: input.name,
+    status: 'queued',
+    sizeBytes: 0,
+    minDisk: input.minDisk ?? 0,
+    minRam: input.minRam ?? 0,
+    diskFormat: input.diskFormat ?? 'raw',
+    containerFormat: input.containerFormat ?? 'bare',
+    visibility: input.visibility,
+    ownerProjectId: input.ownerProjectId,
+    properties: input.properties,
+    objectKey: imageObjectKey(id),
+    sha256: null,
+    createdAt: at,
+    updatedAt: at,
+  };
+  try {
+    await db().send(
+      new PutCommand({
+        TableName: apiTable(),
+        Item: { ...imageKey(id), gsi1pk: SERVER_GSI.images, gsi1sk: image.name, ...image },
+        ConditionExpression: 'attribute_not_exists(pk)',
+      }),
+    );
+  } catch (e) {
+    if (isConditionFailure(e)) throw new Conflict(`Image with identifier ${id} already exists!`);
+    throw e;
+  }
+  return image;
+}
+
+async function findImage(id: string): Promise<Image | undefined> {
+  const out = await db().send(new GetCommand({ TableName: apiTable(), Key: imageKey(id), ConsistentRead: true }));
+  return out.Item ? strip(out.Item) : undefined;
+}
+
+/** @throws NotFound */
+export async function getImage(id: string): Promise<Image> {
+  const image = await findImage(id);
+  if (!image) throw notFound(id);
+  return image;
+}
+
+/** The images a project sees: public ones and its own; an admin sees all. By name. */
+export async function listImages(projectId: string, isAdmin: boolean): Promise<Image[]> {
+  const items = await queryAll({ TableName: apiTable(), IndexName: 'gsi1', KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': SERVER_GSI.images } });
+  return items.map(strip).filter((i) => isAdmin || i.visibility === 'public' || i.ownerProjectId === projectId);
+}
+
+/** Moves the status from one of `from` to `to` (plus `extra` fields); false when the status was none of `from`. */
+async function transition(id: string, from: Image['status'][], to: Image['status'], extra: Partial<Image> = {}): Promise<boolean> {
+  const fields: Record<string, unknown> = { ...extra, status: to, updatedAt: new Date().toISOString() };
+  const names: Record<string, string> = {};
+  const values: Record<string, unknown> = {};
+  const sets = Object.entries(fields).map(([k, v], n) => {
+    names[`#f${n}`] = k;
+    values[`:f${n}`] = v;
+    return `#f${n} = :f${n}`;
+  });
+  from.forEach((s, n) => (values[`:from${n}`] = s));
+  names['#status'] = 'status';
+  try {
+    await db().send(
+      new UpdateCommand({
+        TableName: apiTable(),
+        Key: imageKey(id),
+        UpdateExpression: `SET ${sets.join(', ')}`,
+        ConditionExpression: `attribute_exists(pk) AND #status IN (${from.map((_, n) => `:from${n}`).join(', ')})`,
+        ExpressionAttributeNames: names,
+        ExpressionAttributeValues: values,
+      }),
+    );
+    return true;
+  } catch (e) {
+    if (isConditionFailure(e)) return false;
+    throw e;
+  }
+}
+
+function sha256Of(bytes: Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('hex');
+}
+
+async function readAll(stream: Readable): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(Buffer.from(chunk as Uint8Array));
+  return Buffer.concat(chunks);
+}
+
+/**
+ * Stores the bytes of an image and makes it active with their size and sha-256 (computed while
+ * the bytes stream to S3). A retried upload of a queued or saving image uploads again; a re-upload
+ * of an active image with the same bytes is a no-op, with other bytes a Conflict (Glance refuses to
+ * replace the data of an active image). A failed upload puts the image back to queued.
+ * @throws NotFound, Conflict, BadRequest (fewer or more bytes than `sizeBytes`).
+ */
+export async function uploadImage(id: string, body: Readable | Uint8Array, sizeBytes?: number): Promise<Image> {
+  const current = await getImage(id);
+  // PutObject needs the length up front (no multipart helper in the dependencies): a stream of
+  // unknown size is read into memory first, which images of Ferry's sizes allow.
+  const data: Readable | Uint8Array = body instanceof Readable && sizeBytes === undefined ? await readAll(body) : body;
+  const length = data instanceof Readable ? sizeBytes! : data.byteLength;
+
+  const shaOfData = async () => sha256Of(data instanceof Readable ? await readAll(data) : data);
+
+  if (current.status === 'active') {
+    if ((await shaOfData()) === current.sha256) return current;
+    throw new Conflict(`Image ${id} is active; its data cannot be replaced.`);
+  }
+  if (!(await transition(id, ['queued', 'saving'], 'saving'))) return settledUpload(id, await shaOfData());
+
+  const hash = createHash('sha256');
+  let counted = 0;
+  // A body longer or shorter than the length announced would leave S3 waiting for bytes that never
+  // come (or cut it off silently): the count fails the stream, which aborts the PUT.
+  const wrongLength = () => new BadRequest(`Image ${id}: ${counted} bytes received, ${length} expected.`);
+  const hashing = new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      hash.update(chunk);
+      counted += chunk.length;
+      done(counted > length ? wrongLength() : null, chunk);
+    },
+    flush(done) {
+      done(counted < length ? wrongLength() : null);
+    },
+  });
+  const source = data instanceof Readable ? data : Readable.from([data]);
+  const counting = source.pipe(hashing);
+  // The SDK does not watch its body for errors: a failed stream aborts the request here.
+  const abort = new AbortController();
+  source.on('error', (e) => counting.destroy(e));
+  counting.on('error', () => abort.abort());
+  try {
+    await s3().send(new PutObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id), Body: counting, ContentLength: length }), { abortSignal: abort.signal });
+    if (counted !== length) throw wrongLength();
+  } catch (e) {
+    await transition(id, ['saving'], 'queued');
+    throw counting.errored ?? e;
+  }
+  const sha256 = hash.digest('hex');
+  if (!(await transition(id, ['saving'], 'active', { sizeBytes: length, sha256 }))) return settledUpload(id, sha256);
+  return getImage(id);
+}
+
+/** A concurrent upload finished first: fine if it stored the same bytes. */
+async function settledUpload(id: string, sha256: string): Promise<Image> {
+  const now = await getImage(id);
+  if (now.status === 'active' && sha256 === now.sha256) return now;
+  throw new Conflict(`Image ${id} is being uploaded by another request (status ${now.status}).`);
+}
+
+/** The bytes of an active image. @throws NotFound, Conflict (not active) */
+export async function openImage(id: string): Promise<Readable> {
+  const image = await getImage(id);
+  if (image.status !== 'active') throw new Conflict(`Image ${id} has no data (status ${image.status}).`);
+  try {
+    const out = await s3().send(new GetObjectCommand({ Bucket: bucket(), Key: image.objectKey }));
+    return out.Body as Readable;
+  } catch (e) {
+    if ((e as { name?: string }).name === 'NoSuchKey') throw notFound(id);
+    throw e;
+  }
+}
+
+/** The compute driver's view of an image: opened when the driver reads it. */
+export function imageSourceFor(image: Pick<Image, 'id'>): ImageSource & { stream: () => Promise<Readable> } {
+  return { stream: () => openImage(image.id) };
+}
+
+/** Deletes the bytes, then the record; either already gone is fine. */
+export async function deleteImage(id: string): Promise<void> {
+  // S3 answers a delete of a missing key with success.
+  await s3().send(new DeleteObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id) }));
+  await db().send(new DeleteCommand({ TableName: apiTable(), Key: imageKey(id) }));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seed
+
+export const SANDBOX_IMAGES = {
+  cirrosTiny: { id: stableUuid('image:cirros-tiny'), name: 'cirros-tiny', sizeBytes: 256 * 1024 },
+  ferryTiny: { id: stableUuid('image:ferry-tiny'), name: 'ferry-tiny', sizeBytes: 384 * 1024 },
+} as const;
+
+/** Deterministic pseudo-random bytes (xorshift32 seeded from the name): the same image on every seed. */
+export function deterministicBytes(name: string, size: number): Uint8Array {
+  let x = createHash('sha256').update(name).digest().readUInt32LE(0) || 1;
+  const out = new Uint8Array(size);
+  for (let i = 0; i < size; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    out[i] = x & 0xff;
+  }
+  return out;
+}
+
+/** Seeds the sandbox's public images; an image already active is left as it is. */
+export async function seedImages(): Promise<Image[]> {
+  const seeded: Image[] = [];
+  for (const s of Object.values(SANDBOX_IMAGES)) {
+    try {
+      await createImageRecord({ id: s.id, name: s.name, ownerProjectId: null, visibility: 'public', properties: {} });
+    } catch (e) {
+      if (!(e instanceof Conflict)) throw e;
+    }
+    const image = await getImage(s.id);
+    seeded.push(image.status === 'active' ? image : await uploadImage(s.id, deterministicBytes(s.name, s.sizeBytes)));
+  }
+  return seeded;
+}

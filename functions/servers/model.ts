@@ -1,0 +1,429 @@
+/**
+ * Servers: the Nova model of an instance and what hangs off it, with DynamoDB keys.
+ *
+ * Where each lives (DESIGN: one table per database of the reference; a cell is its own failure domain):
+ *
+ * | item | table | pk | sk | gsi1pk / gsi1sk |
+ * |---|---|---|---|---|
+ * | instance mapping (uuid -> cell) | compute-api | `INSTMAP#<uuid>` | `INSTMAP` | `INSTMAPS` / `<createdAt>#<uuid>` |
+ * | image (bytes in S3 `images/<id>`) | compute-api | `IMAGE#<id>` | `IMAGE` | `IMAGES` / name |
+ * | port | compute-api | `PORT#<id>` | `PORT` | `DEVICE#<instance uuid>` / port id |
+ * | fixed IP claim | compute-api | `IP#<network>#<ip>` | `IP` | - |
+ * | node usage (free capacity, guarded) | compute-api | `RP#<node uuid>` | `USAGE` | - |
+ * | allocation | compute-api | `RP#<node uuid>` | `ALLOC#<consumer>` | `CONSUMER#<consumer>` / node uuid |
+ * | instance | cell<N> | `INSTANCE#<uuid>` | `INSTANCE` | `INSTANCES` / `<createdAt>#<uuid>` |
+ * | block device mapping | cell<N> | `INSTANCE#<uuid>` | `BDM#<bdm uuid>` | - |
+ * | instance action (events inside) | cell<N> | `INSTANCE#<uuid>` | `ACTION#<request id>` | - |
+ * | migration | cell<N> | `MIGRATION#<uuid>` | `MIGRATION` | `MIGRATIONS` / `<createdAt>#<uuid>` |
+ *
+ * An instance, its BDMs and its actions share a partition, so one transaction can change the
+ * instance and its BDMs together, conditional on the instance's version.
+ */
+import type { Flavor } from '../compute/model.js';
+import type { Connector } from '../drivers/volume/driver.js';
+
+/** nova/compute/vm_states.py */
+export type VmState = 'building' | 'active' | 'stopped' | 'paused' | 'suspended' | 'resized' | 'shelved' | 'shelved_offloaded' | 'deleted' | 'error' | 'soft-delete' | 'rescued';
+
+/** nova/compute/task_states.py (the ones Ferry's flows use). */
+export type TaskState =
+  | 'scheduling'
+  | 'block_device_mapping'
+  | 'networking'
+  | 'spawning'
+  | 'deleting'
+  | 'powering-off'
+  | 'powering-on'
+  | 'rebooting_hard'
+  | 'reboot_started_hard'
+  | 'resize_prep'
+  | 'resize_migrating'
+  | 'resize_migrated'
+  | 'resize_finish'
+  | 'resize_reverting'
+  | 'resize_confirming'
+  | 'migrating'
+  | 'rebuilding'
+  | 'rebuild_spawning'
+  | 'shelving'
+  | 'shelving_image_pending_upload'
+  | 'shelving_image_uploading'
+  | 'shelving_offloading'
+  | 'unshelving'
+  | 'spawning_unshelve';
+
+/** The flavor as the instance carries it (Nova's instance.flavor / old_flavor / new_flavor). */
+export type InstanceFlavor = Pick<Flavor, 'flavorid' | 'id' | 'name' | 'vcpus' | 'memoryMb' | 'rootGb' | 'ephemeralGb' | 'swap' | 'extraSpecs'>;
+
+export function instanceFlavorOf(f: Flavor): InstanceFlavor {
+  return { flavorid: f.flavorid, id: f.id, name: f.name, vcpus: f.vcpus, memoryMb: f.memoryMb, rootGb: f.rootGb, ephemeralGb: f.ephemeralGb, swap: f.swap, extraSpecs: f.extraSpecs };
+}
+
+export interface InstanceFault {
+  code: number;
+  message: string;
+  details: string;
+  created: string;
+}
+
+/** What an operation in flight has made so far, so a rollback undoes exactly that (recorded before it is made). */
+export interface OperationHolds {
+  /** Attachments created by this operation, by BDM uuid (destination or placeholder attachments). */
+  newAttachments?: Record<string, string>;
+  /** The attachment each BDM had before the operation, by BDM uuid (what a rollback restores). */
+  oldAttachments?: Record<string, string>;
+  /** Connection info each BDM had before the operation, by BDM uuid. */
+  oldConnectionInfo?: Record<string, Record<string, unknown> | null>;
+  /** A destination host port bindings were made on. */
+  boundHost?: string;
+  /** A guest (or partial copy) exists on this destination host. */
+  destGuest?: string;
+  /** An image uploaded by this operation (shelve snapshot). */
+  imageId?: string;
+  /** A BDM this operation created (attach), to destroy on rollback. */
+  bdmUuid?: string;
+  /** Host-level volume connections this operation made outside a guest (swap's new volume), to disconnect on rollback. */
+  hostConnections?: { host: string; connectionInfo: Record<string, unknown> }[];
+}
+
+/** The operation an instance is in (one at a time, gated by task_state like Nova's expected_task_state). */
+export interface ServerOperation {
+  kind: OperationKind;
+  /** The request id of the API call (also the instance action's key). */
+  requestId: string;
+  /** The Step Functions execution name. */
+  executionName: string;
+  migrationUuid?: string;
+  /** Operation parameters (flavor, host, volume ids, ...). */
+  params: Record<string, unknown>;
+  holds: OperationHolds;
+  startedAt: string;
+}
+
+export type OperationKind =
+  | 'create'
+  | 'delete'
+  | 'stop'
+  | 'start'
+  | 'reboot'
+  | 'attach_volume'
+  | 'detach_volume'
+  | 'swap_volume'
+  | 'live_migration'
+  | 'resize'
+  | 'confirm_resize'
+  | 'revert_resize'
+  | 'evacuate'
+  | 'shelve'
+  | 'shelve_offload'
+  | 'unshelve';
+
+export interface Instance {
+  uuid: string;
+  name: string;
+  projectId: string;
+  userId: string;
+  flavor: InstanceFlavor;
+  oldFlavor: InstanceFlavor | null;
+  newFlavor: InstanceFlavor | null;
+  /** '' for a volume-backed server (Nova's image_ref ''). */
+  imageRef: string;
+  host: string | null;
+  /** The hypervisor hostname (Nova's instance.node). */
+  node: string | null;
+  availabilityZone: string | null;
+  vmState: VmState;
+  taskState: TaskState | null;
+  powerState: number;
+  progress: number;
+  metadata: Record<string, string>;
+  keyName: string | null;
+  /** Nova's system_metadata (old_vm_state, image_base_image_ref, shelved_image_id, ...). */
+  systemMetadata: Record<string, string>;
+  hidden: boolean;
+  locked: boolean;
+  fault: InstanceFault | null;
+  operation: ServerOperation | null;
+  launchedAt: string | null;
+  terminatedAt: string | null;
+  createdAt: string;
+  updatedAt: string;
+  /** Bumped by every write; every write is conditional on the version read. */
+  version: number;
+}
+
+export interface BlockDeviceMapping {
+  uuid: string;
+  instanceUuid: string;
+  sourceType: 'image' | 'volume' | 'blank';
+  destinationType: 'local' | 'volume';
+  volumeId: string | null;
+  imageId: string | null;
+  bootIndex: number | null;
+  deviceName: string | null;
+  /** The Cinder attachment this BDM uses now. */
+  attachmentId: string | null;
+  /** The connection_info of the attachment on the instance's host (null while not connected). */
+  connectionInfo: Record<string, unknown> | null;
+  deleteOnTermination: boolean;
+  tag: string | null;
+  volumeSize: number | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export type MigrationType = 'migration' | 'resize' | 'live-migration' | 'evacuation';
+
+/** Status strings of nova's Migration across the flows. */
+export type MigrationStatus =
+  | 'pre-migrating'
+  | 'migrating'
+  | 'post-migrating'
+  | 'finished'
+  | 'confirming'
+  | 'confirmed'
+  | 'reverting'
+  | 'reverted'
+  | 'error'
+  | 'failed'
+  | 'preparing'
+  | 'queued'
+  | 'running'
+  | 'completed'
+  | 'cancelled'
+  | 'accepted'
+  | 'done';
+
+export interface Migration {
+  /** Integer id of the API (unique per cell, like Nova's autoincrement). */
+  id: number;
+  uuid: string;
+  instanceUuid: string;
+  migrationType: MigrationType;
+  status: MigrationStatus;
+  sourceCompute: string | null;
+  sourceNode: string | null;
+  destCompute: string | null;
+  destNode: string | null;
+  destHost: string | null;
+  oldInstanceTypeId: number;
+  newInstanceTypeId: number;
+  crossCellMove: boolean;
+  /** Live migration progress (bytes). */
+  memoryTotal: number | null;
+  memoryProcessed: number | null;
+  memoryRemaining: number | null;
+  diskTotal: number | null;
+  diskProcessed: number | null;
+  diskRemaining: number | null;
+  projectId: string;
+  userId: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface InstanceActionEvent {
+  event: string;
+  startTime: string;
+  finishTime: string | null;
+  /** 'Success' | 'Error' | null while running */
+  result: string | null;
+  traceback: string | null;
+  host: string | null;
+  details: string | null;
+}
+
+export interface InstanceAction {
+  action: string;
+  instanceUuid: string;
+  requestId: string;
+  userId: string;
+  projectId: string;
+  startTime: string;
+  finishTime: string | null;
+  /** 'Error' once an event failed. */
+  message: string | null;
+  updatedAt: string;
+  events: InstanceActionEvent[];
+}
+
+export interface InstanceMapping {
+  instanceUuid: string;
+  cellUuid: string;
+  projectId: string;
+  userId: string;
+  queuedForDelete: boolean;
+  createdAt: string;
+}
+
+export interface PortBinding {
+  host: string;
+  status: 'ACTIVE' | 'INACTIVE';
+  vifType: string;
+  vnicType: string;
+  profile: Record<string, unknown>;
+}
+
+export interface Port {
+  id: string;
+  networkId: string;
+  macAddress: string;
+  fixedIps: { ipAddress: string; subnetId: string }[];
+  deviceId: string;
+  deviceOwner: string;
+  projectId: string;
+  /** binding:host_id: the host of the ACTIVE binding. */
+  bindingHostId: string | null;
+  /** Neutron's binding-extended: one binding per host, at most one ACTIVE. */
+  bindings: Record<string, PortBinding>;
+  status: 'ACTIVE' | 'DOWN' | 'BUILD';
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface Image {
+  id: string;
+  name: string;
+  status: 'queued' | 'saving' | 'active' | 'deleted';
+  sizeBytes: number;
+  minDisk: number;
+  minRam: number;
+  diskFormat: string;
+  containerFormat: string;
+  visibility: 'public' | 'private' | 'shared';
+  ownerProjectId: string | null;
+  /** Properties (image_type snapshot, instance_uuid, ...). */
+  properties: Record<string, string>;
+  /** S3 key of the bytes. */
+  objectKey: string;
+  sha256: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** A migration record as the API creates it: the instance's source, no destination yet, no progress. */
+export function newMigration(input: {
+  id: number;
+  uuid: string;
+  instance: Pick<Instance, 'uuid' | 'host' | 'node' | 'flavor' | 'projectId' | 'userId'>;
+  migrationType: MigrationType;
+  status: MigrationStatus;
+  destCompute?: string | null;
+  newInstanceTypeId?: number;
+  userId?: string;
+  at: string;
+}): Migration {
+  const { instance: i } = input;
+  return {
+    id: input.id,
+    uuid: input.uuid,
+    instanceUuid: i.uuid,
+    migrationType: input.migrationType,
+    status: input.status,
+    sourceCompute: i.host,
+    sourceNode: i.node,
+    destCompute: input.destCompute ?? null,
+    destNode: null,
+    destHost: null,
+    oldInstanceTypeId: i.flavor.id,
+    newInstanceTypeId: input.newInstanceTypeId ?? i.flavor.id,
+    crossCellMove: false,
+    memoryTotal: null,
+    memoryProcessed: null,
+    memoryRemaining: null,
+    diskTotal: null,
+    diskProcessed: null,
+    diskRemaining: null,
+    projectId: i.projectId,
+    userId: input.userId ?? i.userId,
+    createdAt: input.at,
+    updatedAt: input.at,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys
+
+export const instanceMappingKey = (uuid: string) => ({ pk: `INSTMAP#${uuid}`, sk: 'INSTMAP' });
+export const imageKey = (id: string) => ({ pk: `IMAGE#${id}`, sk: 'IMAGE' });
+export const portKey = (id: string) => ({ pk: `PORT#${id}`, sk: 'PORT' });
+export const fixedIpKey = (networkId: string, ip: string) => ({ pk: `IP#${networkId}#${ip}`, sk: 'IP' });
+export const nodeUsageKey = (nodeUuid: string) => ({ pk: `RP#${nodeUuid}`, sk: 'USAGE' });
+export const instanceKey = (uuid: string) => ({ pk: `INSTANCE#${uuid}`, sk: 'INSTANCE' });
+export const bdmKey = (instanceUuid: string, bdmUuid: string) => ({ pk: `INSTANCE#${instanceUuid}`, sk: `BDM#${bdmUuid}` });
+export const actionKey = (instanceUuid: string, requestId: string) => ({ pk: `INSTANCE#${instanceUuid}`, sk: `ACTION#${requestId}` });
+export const migrationCounterKey = () => ({ pk: 'COUNTER#MIGRATION', sk: 'COUNTER' });
+export const migrationKey = (uuid: string) => ({ pk: `MIGRATION#${uuid}`, sk: 'MIGRATION' });
+
+export const SERVER_GSI = {
+  instanceMappings: 'INSTMAPS',
+  images: 'IMAGES',
+  instances: 'INSTANCES',
+  migrations: 'MIGRATIONS',
+  portsOf: (instanceUuid: string) => `DEVICE#${instanceUuid}`,
+  allocationsOf: (consumer: string) => `CONSUMER#${consumer}`,
+} as const;
+
+// ---------------------------------------------------------------------------------------------
+// Status mapping
+
+/**
+ * nova/api/openstack/common.py `_STATE_MAP`: (vm_state, task_state) -> API status. A task_state not
+ * listed for the vm_state falls back to the vm_state's `default`.
+ */
+const STATE_MAP: Record<string, Record<string, string>> = {
+  active: {
+    default: 'ACTIVE',
+    rebooting: 'REBOOT',
+    reboot_pending: 'REBOOT',
+    reboot_started: 'REBOOT',
+    rebooting_hard: 'HARD_REBOOT',
+    reboot_pending_hard: 'HARD_REBOOT',
+    reboot_started_hard: 'HARD_REBOOT',
+    updating_password: 'PASSWORD',
+    rebuilding: 'REBUILD',
+    rebuild_block_device_mapping: 'REBUILD',
+    rebuild_spawning: 'REBUILD',
+    migrating: 'MIGRATING',
+    resize_prep: 'RESIZE',
+    resize_migrating: 'RESIZE',
+    resize_migrated: 'RESIZE',
+    resize_finish: 'RESIZE',
+  },
+  building: { default: 'BUILD' },
+  stopped: {
+    default: 'SHUTOFF',
+    resize_prep: 'RESIZE',
+    resize_migrating: 'RESIZE',
+    resize_migrated: 'RESIZE',
+    resize_finish: 'RESIZE',
+    rebuilding: 'REBUILD',
+    rebuild_block_device_mapping: 'REBUILD',
+    rebuild_spawning: 'REBUILD',
+  },
+  resized: { default: 'VERIFY_RESIZE', resize_reverting: 'REVERT_RESIZE' },
+  paused: { default: 'PAUSED', migrating: 'MIGRATING' },
+  suspended: { default: 'SUSPENDED' },
+  rescued: { default: 'RESCUE' },
+  error: { default: 'ERROR', rebuilding: 'REBUILD', rebuild_block_device_mapping: 'REBUILD', rebuild_spawning: 'REBUILD' },
+  deleted: { default: 'DELETED' },
+  'soft-delete': { default: 'SOFT_DELETED' },
+  shelved: { default: 'SHELVED' },
+  shelved_offloaded: { default: 'SHELVED_OFFLOADED' },
+};
+
+/** The API status of a server (`common.status_from_state`). */
+export function statusFromState(vmState: VmState, taskState: TaskState | null): string {
+  const byTask = STATE_MAP[vmState] ?? { default: 'UNKNOWN' };
+  return (taskState && byTask[taskState]) || byTask.default || 'UNKNOWN';
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connectors
+
+/** The connector a compute host presents to Cinder (os-brick's `get_connector_properties`). */
+export function hostConnector(host: string, mountpoint?: string | null): Connector {
+  const c: Connector = { host, ip: '127.0.0.1', platform: 'x86_64', os_type: 'linux', multipath: false, initiator: `iqn.2026-11.ferry:${host}` } as Connector;
+  if (mountpoint) (c as Record<string, unknown>).mountpoint = mountpoint;
+  return c;
+}

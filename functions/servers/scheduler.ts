@@ -1,0 +1,89 @@
+/**
+ * Nova's scheduler for Ferry's flows: filter the compute nodes, weigh them, and claim the flavor's
+ * resources on the best one for a consumer (select_destinations + Placement's claim in one).
+ *
+ * Filters (nova's defaults that apply here): ComputeFilter (service enabled, not forced down, host
+ * up), AvailabilityZoneFilter, the request's ignore_hosts / requested host / cell restriction, and
+ * capacity (Placement's allocation candidates), plus Ferry's hardware generation: a flavor with
+ * `hw:generation` only fits hosts of that generation when the host says which it is. Weigher:
+ * most free RAM first (RAMWeigher), then the host name for a stable order.
+ *
+ * The claim is the DynamoDB transaction of repo.claim (free capacity guarded by a condition), so
+ * two concurrent boots never both get the last room on a host: the loser tries the next host.
+ */
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { COMPUTE_BINARY, serviceIsUp } from '../compute/model.js';
+import { listServices } from '../compute/repo.js';
+import { db } from '../core/db.js';
+import { FerryError } from '../core/errors.js';
+import { tableName } from '../core/tables.js';
+import { computeDriverFor } from '../drivers/compute/registry.js';
+import { computeNodes, type HostNode } from './engine.js';
+import { nodeUsageKey, type InstanceFlavor } from './model.js';
+import { claim, ensureNodeUsage, type Amounts } from './repo.js';
+
+export class NoValidHost extends FerryError {
+  constructor(reason = 'There are not enough hosts available.') {
+    super(400, 'badRequest', `No valid host was found. ${reason}`);
+    this.name = 'NoValidHost';
+  }
+}
+
+export interface ScheduleRequest {
+  flavor: InstanceFlavor;
+  /** Who holds the claim (the instance uuid, or a migration uuid for a move's destination). */
+  consumer: string;
+  /** Volume-backed servers claim no root disk. */
+  volumeBacked: boolean;
+  ignoreHosts?: string[];
+  /** A requested host (migrate --host, live-migration host, evacuate host, unshelve host). */
+  host?: string;
+  /** Only nodes of this cell (a same-cell move). */
+  cellUuid?: string;
+  availabilityZone?: string | null;
+}
+
+export function amountsOf(flavor: InstanceFlavor, volumeBacked: boolean): Amounts {
+  return { vcpus: flavor.vcpus, memoryMb: flavor.memoryMb, diskGb: volumeBacked ? 0 : flavor.rootGb + flavor.ephemeralGb };
+}
+
+async function freeOf(nodeUuid: string): Promise<Amounts | undefined> {
+  const out = await db().send(new GetCommand({ TableName: tableName('compute-api'), Key: nodeUsageKey(nodeUuid), ConsistentRead: true }));
+  if (!out.Item) return undefined;
+  return { vcpus: Number(out.Item.vcpusFree), memoryMb: Number(out.Item.memoryMbFree), diskGb: Number(out.Item.diskGbFree) };
+}
+
+/** Hosts that pass the filters, best first, with their free capacity. */
+export async function candidates(req: ScheduleRequest): Promise<(HostNode & { free: Amounts })[]> {
+  const want = amountsOf(req.flavor, req.volumeBacked);
+  const services = await listServices();
+  const out: (HostNode & { free: Amounts })[] = [];
+  for (const hn of await computeNodes()) {
+    const { node } = hn;
+    if (req.host && node.host !== req.host) continue;
+    if (req.ignoreHosts?.includes(node.host)) continue;
+    if (req.cellUuid && hn.cell.uuid !== req.cellUuid) continue;
+    if (req.availabilityZone && req.availabilityZone !== 'nova') continue;
+    const svc = services.find((s) => s.value.host === node.host && s.value.binary === COMPUTE_BINARY)?.value;
+    if (!svc || svc.disabled) continue;
+    const info = await computeDriverFor(node.config).getHostInfo();
+    if (!serviceIsUp(svc, info.up)) continue;
+    const generation = req.flavor.extraSpecs?.['hw:generation'];
+    const hostGeneration = (node.config as { generation?: number }).generation;
+    if (generation && hostGeneration !== undefined && String(hostGeneration) !== generation) continue;
+    await ensureNodeUsage(node.uuid, { vcpus: node.vcpus, memoryMb: node.memoryMb, diskGb: node.localGb });
+    const free = await freeOf(node.uuid);
+    if (!free || free.vcpus < want.vcpus || free.memoryMb < want.memoryMb || free.diskGb < want.diskGb) continue;
+    out.push({ ...hn, free });
+  }
+  return out.sort((a, b) => b.free.memoryMb - a.free.memoryMb || a.node.host.localeCompare(b.node.host));
+}
+
+/** Picks a host and claims the flavor there for the consumer. @throws NoValidHost */
+export async function scheduleAndClaim(req: ScheduleRequest): Promise<HostNode> {
+  const want = amountsOf(req.flavor, req.volumeBacked);
+  for (const c of await candidates(req)) {
+    if (await claim({ consumer: req.consumer, nodeUuid: c.node.uuid, ...want })) return c;
+  }
+  throw new NoValidHost();
+}

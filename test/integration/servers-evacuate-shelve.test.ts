@@ -1,0 +1,440 @@
+/**
+ * Evacuate, shelve / shelve-offload / unshelve, and attach / detach while SHELVED_OFFLOADED on the
+ * local stack (reference §2.1 rows Evacuate, Shelve, Unshelve, the offloaded attach/detach rows;
+ * traces vol_test_08, 09, 10): the attachments API calls in upstream's order, bytes intact, the
+ * allocations, the migration, and the failure rows (evacuate spawn fails, evacuate with no valid
+ * host, unshelve spawn fails, shelve snapshot fails) ending with BDM attachment ids equal to
+ * Cinder's live attachments and nothing left on the wrong host.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js';
+import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
+import { computeDriverFor } from '../../functions/drivers/compute/registry.js';
+import { setHostDown } from '../../functions/drivers/compute/local.js';
+import { nodeOfHost } from '../../functions/servers/engine.js';
+import { cleanupEvacuatedGuests } from '../../functions/servers/flows/evacuate.js';
+import '../../functions/servers/flows/shelve.js';
+import { getImage, listImages } from '../../functions/servers/images.js';
+import { listPortsOf } from '../../functions/servers/network.js';
+import { allocationsOf, listMigrations } from '../../functions/servers/repo.js';
+import type { Migration } from '../../functions/servers/model.js';
+import { action, bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, writeThroughGuest, type Cinder, type Nova } from '../support/nova.js';
+import { useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { flavorKey, GSI } from '../../functions/compute/model.js';
+import { putIfAbsent } from '../../functions/compute/repo.js';
+import { tableName } from '../../functions/core/tables.js';
+
+let stack: TestLocalStack;
+let nova: Nova;
+let cinder: Cinder;
+/** A flavor with root_gb 0 (the root disk is the image's size), so shelve snapshots and evacuation copies stay small. */
+const SMALL_ROOT_FLAVOR = '90';
+
+beforeAll(async () => {
+  stack = await useLocalStack();
+  nova = novaClient(stack);
+  cinder = cinderClient(stack);
+  const at = new Date().toISOString();
+  await putIfAbsent(tableName('compute-api'), {
+    ...flavorKey(SMALL_ROOT_FLAVOR),
+    gsi1pk: GSI.flavors,
+    gsi1sk: SMALL_ROOT_FLAVOR,
+    flavorid: SMALL_ROOT_FLAVOR,
+    id: Number(SMALL_ROOT_FLAVOR),
+    name: 'm1.tinyroot',
+    memoryMb: 512,
+    vcpus: 1,
+    rootGb: 0,
+    ephemeralGb: 0,
+    swap: 0,
+    rxtxFactor: 1.0,
+    isPublic: true,
+    disabled: false,
+    description: 'root disk of the image size',
+    extraSpecs: {},
+    createdAt: at,
+  });
+}, 120_000);
+afterAll(async () => stack?.stop());
+afterEach(() => clearFaults());
+
+/** The attachments API calls (reads left out), in order. */
+const callNames = () => cinderCalls().map((c) => c.call).filter((c) => c !== 'get' && c !== 'attachment_get');
+
+const driverOf = async (host: string) => computeDriverFor((await nodeOfHost(host)).node.config);
+const nodeUuidOf = async (host: string) => (await nodeOfHost(host)).node.uuid;
+const guestsOn = async (host: string) => (await (await driverOf(host)).listGuests()).map((g) => g.uuid);
+const connectedVolumesOn = async (host: string) => (await (await driverOf(host)).listConnections()).map((c) => c.volumeId);
+
+async function serviceId(host: string): Promise<string> {
+  const res = await nova('GET', `/os-services?host=${host}&binary=nova-compute`, { version: '2.53' });
+  return res.body.services[0].id as string;
+}
+
+/** A compute host down: forced down through os-services (2.53) and its driver host down (the guest unreachable). */
+async function setComputeDown(host: string, down: boolean): Promise<void> {
+  const res = await nova('PUT', `/os-services/${await serviceId(host)}`, { version: '2.53', body: { forced_down: down } });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  await setHostDown((await nodeOfHost(host)).node.config, down);
+}
+
+async function setServiceDisabled(host: string, disabled: boolean): Promise<void> {
+  const res = await nova('PUT', `/os-services/${await serviceId(host)}`, { version: '2.53', body: { status: disabled ? 'disabled' : 'enabled' } });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+}
+
+async function lastEvacuation(id: string): Promise<Migration> {
+  const mine = (await listMigrations()).map((m) => m.migration).filter((m) => m.instanceUuid === id && m.migrationType === 'evacuation');
+  return mine.sort((a, b) => a.id - b.id).at(-1)!;
+}
+
+/** Cinder's live attachments of a volume (any status), as the attachments API lists them. */
+async function liveAttachments(volumeId: string): Promise<{ id: string; status: string; connector: boolean }[]> {
+  const res = await cinder('GET', `/attachments/detail?volume_id=${volumeId}`);
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body.attachments.map((a: { id: string; status: string; connection_info: unknown }) => ({ id: a.id, status: a.status, connector: !!a.connection_info && Object.keys(a.connection_info as object).length > 0 }));
+}
+
+/** Every volume BDM's attachment is the one live attachment Cinder has for that volume. */
+async function expectBdmsMatchCinder(id: string): Promise<void> {
+  const { bdms } = await serverState(id);
+  for (const b of bdms.filter((x) => x.volumeId)) {
+    expect((await liveAttachments(b.volumeId!)).map((a) => a.id), `volume ${b.volumeId}`).toEqual([b.attachmentId]);
+  }
+}
+
+async function volumeOf(id: string) {
+  return (await cinder('GET', `/volumes/${id}`)).body.volume as { status: string; attachments: { attachment_id: string; host_name: string | null }[] };
+}
+
+async function attach(id: string, volumeId: string): Promise<string | null> {
+  const res = await nova('POST', `/servers/${id}/os-volume_attachments`, { body: { volumeAttachment: { volumeId } } });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  await settled(nova, id);
+  return res.body.volumeAttachment.device as string | null;
+}
+
+async function eventsOf(id: string, actionName: string): Promise<{ event: string; result: string | null }[]> {
+  const actions = (await nova('GET', `/servers/${id}/os-instance-actions`)).body.instanceActions as { action: string; request_id: string }[];
+  const a = actions.find((x) => x.action === actionName)!;
+  return (await nova('GET', `/servers/${id}/os-instance-actions/${a.request_id}`)).body.instanceAction.events;
+}
+
+describe('evacuate', () => {
+  test('API: body per microversion, policy, host checks, the source must be down', async () => {
+    const id = await bootServer(nova, { name: 'evac-api', host: 'cmp1', flavor: SMALL_ROOT_FLAVOR });
+    expect((await action(nova, id, { evacuate: {} }, 400, '2.1')).body.badRequest.message).toContain('onSharedStorage');
+    await action(nova, id, { evacuate: { force: true } }, 400, '2.68');
+    await action(nova, id, { evacuate: { bogus: 1 } }, 400);
+    expect((await nova('POST', `/servers/${id}/action`, { body: { evacuate: {} }, token: 'demo:demo' })).status).toBe(404); // not the owner's project
+    expect((await action(nova, id, { evacuate: { host: 'nowhere' } }, 404)).body.itemNotFound.message).toBe('Compute host nowhere could not be found.');
+    expect((await action(nova, id, { evacuate: { host: 'cmp1' } }, 400)).body.badRequest.message).toBe("The target host can't be the same one.");
+    expect((await action(nova, id, { evacuate: {} }, 400)).body.badRequest.message).toBe('Compute service of cmp1 is still in use.');
+    expect((await serverState(id)).instance).toMatchObject({ host: 'cmp1', taskState: null, vmState: 'active' });
+  }, 240_000);
+
+  test('image-backed server with a data volume off a down host (vol_08), then the source comes back and its stale guest is destroyed', async () => {
+    const id = await bootServer(nova, { name: 'evac', host: 'cmp1', flavor: SMALL_ROOT_FLAVOR });
+    const vol = await createVolume(cinder, 1, 'evac-data');
+    expect(await attach(id, vol)).toBe('/dev/vdb');
+    const digest = await writeThroughGuest(id, '/dev/vdb', 'evacuate');
+    const before = (await serverState(id)).bdms.find((b) => b.volumeId === vol)!;
+
+    await setComputeDown('cmp1', true);
+    try {
+      resetCinderCalls();
+      const res = await action(nova, id, { evacuate: {} }, 200);
+      expect(res.body).toBeUndefined();
+      const after = await settled(nova, id);
+      expect(after.status).toBe('ACTIVE');
+      expect(after['OS-EXT-SRV-ATTR:host']).toBe('cmp2');
+      expect(callNames()).toEqual(['attachment_create', 'attachment_delete', 'attachment_update', 'attachment_complete']);
+      const bdm = (await serverState(id)).bdms.find((b) => b.volumeId === vol)!;
+      expect(bdm.attachmentId).not.toBe(before.attachmentId);
+      expect(bdm.connectionInfo).not.toBeNull();
+      await expectBdmsMatchCinder(id);
+      const v = await volumeOf(vol);
+      expect(v.status).toBe('in-use');
+      expect(v.attachments).toEqual([expect.objectContaining({ attachment_id: bdm.attachmentId, host_name: 'cmp2' })]);
+      expect(await readThroughGuest(id, '/dev/vdb')).toBe(digest);
+      expect((await allocationsOf(id)).map((a) => a.nodeUuid)).toEqual([await nodeUuidOf('cmp2')]);
+      expect(await lastEvacuation(id)).toMatchObject({ status: 'done', sourceCompute: 'cmp1', destCompute: 'cmp2' });
+      expect((await listPortsOf(id)).map((p) => [p.bindingHostId, Object.keys(p.bindings)])).toEqual([['cmp2', ['cmp2']]]);
+      expect(await eventsOf(id, 'evacuate')).toEqual(
+        expect.arrayContaining([expect.objectContaining({ event: 'rebuild_server', result: 'Success' }), expect.objectContaining({ event: 'compute_rebuild_instance', result: 'Success' })]),
+      );
+      expect(await guestsOn('cmp2')).toContain(id);
+    } finally {
+      await setComputeDown('cmp1', false);
+    }
+    // The source is back: the guest it had is stale (Nova's _destroy_evacuated_instances).
+    expect(await guestsOn('cmp1')).toContain(id);
+    expect(await cleanupEvacuatedGuests('cmp1')).toEqual([id]);
+    expect(await guestsOn('cmp1')).not.toContain(id);
+    expect(await connectedVolumesOn('cmp1')).not.toContain(vol);
+    expect((await lastEvacuation(id)).status).toBe('completed');
+    expect(await cleanupEvacuatedGuests('cmp1')).toEqual([]);
+    expect(await readThroughGuest(id, '/dev/vdb')).toBe(digest);
+    expect((await volumeOf(vol)).status).toBe('in-use');
+  }, 240_000);
+
+  test('spawn on the destination fails: ERROR on the source host, migration failed, nothing on the destination, one empty attachment; a second evacuate succeeds', async () => {
+    const id = await bootServer(nova, { name: 'evac-fail', host: 'cmp1', flavor: SMALL_ROOT_FLAVOR });
+    const vol = await createVolume(cinder, 1, 'evac-fail-data');
+    await attach(id, vol);
+    const digest = await writeThroughGuest(id, '/dev/vdb', 'evacuate-fail');
+    await setComputeDown('cmp1', true);
+    try {
+      injectFault({ kind: 'compute', backend: 'cmp2', method: 'spawnEvacuated', mode: 'fail', times: 1 });
+      resetCinderCalls();
+      await action(nova, id, { evacuate: { host: 'cmp2' } }, 200);
+      const after = await settled(nova, id);
+      expect(after.status).toBe('ERROR');
+      expect(after['OS-EXT-SRV-ATTR:host']).toBe('cmp1');
+      expect(after.fault.message).toContain('spawnEvacuated');
+      // detach_block_devices + _prep_block_device, then the rollback's reset to one empty attachment.
+      expect(callNames()).toEqual(['attachment_create', 'attachment_delete', 'attachment_update', 'attachment_complete', 'attachment_create', 'attachment_delete']);
+      expect((await lastEvacuation(id)).status).toBe('failed');
+      expect((await allocationsOf(id)).map((a) => a.nodeUuid)).toEqual([await nodeUuidOf('cmp1')]);
+      expect(await guestsOn('cmp2')).not.toContain(id);
+      expect(await (await driverOf('cmp2')).listKeptDisks()).toEqual([]);
+      expect(await connectedVolumesOn('cmp2')).not.toContain(vol);
+      await expectBdmsMatchCinder(id);
+      expect(await liveAttachments(vol)).toEqual([expect.objectContaining({ status: 'reserved', connector: false })]);
+      expect((await volumeOf(vol)).status).toBe('reserved');
+      expect((await listPortsOf(id)).map((p) => p.bindingHostId)).toEqual(['cmp1']);
+      expect(await eventsOf(id, 'evacuate')).toEqual(expect.arrayContaining([expect.objectContaining({ event: 'compute_rebuild_instance', result: 'Error' })]));
+
+      // ERROR may be evacuated again: the volume is switched from its empty attachment.
+      resetCinderCalls();
+      await action(nova, id, { evacuate: {} }, 200);
+      const again = await settled(nova, id);
+      expect(again.status).toBe('ACTIVE');
+      expect(again['OS-EXT-SRV-ATTR:host']).toBe('cmp2');
+      expect(callNames()).toEqual(['attachment_create', 'attachment_delete', 'attachment_update', 'attachment_complete']);
+      await expectBdmsMatchCinder(id);
+      expect(await readThroughGuest(id, '/dev/vdb')).toBe(digest);
+      expect((await allocationsOf(id)).map((a) => a.nodeUuid)).toEqual([await nodeUuidOf('cmp2')]);
+    } finally {
+      await setComputeDown('cmp1', false);
+    }
+    expect(await cleanupEvacuatedGuests('cmp1')).toContain(id);
+    expect(await guestsOn('cmp1')).not.toContain(id);
+  }, 240_000);
+
+  test('no valid host: vm_state kept, migration failed, no Cinder calls, allocation and attachment untouched', async () => {
+    const id = await bootServer(nova, { name: 'evac-nohost', host: 'cmp1', flavor: SMALL_ROOT_FLAVOR });
+    const vol = await createVolume(cinder, 1, 'evac-nohost-data');
+    await attach(id, vol);
+    const before = (await serverState(id)).bdms.find((b) => b.volumeId === vol)!;
+    await setComputeDown('cmp1', true);
+    await setServiceDisabled('cmp2', true);
+    try {
+      resetCinderCalls();
+      await action(nova, id, { evacuate: {} }, 200);
+      const after = await settled(nova, id);
+      expect(after.status).toBe('ACTIVE');
+      expect(after['OS-EXT-SRV-ATTR:host']).toBe('cmp1');
+      expect((await serverState(id)).instance.fault?.message).toContain('No valid host');
+      expect(callNames()).toEqual([]);
+      expect((await lastEvacuation(id)).status).toBe('failed');
+      expect((await allocationsOf(id)).map((a) => a.nodeUuid)).toEqual([await nodeUuidOf('cmp1')]);
+      expect((await serverState(id)).bdms.find((b) => b.volumeId === vol)!.attachmentId).toBe(before.attachmentId);
+      await expectBdmsMatchCinder(id);
+    } finally {
+      await setServiceDisabled('cmp2', false);
+      await setComputeDown('cmp1', false);
+    }
+    // Nothing was evacuated: the guest on cmp1 is the live one.
+    expect(await cleanupEvacuatedGuests('cmp1')).not.toContain(id);
+    expect(await guestsOn('cmp1')).toContain(id);
+  }, 240_000);
+});
+
+describe('shelve, offloaded attach/detach, unshelve', () => {
+  test('image-backed: shelve offloads (vol_09), attach and detach while offloaded, unshelve connects every volume with its bytes', async () => {
+    const id = await bootServer(nova, { name: 'shelf', flavor: SMALL_ROOT_FLAVOR });
+    const host = (await serverState(id)).instance.host!;
+    const volA = await createVolume(cinder, 1, 'shelf-a');
+    const volB = await createVolume(cinder, 1, 'shelf-b');
+    const volC = await createVolume(cinder, 1, 'shelf-c');
+    const devA = (await attach(id, volA))!;
+    const digestA = await writeThroughGuest(id, devA, 'shelf-a');
+    // B gets its bytes through this server now, and comes back while the server is offloaded.
+    const devB = (await attach(id, volB))!;
+    const digestB = await writeThroughGuest(id, devB, 'shelf-b');
+    expect((await nova('DELETE', `/servers/${id}/os-volume_attachments/${volB}`)).status).toBe(202);
+    await settled(nova, id);
+    const oldA = (await serverState(id)).bdms.find((b) => b.volumeId === volA)!.attachmentId;
+
+    resetCinderCalls();
+    await action(nova, id, { shelve: null });
+    const shelved = await settled(nova, id);
+    expect(shelved.status).toBe('SHELVED_OFFLOADED');
+    expect(shelved['OS-EXT-SRV-ATTR:host']).toBeNull();
+    expect(callNames()).toEqual(['attachment_create', 'attachment_delete']);
+    const { instance, bdms } = await serverState(id);
+    expect(instance).toMatchObject({ vmState: 'shelved_offloaded', taskState: null, host: null, node: null });
+    const imageId = instance.systemMetadata.shelved_image_id!;
+    const image = await getImage(imageId);
+    expect(image).toMatchObject({ name: 'shelf-shelved', status: 'active', ownerProjectId: instance.projectId });
+    expect(image.sizeBytes).toBeGreaterThan(0);
+    expect(await allocationsOf(id)).toEqual([]);
+    expect(await guestsOn(host)).not.toContain(id);
+    expect(await connectedVolumesOn(host)).not.toContain(volA);
+    expect((await listPortsOf(id)).map((p) => [p.bindingHostId, Object.keys(p.bindings)])).toEqual([[null, []]]);
+    const bdmA = bdms.find((b) => b.volumeId === volA)!;
+    expect(bdmA.attachmentId).not.toBe(oldA);
+    expect(bdmA.connectionInfo).toBeNull();
+    await expectBdmsMatchCinder(id);
+    // attachment_create without a connector: Cinder shows a reserved attachment, the volume 'reserved'.
+    expect(await liveAttachments(volA)).toEqual([expect.objectContaining({ status: 'reserved', connector: false })]);
+    expect((await volumeOf(volA)).status).toBe('reserved');
+    expect(await eventsOf(id, 'shelve')).toEqual([
+      expect.objectContaining({ event: 'compute_shelve_instance', result: 'Success' }),
+      expect.objectContaining({ event: 'compute_shelve_offload_instance', result: 'Success' }),
+    ]);
+
+    // Attach while offloaded: API only (create, complete without a connector: 'in-use').
+    resetCinderCalls();
+    expect(await attach(id, volB)).toBeNull();
+    expect(callNames()).toEqual(['attachment_create', 'attachment_complete']);
+    expect((await volumeOf(volB)).status).toBe('in-use');
+    // Attach and detach C while offloaded: the attachment is deleted, C available again.
+    await attach(id, volC);
+    resetCinderCalls();
+    expect((await nova('DELETE', `/servers/${id}/os-volume_attachments/${volC}`)).status).toBe(202);
+    await settled(nova, id);
+    expect(callNames()).toEqual(['attachment_delete']);
+    expect((await volumeOf(volC)).status).toBe('available');
+    expect(await liveAttachments(volC)).toEqual([]);
+    expect((await serverState(id)).bdms.map((b) => b.volumeId)).not.toContain(volC);
+    await expectBdmsMatchCinder(id);
+
+    resetCinderCalls();
+    await action(nova, id, { unshelve: null });
+    const back = await settled(nova, id);
+    expect(back.status).toBe('ACTIVE');
+    const newHost = back['OS-EXT-SRV-ATTR:host'] as string;
+    expect(['cmp1', 'cmp2']).toContain(newHost);
+    expect(callNames()).toEqual(['attachment_update', 'attachment_complete', 'attachment_update', 'attachment_complete']);
+    const after = await serverState(id);
+    const bdmB = after.bdms.find((b) => b.volumeId === volB)!;
+    expect(bdmB.deviceName).toMatch(/^\/dev\/vd[c-z]$/);
+    expect(after.instance.systemMetadata.shelved_image_id).toBeUndefined();
+    await expect(getImage(imageId)).rejects.toThrow();
+    await expectBdmsMatchCinder(id);
+    for (const v of [volA, volB]) expect((await volumeOf(v)).attachments).toEqual([expect.objectContaining({ host_name: newHost })]);
+    expect(await readThroughGuest(id, devA)).toBe(digestA);
+    expect(await readThroughGuest(id, bdmB.deviceName!)).toBe(digestB);
+    expect((await allocationsOf(id)).map((a) => a.nodeUuid)).toEqual([await nodeUuidOf(newHost)]);
+    expect((await listPortsOf(id)).map((p) => p.bindingHostId)).toEqual([newHost]);
+  }, 240_000);
+
+  test('volume-backed: shelve goes straight to offload (no image), unshelve boots the volume again', async () => {
+    const boot = await createVolume(cinder, 1, 'shelf-boot');
+    const id = await bootServer(nova, { name: 'shelf-bfv', bootVolume: boot });
+    const rootDigest = await writeThroughGuest(id, '/dev/vda', 'shelf-boot');
+    const imagesBefore = (await listImages('admin', true)).length;
+    resetCinderCalls();
+    await action(nova, id, { shelve: null });
+    expect((await settled(nova, id)).status).toBe('SHELVED_OFFLOADED');
+    expect(callNames()).toEqual(['attachment_create', 'attachment_delete']);
+    const { instance } = await serverState(id);
+    expect(instance.systemMetadata.shelved_image_id).toBeUndefined();
+    expect((await listImages('admin', true)).length).toBe(imagesBefore);
+    expect(await eventsOf(id, 'shelve')).toEqual([expect.objectContaining({ event: 'compute_shelve_offload_instance', result: 'Success' })]);
+    expect(await allocationsOf(id)).toEqual([]);
+    await expectBdmsMatchCinder(id);
+    // shelveOffload needs SHELVED.
+    await action(nova, id, { shelveOffload: null }, 409);
+
+    resetCinderCalls();
+    await action(nova, id, { unshelve: null });
+    expect((await settled(nova, id)).status).toBe('ACTIVE');
+    expect(callNames()).toEqual(['attachment_update', 'attachment_complete']);
+    expect(await readThroughGuest(id, '/dev/vda')).toBe(rootDigest);
+    await expectBdmsMatchCinder(id);
+    expect(await allocationsOf(id)).toHaveLength(1);
+  }, 240_000);
+
+  test('unshelve API: bodies by microversion, unshelve to a host needs admin', async () => {
+    const id = await bootServer(nova, { name: 'shelf-api', flavor: SMALL_ROOT_FLAVOR });
+    await action(nova, id, { unshelve: null }, 409); // not shelved
+    await action(nova, id, { shelve: { x: 1 } }, 400);
+    await action(nova, id, { shelve: null });
+    expect((await settled(nova, id)).status).toBe('SHELVED_OFFLOADED');
+    await action(nova, id, { unshelve: {} }, 400, '2.77');
+    await action(nova, id, { unshelve: { host: 'cmp2' } }, 400, '2.77');
+    await action(nova, id, { unshelve: { availability_zone: 'elsewhere' } }, 400, '2.77');
+    await action(nova, id, { unshelve: { host: 'nowhere' } }, 400, '2.91');
+    expect((await nova('POST', `/servers/${id}/action`, { body: { unshelve: { host: 'cmp2' } }, token: 'demo:demo' })).status).toBe(404);
+    await action(nova, id, { unshelve: { availability_zone: null, host: 'cmp2' } }, 202, '2.91');
+    const back = await settled(nova, id);
+    expect(back.status).toBe('ACTIVE');
+    expect(back['OS-EXT-SRV-ATTR:host']).toBe('cmp2');
+  }, 240_000);
+
+  test('unshelve spawn fails (vol_10): stays SHELVED_OFFLOADED, allocations gone, attachments back to empty, image kept; a retry succeeds', async () => {
+    const id = await bootServer(nova, { name: 'unshelf-fail', flavor: SMALL_ROOT_FLAVOR });
+    const vol = await createVolume(cinder, 1, 'unshelf-fail-data');
+    const dev = (await attach(id, vol))!;
+    const digest = await writeThroughGuest(id, dev, 'unshelve-fail');
+    await action(nova, id, { shelve: null });
+    expect((await settled(nova, id)).status).toBe('SHELVED_OFFLOADED');
+    const imageId = (await serverState(id)).instance.systemMetadata.shelved_image_id!;
+    const reserved = (await serverState(id)).bdms.find((b) => b.volumeId === vol)!.attachmentId;
+
+    injectFault({ kind: 'compute', method: 'spawn', mode: 'fail', times: 1 });
+    resetCinderCalls();
+    await action(nova, id, { unshelve: null });
+    const after = await settled(nova, id);
+    expect(after.status).toBe('SHELVED_OFFLOADED');
+    expect(after['OS-EXT-STS:task_state']).toBeNull();
+    expect(after['OS-EXT-SRV-ATTR:host']).toBeNull();
+    expect(callNames()).toEqual(['attachment_update', 'attachment_complete', 'attachment_create', 'attachment_delete']);
+    const { instance, bdms } = await serverState(id);
+    expect(instance).toMatchObject({ vmState: 'shelved_offloaded', host: null, node: null });
+    expect(bdms.find((b) => b.volumeId === vol)!.attachmentId).not.toBe(reserved);
+    await expectBdmsMatchCinder(id);
+    expect(await liveAttachments(vol)).toEqual([expect.objectContaining({ status: 'reserved', connector: false })]);
+    expect(await allocationsOf(id)).toEqual([]);
+    expect((await getImage(imageId)).status).toBe('active');
+    for (const h of ['cmp1', 'cmp2']) {
+      expect(await guestsOn(h)).not.toContain(id);
+      expect(await connectedVolumesOn(h)).not.toContain(vol);
+    }
+    expect((await listPortsOf(id)).map((p) => p.bindingHostId)).toEqual([null]);
+    expect(await eventsOf(id, 'unshelve')).toEqual([expect.objectContaining({ event: 'compute_unshelve_instance', result: 'Error' })]);
+
+    await action(nova, id, { unshelve: null });
+    expect((await settled(nova, id)).status).toBe('ACTIVE');
+    expect(await readThroughGuest(id, dev)).toBe(digest);
+    await expectBdmsMatchCinder(id);
+  }, 240_000);
+
+  test('shelve snapshot fails: back to ACTIVE and running, no image left, nothing released', async () => {
+    const id = await bootServer(nova, { name: 'shelf-snapfail', flavor: SMALL_ROOT_FLAVOR });
+    const vol = await createVolume(cinder, 1, 'shelf-snapfail-data');
+    const dev = (await attach(id, vol))!;
+    const digest = await writeThroughGuest(id, dev, 'shelve-snapshot-fails');
+    const { instance: before, bdms: bdmsBefore } = await serverState(id);
+    injectFault({ kind: 'compute', backend: before.host!, method: 'snapshot', mode: 'fail', times: 1 });
+    resetCinderCalls();
+    await action(nova, id, { shelve: null });
+    const after = await settled(nova, id);
+    expect(after.status).toBe('ACTIVE');
+    expect(after['OS-EXT-STS:power_state']).toBe(1);
+    expect(after['OS-EXT-SRV-ATTR:host']).toBe(before.host);
+    expect(callNames()).toEqual([]);
+    expect((await listImages('admin', true)).filter((i) => i.name === 'shelf-snapfail-shelved')).toEqual([]);
+    const { instance, bdms } = await serverState(id);
+    expect(instance.systemMetadata.shelved_image_id).toBeUndefined();
+    expect(bdms.map((b) => b.attachmentId)).toEqual(bdmsBefore.map((b) => b.attachmentId));
+    await expectBdmsMatchCinder(id);
+    expect(await allocationsOf(id)).toHaveLength(1);
+    expect((await (await driverOf(before.host!)).getGuest(id))?.powerState).toBe(1);
+    expect(await readThroughGuest(id, dev)).toBe(digest);
+    expect(await eventsOf(id, 'shelve')).toEqual([expect.objectContaining({ event: 'compute_shelve_instance', result: 'Error' })]);
+  }, 240_000);
+});
