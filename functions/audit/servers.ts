@@ -15,8 +15,8 @@
  *   (`missing-guest`);
  * - every allocation's consumer is an instance or an unfinished migration (`allocation-without-consumer`),
  *   a node's free counters equal its inventory less its allocations (`node-usage-mismatch`, `node-overcommitted`);
- * - every port's device is an instance (`orphan-port`); every instance mapping has its instance
- *   and the reverse (`mapping-mismatch`); no operation runs past the threshold (`stuck-server-operation`).
+ * - every port's device is an instance (`orphan-port`); every instance mapping (and request spec)
+ *   has its instance and the reverse (`mapping-mismatch`); no operation runs past the threshold (`stuck-server-operation`).
  *
  * Instances with an operation in flight are only checked for being stuck: a move holds both ends.
  */
@@ -69,6 +69,8 @@ export async function auditServers(now: number, stuckMs: number, find: Find, liv
       find('stuck-server-operation', `server ${inst.uuid}`, `${inst.operation.kind} (task_state ${inst.taskState ?? 'None'}) running since ${inst.operation.startedAt}`);
     }
   }
+  const specs = new Set(api.filter((i) => i.sk === 'REQSPEC').map((i) => String(i.instanceUuid)));
+  for (const uuid of specs) if (!instances.has(uuid)) find('mapping-mismatch', `request spec ${uuid}`, 'its instance does not exist in any cell');
   const mapped = new Set(mappings.map((m) => m.instanceUuid));
   for (const m of mappings) if (!instances.has(m.instanceUuid)) find('mapping-mismatch', `instance mapping ${m.instanceUuid}`, 'its instance does not exist in any cell');
   for (const inst of instances.values()) if (!mapped.has(inst.uuid)) find('mapping-mismatch', `server ${inst.uuid}`, 'has no instance mapping');

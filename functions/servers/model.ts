@@ -6,6 +6,7 @@
  * | item | table | pk | sk | gsi1pk / gsi1sk |
  * |---|---|---|---|---|
  * | instance mapping (uuid -> cell) | compute-api | `INSTMAP#<uuid>` | `INSTMAP` | `INSTMAPS` / `<createdAt>#<uuid>` |
+ * | request spec (what the scheduler is asked) | compute-api | `INSTMAP#<uuid>` | `REQSPEC` | - |
  * | image (bytes in S3 `images/<id>`) | compute-api | `IMAGE#<id>` | `IMAGE` | `IMAGES` / name |
  * | port | compute-api | `PORT#<id>` | `PORT` | `DEVICE#<instance uuid>` / port id |
  * | fixed IP claim | compute-api | `IP#<network>#<ip>` | `IP` | - |
@@ -256,6 +257,24 @@ export interface InstanceMapping {
   createdAt: string;
 }
 
+/**
+ * Nova's RequestSpec (API database): what the scheduler was asked for this instance. Its flavor
+ * follows a confirmed resize, so it always equals the instance's settled flavor (Ferry's moves read
+ * that); a move's own parameters (target host, ignore_hosts) ride on the operation, as Nova resets
+ * them per request.
+ */
+export interface RequestSpec {
+  instanceUuid: string;
+  projectId: string;
+  flavor: InstanceFlavor;
+  imageRef: string;
+  isBfv: boolean;
+  availabilityZone: string | null;
+  numInstances: number;
+  createdAt: string;
+  updatedAt: string;
+}
+
 export interface PortBinding {
   host: string;
   status: 'ACTIVE' | 'INACTIVE';
@@ -345,6 +364,7 @@ export function newMigration(input: {
 // Keys
 
 export const instanceMappingKey = (uuid: string) => ({ pk: `INSTMAP#${uuid}`, sk: 'INSTMAP' });
+export const requestSpecKey = (uuid: string) => ({ pk: `INSTMAP#${uuid}`, sk: 'REQSPEC' });
 export const imageKey = (id: string) => ({ pk: `IMAGE#${id}`, sk: 'IMAGE' });
 export const portKey = (id: string) => ({ pk: `PORT#${id}`, sk: 'PORT' });
 export const fixedIpKey = (networkId: string, ip: string) => ({ pk: `IP#${networkId}#${ip}`, sk: 'IP' });

@@ -26,6 +26,7 @@ import {
   migrationCounterKey,
   migrationKey,
   nodeUsageKey,
+  requestSpecKey,
   SERVER_GSI,
   type BlockDeviceMapping,
   type Instance,
@@ -33,6 +34,7 @@ import {
   type InstanceActionEvent,
   type InstanceMapping,
   type Migration,
+  type RequestSpec,
 } from './model.js';
 
 export type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
@@ -217,7 +219,30 @@ export async function hardDeleteServer(cell: CellMapping, uuid: string, options:
   for (const item of items) {
     await db().send(new DeleteCommand({ TableName: cellTable(cell), Key: { pk: item.pk, sk: item.sk } }));
   }
-  if (!options.keepMapping) await db().send(new DeleteCommand({ TableName: apiTable(), Key: instanceMappingKey(uuid) }));
+  if (!options.keepMapping) {
+    await db().send(new DeleteCommand({ TableName: apiTable(), Key: requestSpecKey(uuid) }));
+    await db().send(new DeleteCommand({ TableName: apiTable(), Key: instanceMappingKey(uuid) }));
+  }
+}
+
+export async function getRequestSpec(uuid: string): Promise<RequestSpec | undefined> {
+  const out = await db().send(new GetCommand({ TableName: apiTable(), Key: requestSpecKey(uuid), ConsistentRead: true }));
+  return out.Item ? strip<RequestSpec>(out.Item) : undefined;
+}
+
+/** The request spec's flavor after a confirmed resize (later moves schedule for it). */
+export async function setRequestSpecFlavor(uuid: string, flavor: RequestSpec['flavor']): Promise<void> {
+  await db().send(
+    new UpdateCommand({
+      TableName: apiTable(),
+      Key: requestSpecKey(uuid),
+      UpdateExpression: 'SET flavor = :f, updatedAt = :u',
+      ConditionExpression: 'attribute_exists(pk)',
+      ExpressionAttributeValues: { ':f': flavor, ':u': now() },
+    }),
+  ).catch((e: unknown) => {
+    if (!isConditionFailure(e)) throw e; // an instance without a spec (made before specs existed) keeps none
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -493,10 +518,22 @@ export async function moveAllocations(from: string, to: string): Promise<void> {
   }
 }
 
-/** Creates the instance, its mapping, BDMs and first action in one transaction (the API's create). */
+/** Creates the instance, its mapping and request spec, BDMs and first action in one transaction (the API's create). */
 export async function createServerRecords(cell: CellMapping, instance: Instance, bdms: BlockDeviceMapping[], mapping: InstanceMapping, action: InstanceAction): Promise<void> {
+  const spec: RequestSpec = {
+    instanceUuid: instance.uuid,
+    projectId: instance.projectId,
+    flavor: instance.flavor,
+    imageRef: instance.imageRef,
+    isBfv: instance.imageRef === '',
+    availabilityZone: instance.availabilityZone,
+    numInstances: 1,
+    createdAt: instance.createdAt,
+    updatedAt: instance.createdAt,
+  };
   await transact([
     { Put: { TableName: apiTable(), Item: mappingItem(mapping), ConditionExpression: 'attribute_not_exists(pk)' } },
+    { Put: { TableName: apiTable(), Item: { ...requestSpecKey(instance.uuid), ...spec }, ConditionExpression: 'attribute_not_exists(pk)' } },
     { Put: { TableName: cellTable(cell), Item: instanceItem(instance), ConditionExpression: 'attribute_not_exists(pk)' } },
     ...bdms.map((b): TransactItem => ({ Put: { TableName: cellTable(cell), Item: bdmItem(b), ConditionExpression: 'attribute_not_exists(pk)' } })),
     actionPutItem(cell, action),

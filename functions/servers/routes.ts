@@ -142,7 +142,8 @@ async function createServer(req: ApiRequest): Promise<ApiResponse> {
   const bootVolume = bdmReqs.find((b) => b.bootIndex === 0);
   const imageRef = typeof s.imageRef === 'string' ? s.imageRef : '';
   if (!imageRef && !bootVolume) throw new BadRequest('Block Device Mapping is Invalid: Boot sequence for the instance and image/block device mapping combination is not valid.');
-  const flavor = await getFlavor(String(s.flavorRef));
+  // A flavor id is at most 255 characters (Nova's column); a longer one names no flavor (and is no valid DynamoDB key).
+  const flavor = String(s.flavorRef).length > 255 ? undefined : await getFlavor(String(s.flavorRef));
   if (!flavor || flavor.disabled) throw new BadRequest('Invalid flavorRef provided.');
   if (imageRef) {
     const image = await getImage(imageRef).catch(() => undefined);

@@ -102,7 +102,7 @@ describe('flavors', () => {
     expect((await nova('GET', '/compute/v2.1/flavors/detail', { version: '2.60' })).body.flavors[0]).not.toHaveProperty('extra_specs');
 
     const show = await nova('GET', '/compute/v2.1/flavors/4', { version: '2.75' });
-    expect(show.body.flavor).toMatchObject({ id: '4', name: 'm2.large', vcpus: 4, ram: 8192, disk: 80, swap: 0, description: 'generation 2 hardware', extra_specs: { 'hw:generation': '2' } });
+    expect(show.body.flavor).toMatchObject({ id: '4', name: 'm2.large', vcpus: 4, ram: 8192, disk: 2, swap: 0, description: 'generation 2 hardware', extra_specs: { 'hw:generation': '2' } });
     expect((await nova('GET', '/compute/v2.1/flavors/4')).body.flavor.swap).toBe('');
 
     expect((await nova('GET', '/compute/v2.1/flavors/1/os-extra_specs')).body).toEqual({ extra_specs: { 'hw:generation': '1' } });

@@ -43,6 +43,9 @@ import {
   wrap,
   validOf,
   type BodyCase,
+  describeRequest,
+  isFaultBody,
+  type SentRequest,
 } from '../support/fuzz-arbitraries.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
@@ -171,16 +174,7 @@ interface Target {
   consumes?: FixtureName[];
 }
 
-interface Sent {
-  method: string;
-  path: string;
-  query: string;
-  caller: string;
-  version: string;
-  contentType?: string;
-  base64?: boolean;
-  body?: string;
-}
+type Sent = SentRequest;
 
 /** The event for a case, with every placeholder resolved (so fixtures are made before the baseline is taken). */
 async function prepare(target: Target, c: Case): Promise<{ sent: Sent; event: ReturnType<typeof apiEvent> }> {
@@ -201,20 +195,9 @@ async function prepare(target: Target, c: Case): Promise<{ sent: Sent; event: Re
   return { event, sent: { method: target.method, path, query, caller: c.caller.userId, version: c.version, contentType: c.body?.contentType, base64: c.body?.base64, body: shown } };
 }
 
-const show = (sent: Sent) => {
-  const b = sent.body === undefined ? '' : ` body=${sent.body.length > 800 ? sent.body.slice(0, 800) + `... (${sent.body.length} chars)` : sent.body}`;
-  return `${sent.method} ${sent.path}${sent.query ? '?' + sent.query : ''} as ${sent.caller} at ${sent.version}${sent.contentType ? ` content-type=${sent.contentType}` : ''}${sent.base64 ? ' base64' : ''}${b}`;
-};
+const show = describeRequest;
 
-function isFault(text: string, status: number): boolean {
-  try {
-    const parsed = JSON.parse(text) as Record<string, { code?: unknown; message?: unknown }>;
-    const keys = Object.keys(parsed);
-    return keys.length === 1 && parsed[keys[0]!]!.code === status && typeof parsed[keys[0]!]!.message === 'string';
-  } catch {
-    return false;
-  }
-}
+const isFault = isFaultBody;
 
 /** One property run: the request, then the checks. Throws (with the request and the answer) on a violation. */
 async function check(target: Target, c: Case): Promise<void> {

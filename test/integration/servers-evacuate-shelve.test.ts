@@ -18,7 +18,7 @@ import { getImage, listImages } from '../../functions/servers/images.js';
 import { listPortsOf } from '../../functions/servers/network.js';
 import { allocationsOf, listMigrations } from '../../functions/servers/repo.js';
 import type { Migration } from '../../functions/servers/model.js';
-import { action, bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, writeThroughGuest, type Cinder, type Nova } from '../support/nova.js';
+import { action, bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, writeThroughGuest, assertCleanAudit, type Cinder, type Nova } from '../support/nova.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 import { flavorKey, GSI } from '../../functions/compute/model.js';
 import { putIfAbsent } from '../../functions/compute/repo.js';
@@ -56,7 +56,10 @@ beforeAll(async () => {
   });
 }, 120_000);
 afterAll(async () => stack?.stop());
-afterEach(() => clearFaults());
+afterEach(async () => {
+  clearFaults();
+  await assertCleanAudit();
+}, 120_000);
 
 /** The attachments API calls (reads left out), in order. */
 const callNames = () => cinderCalls().map((c) => c.call).filter((c) => c !== 'get' && c !== 'attachment_get');
@@ -436,5 +439,53 @@ describe('shelve, offloaded attach/detach, unshelve', () => {
     expect((await (await driverOf(before.host!)).getGuest(id))?.powerState).toBe(1);
     expect(await readThroughGuest(id, dev)).toBe(digest);
     expect(await eventsOf(id, 'shelve')).toEqual([expect.objectContaining({ event: 'compute_shelve_instance', result: 'Error' })]);
+  }, 240_000);
+
+  test('shelve-offload fails (reverts_task_state): stays SHELVED on its host with its volume connected; a second offload succeeds', async () => {
+    const id = await bootServer(nova, { name: 'shelf-offfail', flavor: SMALL_ROOT_FLAVOR });
+    const vol = await createVolume(cinder, 1, 'shelf-offfail-data');
+    const dev = (await attach(id, vol))!;
+    const digest = await writeThroughGuest(id, dev, 'offload-fails');
+    process.env.FERRY_SHELVED_OFFLOAD_TIME = '-1';
+    try {
+      await action(nova, id, { shelve: null });
+      expect((await settled(nova, id)).status).toBe('SHELVED');
+    } finally {
+      delete process.env.FERRY_SHELVED_OFFLOAD_TIME;
+    }
+    const { instance: shelved, bdms: bdmsBefore } = await serverState(id);
+    injectFault({ kind: 'compute', backend: shelved.host!, method: 'destroy', mode: 'fail', times: 1 });
+    resetCinderCalls();
+    await action(nova, id, { shelveOffload: null });
+    const after = await settled(nova, id);
+    expect(after.status).toBe('SHELVED');
+    expect(after['OS-EXT-SRV-ATTR:host']).toBe(shelved.host);
+    expect(callNames()).toEqual([]);
+    const { bdms } = await serverState(id);
+    expect(bdms.map((b) => b.attachmentId)).toEqual(bdmsBefore.map((b) => b.attachmentId));
+    await expectBdmsMatchCinder(id);
+    expect(await allocationsOf(id)).toHaveLength(1);
+    expect(await eventsOf(id, 'shelveOffload')).toEqual([expect.objectContaining({ event: 'compute_shelve_offload_instance', result: 'Error' })]);
+    // Again, without the fault: offloaded, then unshelved with the bytes.
+    await action(nova, id, { shelveOffload: null });
+    expect((await settled(nova, id)).status).toBe('SHELVED_OFFLOADED');
+    expect(await allocationsOf(id)).toHaveLength(0);
+    await action(nova, id, { unshelve: null });
+    expect((await settled(nova, id)).status).toBe('ACTIVE');
+    expect(await readThroughGuest(id, dev)).toBe(digest);
+  }, 240_000);
+
+  test('attach while offloaded fails at attachment_create (volume in error): 400, no BDM left, nothing reserved', async () => {
+    const id = await bootServer(nova, { name: 'shelf-attfail', flavor: SMALL_ROOT_FLAVOR });
+    await action(nova, id, { shelve: null });
+    expect((await settled(nova, id)).status).toBe('SHELVED_OFFLOADED');
+    const vol = await createVolume(cinder, 1, 'shelf-attfail-data');
+    expect((await cinder('POST', `/volumes/${vol}/action`, { 'os-reset_status': { status: 'error' } })).status).toBe(202);
+    const res = await nova('POST', `/servers/${id}/os-volume_attachments`, { body: { volumeAttachment: { volumeId: vol } } });
+    expect(res.status).toBe(400);
+    expect((await serverState(id)).bdms).toEqual([]);
+    expect((await cinder('GET', `/attachments?volume_id=${vol}`)).body.attachments).toEqual([]);
+    expect((await settled(nova, id)).status).toBe('SHELVED_OFFLOADED');
+    await cinder('POST', `/volumes/${vol}/action`, { 'os-reset_status': { status: 'available' } });
   }, 240_000);
 });

@@ -18,7 +18,7 @@ import type { Migration } from '../../functions/servers/model.js';
 import { flavorKey, GSI, type Flavor } from '../../functions/compute/model.js';
 import { putIfAbsent } from '../../functions/compute/repo.js';
 import { tableName } from '../../functions/core/tables.js';
-import { action, bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, volumeStatus, writeThroughGuest, type Cinder, type Nova } from '../support/nova.js';
+import { action, bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, volumeStatus, writeThroughGuest, assertCleanAudit, type Cinder, type Nova } from '../support/nova.js';
 import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
@@ -33,7 +33,10 @@ beforeAll(async () => {
   await putIfAbsent(tableName('compute-api'), { ...flavorKey(FLAVOR), gsi1pk: GSI.flavors, gsi1sk: FLAVOR, ...flavor });
 }, 120_000);
 afterAll(async () => stack?.stop());
-afterEach(() => clearFaults());
+afterEach(async () => {
+  clearFaults();
+  await assertCleanAudit();
+}, 120_000);
 
 const FLAVOR = '901';
 const SOURCE = 'cmp1';

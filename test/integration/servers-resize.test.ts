@@ -10,10 +10,10 @@ import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js
 import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
 import { computeDriverFor } from '../../functions/drivers/compute/registry.js';
 import { nodeOfHost } from '../../functions/servers/engine.js';
-import { allocationsOf, listMigrations } from '../../functions/servers/repo.js';
+import { allocationsOf, getRequestSpec, listMigrations } from '../../functions/servers/repo.js';
 import type { Migration } from '../../functions/servers/model.js';
 import { serviceUuid } from '../../functions/compute/seed.js';
-import { action, bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, volumeStatus, writeThroughGuest, type Cinder, type Nova } from '../support/nova.js';
+import { action, bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, volumeStatus, writeThroughGuest, assertCleanAudit, type Cinder, type Nova } from '../support/nova.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
@@ -34,6 +34,7 @@ afterEach(async () => {
     await nova('DELETE', `/servers/${id}`);
     await settled(nova, id, LONG);
   }
+  await assertCleanAudit();
 }, 300_000);
 const boot = async (opts: Parameters<typeof bootServer>[1]) => {
   const id = await bootServer(nova, opts);
@@ -146,6 +147,8 @@ describe('resize and cold migration', () => {
     expect(await readThroughGuest(id, '/dev/vdb')).toBe(digest);
     const { instance: confirmed } = await serverState(id);
     expect(confirmed).toMatchObject({ oldFlavor: null, newFlavor: null, vmState: 'active' });
+    // Later moves schedule for the new flavor.
+    expect((await getRequestSpec(id))?.flavor.flavorid).toBe('2');
     const actions = (await nova('GET', `/servers/${id}/os-instance-actions`)).body.instanceActions.map((a: { action: string }) => a.action);
     expect(actions.slice(0, 2)).toEqual(['confirmResize', 'resize']);
   });

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js';
 import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
-import { allocationsOf } from '../../functions/servers/repo.js';
+import { allocationsOf, getRequestSpec } from '../../functions/servers/repo.js';
 import { action, bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, volumeStatus, writeThroughGuest, type Cinder, type Nova } from '../support/nova.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
@@ -31,11 +31,13 @@ describe('boot and delete', () => {
     expect(show['OS-EXT-SRV-ATTR:host']).toMatch(/^cmp\d$/);
     expect(show.addresses.private[0].addr).toMatch(/^10\.0\.0\.\d+$/);
     expect(await allocationsOf(id)).toHaveLength(1);
+    expect(await getRequestSpec(id)).toMatchObject({ flavor: { flavorid: '1' }, isBfv: false, numInstances: 1 });
     const actions = (await nova('GET', `/servers/${id}/os-instance-actions`)).body.instanceActions;
     expect(actions.map((a: { action: string }) => a.action)).toEqual(['create']);
     expect((await nova('DELETE', `/servers/${id}`)).status).toBe(204);
     expect((await settled(nova, id)).status).toBe('DELETED');
     expect(await allocationsOf(id)).toHaveLength(0);
+    expect(await getRequestSpec(id)).toBeUndefined();
   });
 });
 

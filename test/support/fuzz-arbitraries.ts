@@ -166,3 +166,32 @@ export function queryStrings(names: string[], values: fc.Arbitrary<string>, pref
     },
   );
 }
+
+/** A fuzzed request as sent, for failure messages. */
+export interface SentRequest {
+  method: string;
+  path: string;
+  query?: string;
+  caller: string;
+  version: string;
+  contentType?: string;
+  base64?: boolean;
+  body?: string;
+}
+
+/** One line describing a sent request (the body cut at 800 characters). */
+export function describeRequest(sent: SentRequest): string {
+  const b = sent.body === undefined ? '' : ` body=${sent.body.length > 800 ? sent.body.slice(0, 800) + `... (${sent.body.length} chars)` : sent.body}`;
+  return `${sent.method} ${sent.path}${sent.query ? '?' + sent.query : ''} as ${sent.caller} at ${sent.version}${sent.contentType ? ` content-type=${sent.contentType}` : ''}${sent.base64 ? ' base64' : ''}${b}`;
+}
+
+/** An upstream fault body: `{"<fault>": {"code": <status>, "message": "..."}}`. */
+export function isFaultBody(text: string, status: number): boolean {
+  try {
+    const parsed = JSON.parse(text) as Record<string, { code?: unknown; message?: unknown }>;
+    const keys = Object.keys(parsed);
+    return keys.length === 1 && parsed[keys[0]!]!.code === status && typeof parsed[keys[0]!]!.message === 'string';
+  } catch {
+    return false;
+  }
+}

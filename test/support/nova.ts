@@ -136,3 +136,10 @@ export async function action(nova: Nova, id: string, body: unknown, expected = 2
   expect(res.status, JSON.stringify(res.body)).toBe(expected);
   return res;
 }
+
+/** The audit every server scenario ends with: no findings. */
+export async function assertCleanAudit(): Promise<void> {
+  const { runAudit } = await import('../../functions/audit/audit.js');
+  const findings = (await runAudit()).findings;
+  expect(findings, JSON.stringify(findings, null, 1)).toEqual([]);
+}

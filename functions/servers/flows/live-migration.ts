@@ -27,7 +27,7 @@ import { registerPolicies } from '../../core/policy.js';
 import type { MigrationProgress } from '../../drivers/compute/driver.js';
 import { registerServerActions } from '../actions.js';
 import { attachmentComplete, attachmentCreate, attachmentDelete, attachmentGet } from '../cinder.js';
-import { beginOperation, computeNodes, driverOfHost, endOperation, faultOf, hostRef, loadStep, nodeOfHost, reasonOf, recordHolds, updateOp, withEvent, type ServerStepInput, type StepState } from '../engine.js';
+import { assertState, beginOperation, computeNodes, driverOfHost, endOperation, faultOf, hostRef, loadStep, nodeOfHost, reasonOf, recordHolds, updateOp, withEvent, type ServerStepInput, type StepState } from '../engine.js';
 import { hostConnector, newMigration, type BlockDeviceMapping, type Migration, type MigrationStatus } from '../model.js';
 import { activatePortBinding, bindPortToHost, deletePortBinding, listPortsOf } from '../network.js';
 import { allocationsOf, getAllocation, getMigration, migrationPutItem, moveItems, nextMigrationId, releaseAll, releaseOn, transact, updateMigration, type LoadedServer } from '../repo.js';
@@ -106,6 +106,8 @@ export function parseLiveMigrateBody(args: unknown, version: ApiVersion): LiveMi
 // ---------------------------------------------------------------------------------------------
 // API: compute.api.live_migrate
 
+const LIVE_MIGRATE_VM_STATES = ['active', 'paused'] as const;
+
 async function liveMigrate(req: ApiRequest, server: LoadedServer, args: unknown): Promise<ApiResponse> {
   const body = parseLiveMigrateBody(args, req.version);
   const { instance, cell } = server;
@@ -116,6 +118,8 @@ async function liveMigrate(req: ApiRequest, server: LoadedServer, args: unknown)
     // Live migration never crosses cells (conductor's same-cell check, made here so the caller hears it).
     if (found.cell.uuid !== cell.uuid) throw new BadRequest(`Migration pre-check error: Unable to live migrate instance ${instance.uuid} across cells.`);
   }
+  // check_instance_state before anything is written (a refused request must not use up a migration id).
+  assertState(instance, 'live-migration', LIVE_MIGRATE_VM_STATES);
   const migrationUuid = randomUUID();
   const migrationId = await nextMigrationId(cell);
   await beginOperation({
@@ -123,7 +127,7 @@ async function liveMigrate(req: ApiRequest, server: LoadedServer, args: unknown)
     auth: req.auth,
     kind: 'live_migration',
     action: 'live-migration',
-    vmStates: ['active', 'paused'],
+    vmStates: LIVE_MIGRATE_VM_STATES,
     taskState: 'migrating',
     machine: 'server-live-migrate',
     requestId: req.requestId,

@@ -59,6 +59,7 @@ import {
   nextMigrationId,
   releaseAll,
   releaseOn,
+  setRequestSpecFlavor,
   updateMigration,
   type LoadedServer,
 } from '../repo.js';
@@ -160,7 +161,8 @@ async function resizeAction(req: ApiRequest, server: LoadedServer, args: unknown
   const { instance } = server;
   // check_instance_state runs before the flavor checks (decorator order of API.resize).
   assertState(instance, 'resize', RESIZE_VM_STATES);
-  const flavor = await getFlavor(String(ref));
+  // A flavor id is at most 255 characters (Nova's column); a longer one names no flavor (and is no valid DynamoDB key).
+  const flavor = String(ref).length > 255 ? undefined : await getFlavor(String(ref));
   if (!flavor || flavor.disabled) throw new BadRequest('Unable to locate requested flavor.');
   if (flavor.flavorid === instance.flavor.flavorid) throw new BadRequest('Resize requires a flavor change.');
   if (!isVolumeBacked(instance) && flavor.rootGb < instance.flavor.rootGb) throw new BadRequest('Unable to resize disk down.');
@@ -480,6 +482,7 @@ async function resizeConfirm(input: ServerStepInput): Promise<unknown> {
   });
   await releaseAll(m.uuid);
   await updateMigration(s.cell, m.uuid, { status: 'confirmed' });
+  await setRequestSpecFlavor(s.instance.uuid, s.instance.flavor);
   const vm = oldVmState(s.instance);
   await endOperation(s, ({ instance }) => ({
     instance: { ...instance, vmState: vm, taskState: null, oldFlavor: null, newFlavor: null, systemMetadata: withoutKeys(instance.systemMetadata, MOVE_KEYS) },
