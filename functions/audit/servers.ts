@@ -16,7 +16,8 @@
  * - every allocation's consumer is an instance or an unfinished migration (`allocation-without-consumer`),
  *   a node's free counters equal its inventory less its allocations (`node-usage-mismatch`, `node-overcommitted`);
  * - every port's device is an instance (`orphan-port`); every instance mapping (and request spec)
- *   has its instance and the reverse (`mapping-mismatch`); no operation runs past the threshold (`stuck-server-operation`).
+ *   has its instance and the reverse (`mapping-mismatch`); an instance is in its host's cell
+ *   (`instance-cell-mismatch`); no operation runs past the threshold (`stuck-server-operation`).
  *
  * Instances with an operation in flight are only checked for being stuck: a move holds both ends.
  */
@@ -41,6 +42,8 @@ const FINAL_MIGRATION = new Set(['confirmed', 'reverted', 'error', 'failed', 'co
 export async function auditServers(now: number, stuckMs: number, find: Find, liveAttachments: Map<string, Attachment>): Promise<Record<string, number>> {
   const cells = await listCells();
   const instances = new Map<string, Instance>();
+  /** The cell whose table holds each instance. */
+  const cellOf = new Map<string, string>();
   const bdmsOf = new Map<string, BlockDeviceMapping[]>();
   const migrations: Migration[] = [];
   for (const cell of cells) {
@@ -49,7 +52,10 @@ export async function auditServers(now: number, stuckMs: number, find: Find, liv
       const sk = String(i.sk);
       if (sk === 'INSTANCE') {
         const inst = strip<Instance>(i);
-        if (!inst.hidden) instances.set(inst.uuid, inst);
+        if (!inst.hidden) {
+          instances.set(inst.uuid, inst);
+          cellOf.set(inst.uuid, cell.uuid);
+        }
       } else if (sk.startsWith('BDM#')) {
         const b = strip<BlockDeviceMapping>(i);
         bdmsOf.set(b.instanceUuid, [...(bdmsOf.get(b.instanceUuid) ?? []), b]);
@@ -167,6 +173,13 @@ export async function auditServers(now: number, stuckMs: number, find: Find, liv
       find('node-usage-mismatch', `node ${node.host}`, `free ${JSON.stringify(free)}, inventory less allocations ${JSON.stringify({ vcpus: node.vcpus - h.vcpus, memoryMb: node.memoryMb - h.memoryMb, diskGb: node.localGb - h.diskGb })}`);
     }
     if (free.vcpus < 0 || free.memoryMb < 0 || free.diskGb < 0) find('node-overcommitted', `node ${node.host}`, `free ${JSON.stringify(free)}`);
+  }
+  // An instance lives in the cell of its host (a cell is a failure domain: its host's services
+  // read the instance from that cell's table).
+  const cellOfHost = new Map(nodes.map((n) => [n.value.host, n.cell.uuid]));
+  for (const inst of instances.values()) {
+    if (!inst.host || !cellOfHost.has(inst.host)) continue;
+    if (cellOfHost.get(inst.host) !== cellOf.get(inst.uuid)) find('instance-cell-mismatch', `server ${inst.uuid}`, `on host ${inst.host}, whose cell is not the cell holding the instance`);
   }
   // Instances placed on a host hold an allocation there unless offloaded or failed.
   const nodeByHost = new Map(nodes.map((n) => [n.value.host, n.value.uuid]));

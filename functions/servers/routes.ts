@@ -7,15 +7,15 @@
 import { randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type ApiResponse, type RouteSpec } from '../core/api.js';
 import { BadRequest, Conflict, Forbidden, NotFound } from '../core/errors.js';
-import { allowed, authorize, registerPolicies } from '../core/policy.js';
-import { getCell } from '../compute/repo.js';
-import { getFlavor } from '../compute/repo.js';
+import { authorize, registerPolicies } from '../core/policy.js';
+import { getCell, getFlavor, listCells } from '../compute/repo.js';
 import { isUuidLike } from '../compute/model.js';
 import { SANDBOX_NETWORK } from '../compute/seed.js';
 import type { LinkContext } from '../compute/views.js';
 import { POWER_STATE, ROOT_DEVICE_NAME } from '../drivers/compute/driver.js';
 import { volumeGet } from './cinder.js';
 import { beginOperation, computeNodes } from './engine.js';
+import { candidates } from './scheduler.js';
 import { SERVER_ACTIONS, registerServerActions } from './actions.js';
 import { attachVolume, detachVolume, swapVolume } from './flows/volumes.js';
 // The move flows register their server actions (registerServerActions) when loaded.
@@ -26,10 +26,9 @@ import './flows/shelve.js';
 import { getImage, listImages } from './images.js';
 import { instanceFlavorOf, type BlockDeviceMapping, type Instance, type InstanceMapping } from './model.js';
 import { addressesOf, listPortsOf } from './network.js';
-import { createServerRecords, findServer, listInstances, listMigrations, loadPartition, newAction, type LoadedServer } from './repo.js';
+import { createServerRecords, findServer, listInstances, listMigrations, loadPartition, newAction, updateServer, type LoadedServer } from './repo.js';
 import { instanceActionDetailView, instanceActionView, migrationView, serverDetail, serverMigrationView, serverSummary, volumeAttachmentCreateView, volumeAttachmentView } from './views.js';
 import { executionName, startExecution } from '../core/executions.js';
-import { listCells } from '../compute/repo.js';
 
 export const SERVER_POLICIES = {
   index: 'os_compute_api:servers:index',
@@ -170,16 +169,18 @@ async function createServer(req: ApiRequest): Promise<ApiResponse> {
   const host = typeof s.host === 'string' ? s.host : undefined;
   if (host && !req.auth.isAdmin) throw new Forbidden(`Policy doesn't allow compute:servers:create:requested_destination to be performed.`);
 
-  const cells = await listCells();
-  // Nova's scheduler picks the cell with the host; Ferry schedules per cell at boot: the cell of
-  // the requested host, else the cell with the most hosts free (the first cell when even).
-  const nodes = await computeNodes();
-  const cellUuid = host ? nodes.find((n) => n.node.host === host)?.cell.uuid : cells[0]?.uuid;
-  if (!cellUuid) throw new BadRequest(`Compute host ${host} could not be found.`);
+  // Nova's conductor creates the instance in the cell of the host the scheduler picked. Ferry
+  // records the instance (in its cell's table) before the machine runs, so the API asks the
+  // scheduler's filters and weighers which host would win now and takes that host's cell; the
+  // machine then claims on a host of that cell. With no candidate the boot goes to the first cell
+  // and fails there with NoValidHost (ERROR), as in Nova.
+  const uuid = randomUUID();
+  if (host && !(await computeNodes()).some((n) => n.node.host === host)) throw new BadRequest(`Compute host ${host} could not be found.`);
+  const best = (await candidates({ flavor: instanceFlavorOf(flavor), consumer: uuid, volumeBacked: !imageRef, host, availabilityZone: az }))[0];
+  const cellUuid = best?.cell.uuid ?? (await listCells())[0]!.uuid;
   const cell = (await getCell(cellUuid))!;
 
   const at = now();
-  const uuid = randomUUID();
   const instance: Instance = {
     uuid,
     name: s.name,
@@ -390,7 +391,6 @@ async function updateVolumeAttachment(req: ApiRequest): Promise<ApiResponse> {
   const dot = modern && typeof va.delete_on_termination === 'boolean' ? va.delete_on_termination : undefined;
   if (!swap) {
     if (dot !== undefined) {
-      const { updateServer } = await import('./repo.js');
       await updateServer(server.cell, server.instance.uuid, ({ instance, bdms: current }) => ({
         instance,
         putBdms: current.filter((b) => b.uuid === bdm.uuid).map((b) => ({ ...b, deleteOnTermination: dot, updatedAt: now() })),
@@ -513,4 +513,3 @@ export const SERVER_ROUTES: RouteSpec[] = [
   { method: 'GET', path: '/images/{image_id}', action: SERVER_POLICIES.imagesIndex, maxVersion: '2.35', handler: imageShow },
 ];
 
-export type { BlockDeviceMapping };

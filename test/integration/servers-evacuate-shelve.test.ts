@@ -256,7 +256,7 @@ describe('evacuate', () => {
 
 describe('shelve, offloaded attach/detach, unshelve', () => {
   test('image-backed: shelve offloads (vol_09), attach and detach while offloaded, unshelve connects every volume with its bytes', async () => {
-    const id = await bootServer(nova, { name: 'shelf', flavor: SMALL_ROOT_FLAVOR });
+    const id = await bootServer(nova, { name: 'shelf', flavor: SMALL_ROOT_FLAVOR, host: 'cmp1' });
     const host = (await serverState(id)).instance.host!;
     const volA = await createVolume(cinder, 1, 'shelf-a');
     const volB = await createVolume(cinder, 1, 'shelf-b');
@@ -362,7 +362,7 @@ describe('shelve, offloaded attach/detach, unshelve', () => {
   }, 240_000);
 
   test('unshelve API: bodies by microversion, unshelve to a host needs admin', async () => {
-    const id = await bootServer(nova, { name: 'shelf-api', flavor: SMALL_ROOT_FLAVOR });
+    const id = await bootServer(nova, { name: 'shelf-api', flavor: SMALL_ROOT_FLAVOR, host: 'cmp1' });
     await action(nova, id, { unshelve: null }, 409); // not shelved
     await action(nova, id, { shelve: { x: 1 } }, 400);
     await action(nova, id, { shelve: null });

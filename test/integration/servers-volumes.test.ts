@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js';
 import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
-import { allocationsOf, getRequestSpec } from '../../functions/servers/repo.js';
+import { allocationsOf, findServer, getRequestSpec } from '../../functions/servers/repo.js';
 import { action, bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, volumeStatus, writeThroughGuest, type Cinder, type Nova } from '../support/nova.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
@@ -38,6 +38,20 @@ describe('boot and delete', () => {
     expect((await settled(nova, id)).status).toBe('DELETED');
     expect(await allocationsOf(id)).toHaveLength(0);
     expect(await getRequestSpec(id)).toBeUndefined();
+  });
+});
+
+describe('placement across cells', () => {
+  test('boots spread by free memory over both cells; each instance is recorded in the cell of its host', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) ids.push(await bootServer(nova, { name: `spread-${i}`, flavor: '2' }));
+    const placed = await Promise.all(ids.map(async (id) => ({ host: (await serverState(id)).instance.host, cell: (await findServer(id))!.cell.name })));
+    expect(placed.map((p) => p.host).sort()).toEqual(['cmp1', 'cmp2', 'cmp3', 'cmp4']);
+    for (const p of placed) expect(p.cell).toBe(p.host === 'cmp1' || p.host === 'cmp2' ? 'cell1' : 'cell2');
+    for (const id of ids) {
+      await nova('DELETE', `/servers/${id}`);
+      await settled(nova, id);
+    }
   });
 });
 

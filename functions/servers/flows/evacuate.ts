@@ -31,7 +31,7 @@ import { registerServerActions } from '../actions.js';
 import { attachmentCreate, attachmentDelete, attachmentGet } from '../cinder.js';
 import { beginOperation, driverOfHost, endOperation, faultOf, hostRef, loadStep, nodeOfHost, reasonOf, updateOp, type ServerStepInput, type StepState } from '../engine.js';
 import { getImage, imageSourceFor } from '../images.js';
-import { newMigration, type BlockDeviceMapping, type Migration, type VmState } from '../model.js';
+import { newMigration, type BlockDeviceMapping, type VmState } from '../model.js';
 import { activatePortBinding, bindPortToHost, deletePortBinding, listPortsOf } from '../network.js';
 import { findServer, finishEvent, getMigration, listMigrations, migrationPutItem, nextMigrationId, releaseOn, startEvent, updateMigration, type LoadedServer } from '../repo.js';
 import { scheduleAndClaim } from '../scheduler.js';

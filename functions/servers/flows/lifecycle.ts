@@ -73,6 +73,8 @@ async function createSchedule(input: ServerStepInput): Promise<unknown> {
     consumer: s.instance.uuid,
     volumeBacked: isVolumeBacked(s.instance),
     host: requested,
+    // The API put the instance in a cell (its table); it is placed on a host of that cell.
+    cellUuid: s.cell.uuid,
     availabilityZone: s.instance.availabilityZone,
   });
   await updateOp(s, ({ instance }) => ({ instance: { ...instance, host: chosen.node.host, node: chosen.node.hypervisorHostname, taskState: 'networking' } }));
