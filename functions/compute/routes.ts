@@ -44,6 +44,7 @@ import {
   UUID_FOR_ID_MIN,
   type LinkContext,
 } from './views.js';
+import { invalid, isObject, type Json } from './validation.js';
 
 /** The policy names of nova 26.2.2 (nova/policies/*.py) where upstream has one; their defaults. */
 export const COMPUTE_POLICIES = {
@@ -85,13 +86,7 @@ registerPolicies({
   [COMPUTE_POLICIES.azDetail]: 'admin_api',
 });
 
-type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** jsonschema's wording, as Nova's validation errors show it. */
-function invalid(field: string, value: unknown, reason: string): BadRequest {
-  return new BadRequest(`Invalid input for field/attribute ${field}. Value: ${JSON.stringify(value ?? null)}. ${reason}`);
-}
 
 function requireBodyObject(body: unknown): Json {
   if (!isObject(body)) throw new BadRequest('The request body is invalid: it must be a JSON object.');

@@ -39,6 +39,7 @@ import {
 } from './model.js';
 import { putIfAbsent, putService } from './repo.js';
 import { ConcurrentModification } from '../core/errors.js';
+import { ensureNodeUsage } from '../servers/repo.js';
 
 /** Capacity of every sandbox host. */
 export const SANDBOX_HOST_CAPACITY = { vcpus: 8, memoryMb: 16384, diskGb: 200 } as const;
@@ -147,6 +148,8 @@ export async function seedComputeSandbox(options: { dataDir: string }): Promise<
         createdAt: at,
       };
       const created = await putIfAbsent(cellTable, { ...computeNodeKey(node.uuid), gsi1pk: GSI.nodes, gsi1sk: host, ...node });
+      // Placement's inventory: the free-capacity counters every claim on this node is guarded by.
+      await ensureNodeUsage(node.uuid, { vcpus: node.vcpus, memoryMb: node.memoryMb, diskGb: node.localGb });
       // A new host's tree exists from the start (host.json, guests/, incoming/, connections/).
       // Only when new: a host an operator (or a test) took down stays as it was across restarts.
       if (created) await computeDriverFor(config).getHostInfo();

@@ -97,12 +97,6 @@ export async function findServer(uuid: string): Promise<LoadedServer | undefined
   return instance ? { cell, instance } : undefined;
 }
 
-export async function loadServer(uuid: string): Promise<LoadedServer> {
-  const found = await findServer(uuid);
-  if (!found) throw serverNotFound(uuid);
-  return found;
-}
-
 /** The instance and everything in its partition (BDMs, actions), one query. */
 export async function loadPartition(cell: CellMapping, uuid: string): Promise<{ instance?: Instance; bdms: BlockDeviceMapping[]; actions: InstanceAction[] }> {
   const items = await queryAll({ TableName: cellTable(cell), KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': instanceKey(uuid).pk }, ConsistentRead: true });
@@ -120,10 +114,6 @@ export async function loadPartition(cell: CellMapping, uuid: string): Promise<{ 
   return { instance, bdms, actions };
 }
 
-export async function listBdms(cell: CellMapping, uuid: string): Promise<BlockDeviceMapping[]> {
-  return (await loadPartition(cell, uuid)).bdms;
-}
-
 /** Every instance of every cell (hidden ones included; callers filter), with its cell. */
 export async function listInstances(): Promise<LoadedServer[]> {
   const cells = await listCells();
@@ -136,11 +126,6 @@ export async function listInstances(): Promise<LoadedServer[]> {
     ),
   );
   return per.flat();
-}
-
-export async function listMappings(): Promise<InstanceMapping[]> {
-  const items = await queryAll({ TableName: apiTable(), IndexName: 'gsi1', KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': SERVER_GSI.instanceMappings } });
-  return items.map((i) => strip<InstanceMapping>(i));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -396,7 +381,7 @@ function allocationItem(a: AllocationRecord): Record<string, unknown> {
   return { pk: `RP#${a.nodeUuid}`, sk: `ALLOC#${a.consumer}`, gsi1pk: SERVER_GSI.allocationsOf(a.consumer), gsi1sk: a.nodeUuid, ...a };
 }
 
-/** A node's free capacity counters, created from its inventory on first use. */
+/** A node's free capacity counters, created from its inventory when the node is recorded (the seed); idempotent. */
 export async function ensureNodeUsage(nodeUuid: string, capacity: Amounts): Promise<void> {
   try {
     await db().send(

@@ -8,8 +8,9 @@ import { randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type ApiResponse, type RouteSpec } from '../core/api.js';
 import { BadRequest, Conflict, Forbidden, NotFound } from '../core/errors.js';
 import { authorize, registerPolicies } from '../core/policy.js';
-import { getCell, getFlavor, listCells } from '../compute/repo.js';
-import { isUuidLike } from '../compute/model.js';
+import { findServiceByHostBinary, getCell, getFlavor, listCells } from '../compute/repo.js';
+import { COMPUTE_BINARY, isUuidLike, serviceIsUp } from '../compute/model.js';
+import { computeDriverFor } from '../drivers/compute/registry.js';
 import { SANDBOX_NETWORK } from '../compute/seed.js';
 import type { LinkContext } from '../compute/views.js';
 import { POWER_STATE, ROOT_DEVICE_NAME } from '../drivers/compute/driver.js';
@@ -27,8 +28,9 @@ import { getImage, listImages } from './images.js';
 import { instanceFlavorOf, type BlockDeviceMapping, type Instance, type InstanceMapping } from './model.js';
 import { addressesOf, listPortsOf } from './network.js';
 import { createServerRecords, findServer, listInstances, listMigrations, loadPartition, newAction, updateServer, type LoadedServer } from './repo.js';
-import { instanceActionDetailView, instanceActionView, migrationView, serverDetail, serverMigrationView, serverSummary, volumeAttachmentCreateView, volumeAttachmentView } from './views.js';
+import { instanceActionDetailView, instanceActionView, migrationView, SERVER_HOST_STATUS_MIN, serverDetail, serverMigrationView, serverSummary, volumeAttachmentCreateView, volumeAttachmentView } from './views.js';
 import { executionName, startExecution } from '../core/executions.js';
+import { invalid, isObject, type Json } from '../compute/validation.js';
 
 export const SERVER_POLICIES = {
   index: 'os_compute_api:servers:index',
@@ -76,14 +78,9 @@ registerPolicies({
   [SERVER_POLICIES.imagesIndex]: '@',
 });
 
-type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 const now = () => new Date().toISOString();
 const linkContext = (req: ApiRequest): LinkContext => ({ baseUrl: req.baseUrl, urlProjectId: req.urlProjectId });
 
-function invalid(field: string, value: unknown, reason: string): BadRequest {
-  return new BadRequest(`Invalid input for field/attribute ${field}. Value: ${JSON.stringify(value ?? null)}. ${reason}`);
-}
 
 /** The server if the caller may see it (project-scoped; admins see all), else Nova's 404. */
 export async function visibleServer(req: ApiRequest, id: string): Promise<LoadedServer> {
@@ -96,12 +93,20 @@ async function detailOf(req: ApiRequest, server: LoadedServer): Promise<Json> {
   const { bdms } = await loadPartition(server.cell, server.instance.uuid);
   const ports = await listPortsOf(server.instance.uuid);
   const addresses = await addressesOf(ports);
-  let hostStatus: string | undefined;
-  if (server.instance.host) {
-    const node = (await computeNodes()).find((n) => n.node.host === server.instance.host);
-    hostStatus = node ? 'UP' : 'UNKNOWN';
-  }
-  return serverDetail(server.instance, { bdms, ports, addresses, hostStatus: hostStatus ?? '' }, req.version, linkContext(req), { isAdmin: req.auth.isAdmin });
+  // Only admins see host_status (2.16+): the service lookup is skipped for everyone else.
+  const hostStatus = req.auth.isAdmin && req.version.atLeast(SERVER_HOST_STATUS_MIN) ? await hostStatusOf(server.instance.host) : undefined;
+  return serverDetail(server.instance, { bdms, ports, addresses, hostStatus }, req.version, linkContext(req), { isAdmin: req.auth.isAdmin });
+}
+
+/** compute/api.py `get_instance_host_status`: '' without a host; DOWN, MAINTENANCE (disabled) or UP from its nova-compute service. */
+async function hostStatusOf(host: string | null): Promise<string> {
+  if (!host) return '';
+  const svc = await findServiceByHostBinary(host, COMPUTE_BINARY);
+  const node = (await computeNodes()).find((n) => n.node.host === host);
+  if (!svc || !node) return 'UNKNOWN';
+  const reporting = (await computeDriverFor(node.node.config).getHostInfo()).up;
+  if (!serviceIsUp(svc.value, reporting)) return 'DOWN';
+  return svc.value.disabled ? 'MAINTENANCE' : 'UP';
 }
 
 // ---------------------------------------------------------------------------------------------

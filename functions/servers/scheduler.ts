@@ -20,7 +20,7 @@ import { tableName } from '../core/tables.js';
 import { computeDriverFor } from '../drivers/compute/registry.js';
 import { computeNodes, type HostNode } from './engine.js';
 import { nodeUsageKey, type InstanceFlavor } from './model.js';
-import { claim, ensureNodeUsage, type Amounts } from './repo.js';
+import { claim, type Amounts } from './repo.js';
 
 export class NoValidHost extends FerryError {
   constructor(reason = 'There are not enough hosts available.') {
@@ -71,7 +71,7 @@ export async function candidates(req: ScheduleRequest): Promise<(HostNode & { fr
     const generation = req.flavor.extraSpecs?.['hw:generation'];
     const hostGeneration = (node.config as { generation?: number }).generation;
     if (generation && hostGeneration !== undefined && String(hostGeneration) !== generation) continue;
-    await ensureNodeUsage(node.uuid, { vcpus: node.vcpus, memoryMb: node.memoryMb, diskGb: node.localGb });
+    // A node without its usage record (not recorded by the seed) has nothing to claim on.
     const free = await freeOf(node.uuid);
     if (!free || free.vcpus < want.vcpus || free.memoryMb < want.memoryMb || free.diskGb < want.diskGb) continue;
     out.push({ ...hn, free });

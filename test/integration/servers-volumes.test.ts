@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js';
 import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
 import { allocationsOf, findServer, getRequestSpec } from '../../functions/servers/repo.js';
-import { action, bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, volumeStatus, writeThroughGuest, type Cinder, type Nova } from '../support/nova.js';
+import { bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, volumeStatus, writeThroughGuest, type Cinder, type Nova } from '../support/nova.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
@@ -32,6 +32,17 @@ describe('boot and delete', () => {
     expect(show.addresses.private[0].addr).toMatch(/^10\.0\.0\.\d+$/);
     expect(await allocationsOf(id)).toHaveLength(1);
     expect(await getRequestSpec(id)).toMatchObject({ flavor: { flavorid: '1' }, isBfv: false, numInstances: 1 });
+    // host_status (2.16+, admins) follows the host's nova-compute service.
+    expect(show.host_status).toBe('UP');
+    const svc = (await nova('GET', `/os-services?host=${show['OS-EXT-SRV-ATTR:host']}&binary=nova-compute`)).body.services[0];
+    const hostStatus = async () => (await nova('GET', `/servers/${id}`)).body.server.host_status;
+    await nova('PUT', `/os-services/${svc.id}`, { body: { forced_down: true } });
+    expect(await hostStatus()).toBe('DOWN');
+    await nova('PUT', `/os-services/${svc.id}`, { body: { forced_down: false, status: 'disabled' } });
+    expect(await hostStatus()).toBe('MAINTENANCE');
+    await nova('PUT', `/os-services/${svc.id}`, { body: { status: 'enabled' } });
+    expect(await hostStatus()).toBe('UP');
+    expect((await nova('GET', `/servers/${id}`, { version: '2.15' })).body.server.host_status).toBeUndefined();
     const actions = (await nova('GET', `/servers/${id}/os-instance-actions`)).body.instanceActions;
     expect(actions.map((a: { action: string }) => a.action)).toEqual(['create']);
     expect((await nova('DELETE', `/servers/${id}`)).status).toBe(204);

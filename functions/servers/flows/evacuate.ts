@@ -36,6 +36,7 @@ import { activatePortBinding, bindPortToHost, deletePortBinding, listPortsOf } f
 import { findServer, finishEvent, getMigration, listMigrations, migrationPutItem, nextMigrationId, releaseOn, startEvent, updateMigration, type LoadedServer } from '../repo.js';
 import { scheduleAndClaim } from '../scheduler.js';
 import { blockDeviceSpecs, connectVolumes, isVolumeBacked } from './lifecycle.js';
+import { invalid, isObject } from '../../compute/validation.js';
 
 const now = () => new Date().toISOString();
 
@@ -47,9 +48,6 @@ export const EVACUATE_VM_STATES: readonly VmState[] = ['active', 'stopped', 'err
 
 const REBUILD_EVENT = 'compute_rebuild_instance';
 
-type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
-const invalid = (field: string, value: unknown, reason: string) => new BadRequest(`Invalid input for field/attribute ${field}. Value: ${JSON.stringify(value ?? null)}. ${reason}`);
 
 interface EvacuateBody {
   host?: string;

@@ -33,6 +33,7 @@ import { activatePortBinding, bindPortToHost, deletePortBinding, listPortsOf } f
 import { allocationsOf, getAllocation, getMigration, migrationPutItem, moveItems, nextMigrationId, releaseAll, releaseOn, transact, updateMigration, type LoadedServer } from '../repo.js';
 import { scheduleAndClaim } from '../scheduler.js';
 import { blockDeviceSpecs, isVolumeBacked } from './lifecycle.js';
+import { invalid, isObject } from '../../compute/validation.js';
 
 const now = () => new Date().toISOString();
 
@@ -42,12 +43,7 @@ registerPolicies({ [LIVE_MIGRATE_POLICY]: 'admin_api' });
 // ---------------------------------------------------------------------------------------------
 // API: body validation (nova/api/openstack/compute/schemas/migrate_server.py)
 
-type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-function invalid(field: string, value: unknown, reason: string): BadRequest {
-  return new BadRequest(`Invalid input for field/attribute ${field}. Value: ${JSON.stringify(value ?? null)}. ${reason}`);
-}
 
 /** Python's repr of a JSON value, as jsonschema's messages print it. */
 function pyRepr(v: unknown): string {

@@ -65,6 +65,7 @@ import {
 } from '../repo.js';
 import { scheduleAndClaim } from '../scheduler.js';
 import { blockDeviceSpecs, isVolumeBacked } from './lifecycle.js';
+import { invalid, isObject, type Json } from '../../compute/validation.js';
 
 const now = () => new Date().toISOString();
 
@@ -82,12 +83,7 @@ registerPolicies({
   [RESIZE_POLICIES.migrate]: 'admin_api',
 });
 
-type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-function invalid(field: string, value: unknown, reason: string): BadRequest {
-  return new BadRequest(`Invalid input for field/attribute ${field}. Value: ${JSON.stringify(value ?? null)}. ${reason}`);
-}
 
 function onlyKeys(field: string, value: Json, allowed: string[]): void {
   const extra = Object.keys(value).filter((k) => !allowed.includes(k));

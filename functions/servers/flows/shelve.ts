@@ -34,6 +34,7 @@ import { scheduleAndClaim } from '../scheduler.js';
 import { terminateConnection } from './evacuate.js';
 import { blockDeviceSpecs, connectVolumes, isVolumeBacked } from './lifecycle.js';
 import { nextDeviceName } from './volumes.js';
+import { invalid, isObject } from '../../compute/validation.js';
 
 const now = () => new Date().toISOString();
 
@@ -61,9 +62,6 @@ registerPolicies({
   [SHELVE_POLICIES.unshelveToHost]: 'admin_api',
 });
 
-type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
-const invalid = (field: string, value: unknown, reason: string) => new BadRequest(`Invalid input for field/attribute ${field}. Value: ${JSON.stringify(value ?? null)}. ${reason}`);
 
 function expectNull(name: string, raw: unknown): void {
   if (raw !== null) throw invalid(name, raw, `${JSON.stringify(raw)} is not of type 'null'`);
@@ -169,7 +167,7 @@ const MAX_SHELVED_IMAGE_BYTES = 1 << 30;
 /**
  * The root disk up to its last non-zero byte. A root disk is the image sparse-extended to the
  * flavor's root_gb; the zeros past the data come back when the unshelve spawn extends the disk
- * again, so the shelved image holds only the data (a 20 GiB sparse disk is not uploaded whole).
+ * again, so the shelved image holds only the data (a sparse root disk is not uploaded whole).
  */
 async function withoutTrailingZeros(stream: Readable): Promise<Buffer> {
   const chunks: Buffer[] = [];
