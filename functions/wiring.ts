@@ -8,6 +8,9 @@
  * stack maps the same placeholder to the handler in-process.
  */
 import type { TableKey } from './core/tables.js';
+import { stateMachineEnvName, type StateMachineName } from './core/machines.js';
+
+export { stateMachineEnvName, type StateMachineName };
 
 export type FunctionKind = 'api' | 'authorizer' | 'step';
 
@@ -173,9 +176,8 @@ export const STATE_MACHINES = [
     description: 'Reverts a resize: destination torn down, then the guest defined again on the source with its volumes and allocations.',
     functions: ['server-steps'],
   },
-] as const satisfies readonly StateMachineWiring[];
+] as const satisfies readonly (StateMachineWiring & { name: StateMachineName })[];
 
-export type StateMachineName = (typeof STATE_MACHINES)[number]['name'];
 
 export const FUNCTIONS: FunctionWiring[] = [
   {
@@ -283,11 +285,6 @@ export const FUNCTIONS: FunctionWiring[] = [
 /** `volume-steps` -> `FnVolumeSteps`: the ASL substitution key for a function's ARN. */
 export function substitutionKey(functionName: string): string {
   return 'Fn' + functionName.split(/[-_]/).map((p) => p.charAt(0).toUpperCase() + p.slice(1)).join('');
-}
-
-/** `volume-create` -> `FERRY_SM_VOLUME_CREATE`: the environment variable holding a machine's ARN. */
-export function stateMachineEnvName(name: string): string {
-  return 'FERRY_SM_' + name.toUpperCase().replace(/-/g, '_');
 }
 
 export function functionByName(name: string): FunctionWiring {

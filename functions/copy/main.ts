@@ -11,7 +11,7 @@
  *   FERRY_COPY_BYTES_PER_SECOND   optional rate limit, default none
  *   FERRY_COPY_EXIT_WITH_PARENT   1 = exit at once when the parent process is gone (local child
  *                                 process only; unset on AWS)
- *   FERRY_FAULTS                  faults to inject (functions/drivers/faults.ts), e.g. kind 'copy',
+ *   FERRY_FAULTS                  faults to inject (functions/core/faults.ts), e.g. kind 'copy',
  *                                 method 'copy_file'
  *   FERRY_DYNAMODB_ENDPOINT, FERRY_TABLE_SHARE (or FERRY_TABLE_PREFIX), AWS_REGION as everywhere
  *

@@ -27,7 +27,7 @@ import { fileURLToPath } from 'node:url';
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { logger } from '../core/logger.js';
 import { db } from '../core/db.js';
-import { hasFaultsOfKind, withFaults } from '../drivers/faults.js';
+import { hasFaultsOfKind, withFaults } from '../core/faults.js';
 import { CopyFailed, CopyLeaseLost } from './errors.js';
 import type { FileCopied, FileTask } from './file-copy.js';
 import { Journal, journalName, type JournalEntry } from './journal.js';
@@ -267,7 +267,7 @@ function finishedEarlier(file: PlannedFile, entry: JournalEntry | undefined, des
   return drift <= MTIME_TOLERANCE_NS && drift >= -MTIME_TOLERANCE_NS;
 }
 
-/** Fault kind and method of the worker's fault point (functions/drivers/faults.ts), checked before each file. */
+/** Fault kind and method of the worker's fault point (functions/core/faults.ts), checked before each file. */
 export const COPY_FAULT_KIND = 'copy';
 export const COPY_FAULT_METHOD = 'copy_file';
 

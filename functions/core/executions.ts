@@ -8,7 +8,7 @@
  * returns the existing execution.
  */
 import { SFNClient, StartExecutionCommand, DescribeExecutionCommand } from '@aws-sdk/client-sfn';
-import { stateMachineEnvName, type StateMachineName } from '../wiring.js';
+import { stateMachineEnvName, type StateMachineName } from './machines.js';
 
 let client: SFNClient | undefined;
 

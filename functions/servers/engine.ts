@@ -18,7 +18,7 @@ import { executionName, startExecution } from '../core/executions.js';
 import { logger } from '../core/logger.js';
 import type { ComputeDriver } from '../drivers/compute/driver.js';
 import { computeDriverFor } from '../drivers/compute/registry.js';
-import type { StateMachineName } from '../wiring.js';
+import type { StateMachineName } from '../core/machines.js';
 import type { BlockDeviceMapping, Instance, OperationHolds, OperationKind, ServerOperation, TaskState, VmState } from './model.js';
 import { actionPutItem, finishEvent, loadPartition, newAction, startEvent, updateServer, type InstanceChange, type LoadedServer } from './repo.js';
 

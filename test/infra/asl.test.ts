@@ -11,6 +11,7 @@ import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { FUNCTIONS, STATE_MACHINES, substitutionKey } from '../../functions/wiring.js';
+import { STATE_MACHINE_NAMES } from '../../functions/core/machines.js';
 import { unsupportedFeatures as unsupportedIn } from '../../infra/local/asl-subset.js';
 
 const unsupportedFeatures = (text: string) => unsupportedIn(JSON.parse(text));
@@ -93,6 +94,10 @@ describe('the wiring table and statemachines/ agree', () => {
 
   test('every ASL file in statemachines/ is a machine in STATE_MACHINES', () => {
     expect(filesWithoutMachine(aslFiles, STATE_MACHINES)).toEqual([]);
+  });
+
+  test('every name core/machines.ts knows has its machine in STATE_MACHINES (the compiler checks the other way)', () => {
+    expect(STATE_MACHINE_NAMES.filter((n) => !STATE_MACHINES.some((m) => m.name === n))).toEqual([]);
   });
 
   test('every machine lists only functions that exist in FUNCTIONS', () => {

@@ -6,7 +6,7 @@ import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db
 import { tableName } from '../../functions/core/tables.js';
 import { volumeKey } from '../../functions/volumes/model.js';
 import { Conflict, DriverError, InvalidVolume, NotFound } from '../../functions/core/errors.js';
-import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
+import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import {
   completeAttachment,
   createAttachment,

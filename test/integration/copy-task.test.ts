@@ -14,7 +14,7 @@ import { stateMachineArn } from '../../functions/core/executions.js';
 import { journalName } from '../../functions/copy/journal.js';
 import { EXIT_CODES } from '../../functions/copy/main.js';
 import { getCopyOperation } from '../../functions/copy/progress.js';
-import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
+import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { COPY_CONTAINER_NAME, COPY_ENTRYPOINT, copyTaskIntegration, runningCopyTasks, type StoppedTask } from '../../infra/local/copy-task.js';
 import { REPO_ROOT, STEP_FUNCTIONS_PATH } from '../../infra/local/http.js';
 import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';

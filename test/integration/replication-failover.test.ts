@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { open, readFile, rm } from 'node:fs/promises';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
-import { clearFaults, faultCalls, injectFault } from '../../functions/drivers/faults.js';
+import { clearFaults, faultCalls, injectFault } from '../../functions/core/faults.js';
 import { driverForHost } from '../../functions/drivers/volume/registry.js';
 import { volumeFilePath, type LocalVolumeDriver } from '../../functions/drivers/volume/local.js';
 import { getBackendItem, getOperation, listDrillCopies, listOperations } from '../../functions/replication/repo.js';

@@ -9,7 +9,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import '../../functions/servers/flows/live-migration.js';
 import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js';
-import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
+import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { computeDriverFor } from '../../functions/drivers/compute/registry.js';
 import { setHostDown } from '../../functions/drivers/compute/local.js';
 import { nodeOfHost } from '../../functions/servers/engine.js';

@@ -7,7 +7,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js';
-import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
+import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { computeDriverFor } from '../../functions/drivers/compute/registry.js';
 import { nodeOfHost } from '../../functions/servers/engine.js';
 import { allocationsOf, getRequestSpec, listMigrations } from '../../functions/servers/repo.js';

@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js';
-import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
+import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { allocationsOf, findServer, getRequestSpec } from '../../functions/servers/repo.js';
 import { bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, volumeStatus, writeThroughGuest, type Cinder, type Nova } from '../support/nova.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';

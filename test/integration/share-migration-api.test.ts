@@ -24,7 +24,7 @@ import { DescribeExecutionCommand, ListExecutionsCommand } from '@aws-sdk/client
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { sfn, stateMachineArn } from '../../functions/core/executions.js';
-import { clearFault, clearFaults, faultCalls, injectFault } from '../../functions/drivers/faults.js';
+import { clearFault, clearFaults, faultCalls, injectFault } from '../../functions/core/faults.js';
 import type { StateMachineName } from '../../functions/wiring.js';
 import { getShare } from '../../functions/shares/repo.js';
 import { manilaClient, migrationStartBody, type ManilaResponse, useFastMigrationEnv } from '../support/manila.js';

@@ -1,6 +1,6 @@
 /**
  * Share migration failures on the embedded local stack: for each failure point of reference
- * manila-cinder.md §1.9 a fault is injected (functions/drivers/faults.ts: share driver methods,
+ * manila-cinder.md §1.9 a fault is injected (functions/core/faults.ts: share driver methods,
  * and the copy worker's copy_file through FERRY_FAULTS), and the cleanup is checked exactly:
  * task_state, the share available on its source host with one instance, no destination backend
  * share (nor its .migration.json), the source's backend rules exactly the share's own (no data
@@ -24,7 +24,7 @@ import { createInterface } from 'node:readline';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { getCopyOperation } from '../../functions/copy/progress.js';
-import { clearFaultCalls, clearFaults, faultCalls, injectFault, listFaults, type FaultSpec } from '../../functions/drivers/faults.js';
+import { clearFaultCalls, clearFaults, faultCalls, injectFault, listFaults, type FaultSpec } from '../../functions/core/faults.js';
 import { copyOperationIdOf } from '../../functions/migration/steps.js';
 import { allocatedOnSharePool, getShare, updateShareBy } from '../../functions/shares/repo.js';
 import { freePort } from '../../infra/local/ports.js';

@@ -13,7 +13,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
-import { clearFaults } from '../../functions/drivers/faults.js';
+import { clearFaults } from '../../functions/core/faults.js';
 import { getShare } from '../../functions/shares/repo.js';
 import { fillShare, manilaClient, migrationStartBody, shareDigest, useFastMigrationEnv } from '../support/manila.js';
 import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';

@@ -10,7 +10,7 @@ import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
-import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
+import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { allocatedOnSharePool, getShare } from '../../functions/shares/repo.js';
 import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
 

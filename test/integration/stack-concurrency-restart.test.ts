@@ -9,7 +9,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
-import { clearFaults, faultCalls, injectFault } from '../../functions/drivers/faults.js';
+import { clearFaults, faultCalls, injectFault } from '../../functions/core/faults.js';
 import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;

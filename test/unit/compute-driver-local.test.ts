@@ -9,7 +9,7 @@ import { DriverError } from '../../functions/core/errors.js';
 import { POWER_STATE, type ComputeHostConfig, type Flavor, type MigrationProgress } from '../../functions/drivers/compute/driver.js';
 import { GIB, LocalComputeDriver, connectionKeyOf, setHostDown } from '../../functions/drivers/compute/local.js';
 import { clearComputeDriverCache, computeDriverFor } from '../../functions/drivers/compute/registry.js';
-import { clearFaultCalls, clearFaults, faultCalls, injectFault } from '../../functions/drivers/faults.js';
+import { clearFaultCalls, clearFaults, faultCalls, injectFault } from '../../functions/core/faults.js';
 import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
 import { LocalVolumeDriver, volumeFilePath } from '../../functions/drivers/volume/local.js';
 

@@ -11,7 +11,7 @@ import { CopyVerificationFailed } from '../../functions/copy/errors.js';
 import { journalName } from '../../functions/copy/journal.js';
 import type { CopyProgress, ProgressSink } from '../../functions/copy/progress.js';
 import { copyTree } from '../../functions/copy/worker.js';
-import { clearFault, clearFaults, injectFault } from '../../functions/drivers/faults.js';
+import { clearFault, clearFaults, injectFault } from '../../functions/core/faults.js';
 import { bigStat, content, sameTime, tempDir, treeDigest, writeManyFiles } from './copy-fixtures.js';
 
 const cleanups: (() => void)[] = [];

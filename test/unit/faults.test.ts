@@ -10,7 +10,7 @@ import {
   injectFault,
   listFaults,
   withFaults,
-} from '../../functions/drivers/faults.js';
+} from '../../functions/core/faults.js';
 
 /** A tiny real backend: a set of names, with a count of how often each method really ran. */
 class MemoryBackend {
@@ -234,7 +234,7 @@ describe('FERRY_FAULTS', () => {
     vi.resetModules();
 
     // Act
-    const fresh = await import('../../functions/drivers/faults.js');
+    const fresh = await import('../../functions/core/faults.js');
     const wrapped = fresh.withFaults('share', 'ferry@nfs', { migrationStart: async () => 'started' });
     const first = await wrapped.migrationStart().catch((e: Error) => e.message);
     const second = await wrapped.migrationStart();
@@ -250,7 +250,7 @@ describe('FERRY_FAULTS', () => {
     vi.resetModules();
 
     // Act / Assess
-    await expect(import('../../functions/drivers/faults.js')).rejects.toThrow(/FERRY_FAULTS must be an array/);
+    await expect(import('../../functions/core/faults.js')).rejects.toThrow(/FERRY_FAULTS must be an array/);
   });
 
   it('faultsForEnv hands the remaining faults to a child', async () => {

@@ -6,7 +6,7 @@ import { DriverError } from '../../functions/core/errors.js';
 import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
 import { GIB, LocalVolumeDriver, connectionPath, decodeHost, encodeHost, volumeFilePath } from '../../functions/drivers/volume/local.js';
 import { clearDriverCache, driverFor } from '../../functions/drivers/volume/registry.js';
-import { clearFaults, faultCalls, injectFault } from '../../functions/drivers/faults.js';
+import { clearFaults, faultCalls, injectFault } from '../../functions/core/faults.js';
 
 let root: string;
 let config: BackendConfig;

@@ -8,7 +8,7 @@ import type { BackendConfig, ReplicatedVolumeRef } from '../../functions/drivers
 import { InvalidReplicationTarget, LocalVolumeDriver, connectionPath } from '../../functions/drivers/volume/local.js';
 import { REPLICATION_CHUNK_BYTES, replicationDecision, replicationEngineFor, startReplicationLoop } from '../../functions/drivers/volume/local-replication.js';
 import { clearDriverCache, driverFor, replicationDriverFor } from '../../functions/drivers/volume/registry.js';
-import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
+import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { readAt, writeAt } from '../support/files.js';
 
 const MIB = 1024 * 1024;

@@ -18,7 +18,7 @@ import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
 import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
 import { LocalVolumeDriver, snapshotPath, volumeFilePath } from '../../functions/drivers/volume/local.js';
 import { clearDriverCache, driverFor, snapshotDriverFor } from '../../functions/drivers/volume/registry.js';
-import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
+import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { readAt, writeAt } from '../support/files.js';
 
 const VOLUME_BYTES = 64 * 1024 * 1024;

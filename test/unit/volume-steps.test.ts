@@ -12,7 +12,7 @@ import type { AuthContext } from '../../functions/core/auth.js';
 import { db } from '../../functions/core/db.js';
 import { BadRequest, Conflict } from '../../functions/core/errors.js';
 import { tableName } from '../../functions/core/tables.js';
-import { clearFaults, injectFault } from '../../functions/drivers/faults.js';
+import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { clearDriverCache, driverForHost } from '../../functions/drivers/volume/registry.js';
 import type { LocalDynamo } from '../../infra/local/dynamo.js';
 import { putBackend } from '../../functions/volumes/backends.js';

@@ -3,7 +3,7 @@
  * (`withFaults('compute', host, ...)`: a fault names the compute host as its `backend`), cached per
  * host and keyed by the configuration it was built from, like the volume and share registries.
  */
-import { withFaults } from '../faults.js';
+import { withFaults } from '../../core/faults.js';
 import type { ComputeDriver, ComputeHostConfig } from './driver.js';
 import { LocalComputeDriver } from './local.js';
 

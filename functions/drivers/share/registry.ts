@@ -2,7 +2,7 @@
  * Turns a share backend's configuration into its driver, wrapped for fault injection
  * (`withFaults('share', host, ...)`), cached per host and configuration like the volume registry.
  */
-import { withFaults } from '../faults.js';
+import { withFaults } from '../../core/faults.js';
 import type { ShareBackendConfig, ShareDriver } from './driver.js';
 import { LocalShareDriver } from './local.js';
 

@@ -7,7 +7,7 @@
  */
 import type { BackendConfig, ReplicationDriver, SnapshotDriver, VolumeDriver } from './driver.js';
 import { getBackendRecord } from '../../volumes/backends.js';
-import { withFaults } from '../faults.js';
+import { withFaults } from '../../core/faults.js';
 import { LocalVolumeDriver } from './local.js';
 import { AwsEbsVolumeDriver } from './aws-ebs.js';
 import { clearReplicationEngines } from './local-replication.js';

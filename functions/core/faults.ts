@@ -8,7 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import { DriverError } from '../core/errors.js';
+import { DriverError } from './errors.js';
 
 export const FAULTS_ENV = 'FERRY_FAULTS';
 
