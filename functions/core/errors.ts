@@ -97,6 +97,33 @@ export class DriverError extends FerryError {
   }
 }
 
+/**
+ * Ferry's own configuration or wiring is wrong (an unknown driver kind, a function missing from the
+ * wiring table, a malformed FERRY_* variable): an operator fixes it; no request of a client caused it.
+ */
+export class ConfigurationError extends FerryError {
+  constructor(message: string, options?: { cause?: unknown; context?: Record<string, unknown> }) {
+    super(500, 'computeFault', message, options);
+  }
+}
+
+/**
+ * Ferry's own state broke a rule it keeps (a step found a record its previous step should have
+ * written, a transition table without a row): a bug or a hand-edited table, never a client's fault.
+ */
+export class InvariantViolation extends FerryError {
+  constructor(message: string, options?: { cause?: unknown; context?: Record<string, unknown> }) {
+    super(500, 'computeFault', message, options);
+  }
+}
+
+/** A read of a dependency failed (throttled, unreachable): not "not found"; the caller retries or fails. */
+export class DependencyError extends FerryError {
+  constructor(message: string, options?: { cause?: unknown; context?: Record<string, unknown> }) {
+    super(503, 'serviceUnavailable', message, options);
+  }
+}
+
 export function isFerryError(e: unknown): e is FerryError {
   return e instanceof FerryError;
 }
