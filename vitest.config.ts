@@ -1,13 +1,62 @@
 import { defineConfig } from 'vitest/config';
 
+/**
+ * Four tiers, one vitest project each (README "Tests"):
+ *   unit        pure code, files, mocked SDK clients: no JVM, no network (enforced by
+ *               test/support/unit-tier-guard.ts). Runs first, all files in parallel.
+ *   integration functions against DynamoDB Local or a whole local stack. Files that need only
+ *               tables share one DynamoDB Local (test/support/shared-dynamo.ts); a file with a
+ *               stack starts its own (a JVM, s3rver, the local Step Functions).
+ *   e2e         the upstream OpenStack CLIs against a local stack.
+ *   infra       the CDK app, the ASL files, the copy worker's container entry point.
+ * The stack-starting tiers run after the unit tier, two files at a time: each file's JVM and
+ * flows keep a core busy on a 2-core machine.
+ */
+const shared = {
+  testTimeout: 60_000,
+  hookTimeout: 120_000,
+  setupFiles: ['test/support/setup.ts'],
+};
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    testTimeout: 60_000,
-    hookTimeout: 120_000,
-    // Integration and e2e files each start their own DynamoDB Local / local stack (a JVM each):
-    // two at a time keeps a 2-core machine responsive.
+    ...shared,
     maxWorkers: 2,
-    setupFiles: ['test/support/setup.ts'],
+    projects: [
+      {
+        test: {
+          ...shared,
+          name: 'unit',
+          include: ['test/unit/**/*.test.ts'],
+          setupFiles: [...shared.setupFiles, 'test/support/unit-tier-guard.ts'],
+          sequence: { groupOrder: 0 },
+        },
+      },
+      {
+        test: {
+          ...shared,
+          name: 'integration',
+          include: ['test/integration/**/*.test.ts'],
+          globalSetup: ['test/support/shared-dynamo.ts'],
+          sequence: { groupOrder: 1 },
+        },
+      },
+      {
+        test: {
+          ...shared,
+          name: 'e2e',
+          include: ['test/e2e/**/*.test.ts'],
+          sequence: { groupOrder: 1 },
+        },
+      },
+      {
+        test: {
+          ...shared,
+          name: 'infra',
+          include: ['test/infra/**/*.test.ts'],
+          sequence: { groupOrder: 1 },
+        },
+      },
+    ],
   },
 });

@@ -5,8 +5,9 @@
  *   ferry audit [--json]
  *   ferry help
  *
- * Exit codes: 0 done, 1 the command ran and found a problem (audit findings, an AWS error),
- * 2 the command line was wrong (usage printed).
+ * Exit codes: 0 done (audit: clean), 1 the command ran and found a problem (audit findings),
+ * 2 the command could not run: a wrong command line (usage printed), no stack to talk to, or an
+ * error reaching it (said in words, so a script can tell "findings" from "could not look").
  *
  * Run as `ferry ...` (bin/ferry.mjs registers tsx) or `npm run ferry -- ...`.
  */
@@ -21,7 +22,9 @@ export const USAGE = `usage:
       Uses DynamoDB Local when FERRY_DYNAMODB_ENDPOINT is set, else AWS with the table named by
       FERRY_TABLE_TOKENS (the stack output TableNameTokens).
   ferry audit [--json]
-      Compare DynamoDB with what the drivers hold; exit 1 when there are findings.
+      Compare DynamoDB with what the drivers hold: exit 0 clean, 1 findings, 2 could not run.
+      Talks to the local stack of FERRY_DATA_DIR (default .ferry) unless FERRY_DYNAMODB_ENDPOINT
+      or FERRY_TABLE_VOLUME (a deployed stack) is set.
   ferry watch OPERATION
       (not yet available) follow an operation's progress.
   ferry help
@@ -37,6 +40,11 @@ const processIo: Io = { out: (l) => console.log(l), err: (l) => console.error(l)
 /** A mistake on the command line: printed with the usage, exit code 2. */
 class UsageError extends Error {
   override name = 'UsageError';
+}
+
+/** The command cannot reach what it needs (no stack running, credentials missing): exit code 2. */
+class CannotRun extends Error {
+  override name = 'CannotRun';
 }
 
 const DAY_SECONDS = 86_400;
@@ -78,8 +86,14 @@ async function tokenCreate(args: string[], io: Io): Promise<number> {
 
 async function audit(args: string[], io: Io): Promise<number> {
   const { values } = parseArgs({ args, strict: true, allowPositionals: false, options: { json: { type: 'boolean', default: false } } });
+  requireStack();
   const { runAudit, formatAuditReport } = await import('../functions/audit/audit.js');
-  const report = await runAudit();
+  let report;
+  try {
+    report = await runAudit();
+  } catch (e) {
+    throw new CannotRun(`the audit could not read the stack (${where()}): ${(e as Error).name}: ${(e as Error).message}`);
+  }
   io.out(values.json ? JSON.stringify(report, null, 2) : formatAuditReport(report));
   return report.findings.length > 0 ? 1 : 0;
 }
@@ -90,11 +104,31 @@ async function audit(args: string[], io: Io): Promise<number> {
  */
 export function useRunningLocalStack(): void {
   if (process.env.FERRY_DYNAMODB_ENDPOINT || process.env.FERRY_TABLE_VOLUME) return;
-  const file = join(process.env.FERRY_DATA_DIR ?? '.ferry', 'stack.json');
+  const file = stackFile();
   if (!existsSync(file)) return;
   const stack = JSON.parse(readFileSync(file, 'utf8')) as { dynamodbEndpoint?: string; s3Endpoint?: string };
   if (stack.dynamodbEndpoint) process.env.FERRY_DYNAMODB_ENDPOINT = stack.dynamodbEndpoint;
   if (stack.s3Endpoint) process.env.FERRY_S3_ENDPOINT = stack.s3Endpoint;
+}
+
+function stackFile(): string {
+  return join(process.env.FERRY_DATA_DIR ?? '.ferry', 'stack.json');
+}
+
+/** Where the command talks to, in words. */
+function where(): string {
+  if (process.env.FERRY_DYNAMODB_ENDPOINT) return `DynamoDB at ${process.env.FERRY_DYNAMODB_ENDPOINT}`;
+  if (process.env.FERRY_TABLE_VOLUME) return `the deployed stack's table ${process.env.FERRY_TABLE_VOLUME}`;
+  return `FERRY_DATA_DIR=${process.env.FERRY_DATA_DIR ?? '.ferry'}`;
+}
+
+/** A command that reads the stack needs one: a running local stack or a configured deployment. */
+function requireStack(): void {
+  if (process.env.FERRY_DYNAMODB_ENDPOINT || process.env.FERRY_TABLE_VOLUME) return;
+  throw new CannotRun(
+    `no local stack is running for FERRY_DATA_DIR=${process.env.FERRY_DATA_DIR ?? '.ferry'} (no ${stackFile()}): start one with \`npm start\`, ` +
+      'set FERRY_DATA_DIR to its data directory, or set FERRY_TABLE_VOLUME (and AWS credentials) for a deployed stack',
+  );
 }
 
 /** Runs one command line (without `node ferry`); resolves to the process exit code. */
@@ -131,8 +165,12 @@ export async function main(argv: string[], io: Io = processIo): Promise<number> 
       io.err(USAGE);
       return 2;
     }
+    if (e instanceof CannotRun) {
+      io.err(`ferry: ${e.message}`);
+      return 2;
+    }
     io.err(`ferry: ${(e as Error).name}: ${(e as Error).message}`);
-    return 1;
+    return 2;
   }
 }
 

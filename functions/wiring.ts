@@ -53,8 +53,8 @@ export const STATE_MACHINES = [
   {
     name: 'volume-create',
     file: 'statemachines/volume-create.asl.json',
-    description: 'Schedules a new volume onto a pool, creates it on the backend, and makes it available (or error, with capacity released).',
-    functions: ['volume-steps'],
+    description: 'Schedules a new volume onto a pool, creates it on the backend, and makes it available (or error, with capacity released); reserves an attachment for the instance given at create.',
+    functions: ['volume-steps', 'attachment-steps'],
   },
   {
     name: 'volume-delete',
@@ -206,6 +206,15 @@ export const FUNCTIONS: FunctionWiring[] = [
     entry: 'functions/volumes/steps.ts',
     export: 'handler',
     description: 'Step handlers of the volume state machines (schedule, create on backend, delete, mark status).',
+    tables: ['volume'],
+    timeoutSeconds: 120,
+  },
+  {
+    name: 'attachment-steps',
+    kind: 'step',
+    entry: 'functions/attachments/steps.ts',
+    export: 'handler',
+    description: 'Step handlers of the attachments run by volume-create (reserve an attachment for the instance given at create, or record why not).',
     tables: ['volume'],
     timeoutSeconds: 120,
   },

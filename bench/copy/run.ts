@@ -28,7 +28,9 @@ import { createCipheriv } from 'node:crypto';
 import { closeSync, linkSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, writeSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { copyTree, DEFAULT_CHUNK_BYTES, defaultThreadCount } from '../../functions/copy/worker.js';
+import { DEFAULT_CHUNK_BYTES } from '../../functions/copy/file-copy.js';
+import { defaultThreadCount } from '../../functions/copy/thread-pool.js';
+import { copyTree } from '../../functions/copy/worker.js';
 
 const TOTAL_MB = Number(process.env.BENCH_COPY_MB ?? 1024);
 const REPS = Number(process.env.BENCH_COPY_REPS ?? 5);

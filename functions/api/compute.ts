@@ -1,7 +1,8 @@
 /**
  * The Nova v2.1 REST API (compute-api in functions/wiring.ts), at `/compute/v2.1` with and
- * without the project id: version discovery as novaclient reads it, flavors, os-services,
- * os-hypervisors and os-availability-zone (functions/compute/routes.ts). Microversions 2.1–2.93
+ * without the project id: version discovery as novaclient reads it, the foundation routes (flavors,
+ * os-services, os-hypervisors, os-availability-zone: functions/compute/routes.ts) and the servers
+ * routes (functions/servers/routes.ts), composed here. Microversions 2.1–2.93
  * come from `OpenStack-API-Version: compute X.Y` or the legacy `X-OpenStack-Nova-API-Version`;
  * createApiHandler negotiates them and echoes both headers with `Vary`.
  *
@@ -10,16 +11,28 @@
  *   `{"computeFault": {"code": 406, ...}}`;
  * - every response, errors included, carries `x-compute-request-id` beside
  *   `x-openstack-request-id` (novaclient reads either).
+ *
+ * As an entry point it fills the ports lower layers declare: the compute foundation's
+ * ComputeHostRestart (an os-services update that brings a host back cleans up evacuated guests)
+ * and the attachments' AttachmentUsers (Cinder asking Nova whether a server uses an attachment).
  */
 import { randomUUID } from 'node:crypto';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
-import { createApiHandler, json, type UnversionedRoute } from '../core/api.js';
+import { createApiHandler, json, type RouteSpec, type UnversionedRoute } from '../core/api.js';
+import { registerAttachmentUsers } from '../attachments/ports.js';
 import { COMPUTE_VERSIONS } from '../core/microversion.js';
-import { COMPUTE_ROUTES } from '../compute/routes.js';
+import { registerComputeHostRestart } from '../compute/ports.js';
+import { FOUNDATION_ROUTES } from '../compute/routes.js';
 import { versionDocument, versionsDocument } from '../compute/views.js';
+import { cleanupEvacuatedGuests } from '../servers/flows/evacuate/host-restart.js';
+import { attachmentInUseByServer } from '../servers/repo.js';
+import { SERVER_ROUTES } from '../servers/routes.js';
+
+registerComputeHostRestart({ cleanupEvacuatedGuests });
+registerAttachmentUsers({ attachmentInUseByServer });
 
 /** Every route of the Nova API (the authorization checks enumerate it). */
-export const routes = COMPUTE_ROUTES;
+export const routes: RouteSpec[] = [...FOUNDATION_ROUTES, ...SERVER_ROUTES];
 
 export const COMPUTE_VERSION_ROUTES: UnversionedRoute[] = [
   // Nova answers its version list with 200 (not 300 like Cinder and Manila).
@@ -31,7 +44,7 @@ const inner = createApiHandler({
   service: COMPUTE_VERSIONS,
   rootPath: '/compute',
   versionPath: '/v2.1',
-  routes: COMPUTE_ROUTES,
+  routes,
   unversioned: COMPUTE_VERSION_ROUTES,
 });
 
@@ -44,7 +57,7 @@ export function novaFaultBody(body: string | undefined): string | undefined {
       return JSON.stringify({ computeFault: parsed.notAcceptable });
     }
   } catch {
-    // not JSON: leave it
+    // Not JSON (the shared handler's bodies always are): nothing to rewrite, the body goes out as it is.
   }
   return body;
 }

@@ -11,7 +11,8 @@ import { SHARE_VERSIONS } from '../core/microversion.js';
 import '../migration/api.js';
 import { accessRoutes } from '../shares/access.js';
 import { shareNetworkRoutes } from '../shares/networks.js';
-import { isExperimental, shareRoutes } from '../shares/routes.js';
+import { isExperimental } from '../shares/actions.js';
+import { shareRoutes } from '../shares/routes.js';
 import { shareTypeRoutes } from '../shares/types.js';
 import { versionRoutes, type VersionInfo } from './versions.js';
 

@@ -13,11 +13,9 @@ import {
   createAttachment,
   deleteAttachment,
   getAttachment,
-  listAttachments,
-  MAX_LIMIT,
   updateAttachment,
-  type SortDir,
 } from './service.js';
+import { listAttachments, MAX_LIMIT, type SortDir } from './queries.js';
 import { detailView, summaryView, summaryViewFromVolume } from './views.js';
 
 export const ATTACHMENTS_MIN_VERSION = '3.27';

@@ -27,9 +27,9 @@ import { tableName } from '../core/tables.js';
 import { listCells, listComputeNodes } from '../compute/repo.js';
 import { computeDriverFor } from '../drivers/compute/registry.js';
 import { normalizeConnectionInfo } from '../drivers/compute/local.js';
+import type { Find } from './findings.js';
 import type { BlockDeviceMapping, Instance, InstanceMapping, Migration, Port } from '../servers/model.js';
 
-type Find = (kind: string, resource: string, detail: string) => void;
 
 const strip = <T>(item: Record<string, unknown>): T => {
   const { pk: _pk, sk: _sk, gsi1pk: _g1, gsi1sk: _g2, ...rest } = item;

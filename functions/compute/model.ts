@@ -11,7 +11,8 @@
  * | host mapping (host -> cell) | compute-api | `HOSTMAPPING#<host>` | `HOSTMAPPING` | `HOSTMAPPINGS` / host |
  * | flavor | compute-api | `FLAVOR#<flavorid>` | `FLAVOR` | `FLAVORS` / flavorid |
  * | network | compute-api | `NETWORK#<uuid>` | `NETWORK` | `NETWORKS` / name |
- * | allocation (Placement's role) | compute-api | `RP#<compute node uuid>` | `ALLOC#<consumer uuid>` | - |
+ * | node usage (Placement's free capacity, guarded) | compute-api | `RP#<compute node uuid>` | `USAGE` | - |
+ * | allocation (Placement's role) | compute-api | `RP#<compute node uuid>` | `ALLOC#<consumer uuid>` | `CONSUMER#<consumer uuid>` / node uuid |
  * | service (nova-compute, nova-conductor, nova-scheduler) | cell<N> | `SERVICE#<uuid>` | `SERVICE` | `SERVICES` / `<host>#<binary>` |
  * | compute node (a hypervisor, one per compute host) | cell<N> | `COMPUTENODE#<uuid>` | `COMPUTENODE` | `COMPUTENODES` / host |
  *
@@ -140,7 +141,13 @@ export const flavorKey = (flavorid: string) => ({ pk: `FLAVOR#${flavorid}`, sk: 
 export const networkKey = (id: string) => ({ pk: `NETWORK#${id}`, sk: 'NETWORK' });
 export const serviceKey = (uuid: string) => ({ pk: `SERVICE#${uuid}`, sk: 'SERVICE' });
 export const computeNodeKey = (uuid: string) => ({ pk: `COMPUTENODE#${uuid}`, sk: 'COMPUTENODE' });
-export const allocationKey = (nodeUuid: string, consumer: string) => ({ pk: `RP#${nodeUuid}`, sk: `ALLOC#${consumer}` });
+/** A resource provider's items (its usage and its allocations) share the partition `RP#<node uuid>`. */
+export const resourceProviderPk = (nodeUuid: string) => `RP#${nodeUuid}`;
+export const ALLOCATION_SK_PREFIX = 'ALLOC#';
+export const allocationKey = (nodeUuid: string, consumer: string) => ({ pk: resourceProviderPk(nodeUuid), sk: `${ALLOCATION_SK_PREFIX}${consumer}` });
+export const nodeUsageKey = (nodeUuid: string) => ({ pk: resourceProviderPk(nodeUuid), sk: 'USAGE' });
+/** The gsi1 partition of a consumer's allocations (every node it holds on). */
+export const consumerGsi = (consumer: string) => `CONSUMER#${consumer}`;
 
 export const GSI = {
   cells: 'CELLMAPPINGS',

@@ -5,47 +5,59 @@
  * result came from; a service write is conditional on its `version` and bumps it, so an update
  * computed from a stale read is refused and re-applied to a fresh one.
  */
-import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, PutCommand, TransactWriteCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
 import { db, isConditionFailure, queryAll, withRetries } from '../core/db.js';
 import { ConcurrentModification } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import {
   applyServiceUpdate,
   cellMappingKey,
-  computeNodeKey,
   flavorKey,
   GSI,
+  hostMappingKey,
   isCellTable,
   serviceKey,
   serviceSortKey,
-  usageOf,
-  type Allocation,
   type CellMapping,
   type ComputeNode,
   type ComputeService,
   type Flavor,
   type HostMapping,
   type Network,
-  type NodeUsage,
   type ServiceUpdate,
 } from './model.js';
 
 const KEY_ATTRIBUTES = new Set(['pk', 'sk', 'gsi1pk', 'gsi1sk']);
 
-function strip<T>(item: Record<string, unknown>): T {
+/** A record as stored, without its key attributes (every Nova table keys items the same way). */
+export function fromItem<T>(item: Record<string, unknown>): T {
   return Object.fromEntries(Object.entries(item).filter(([k]) => !KEY_ATTRIBUTES.has(k))) as T;
+}
+
+export type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
+
+/** Writes the items together: a single Put as a plain (conditional) put, more in one transaction. */
+export async function transact(items: TransactItem[]): Promise<void> {
+  if (items.length === 1 && items[0]!.Put) {
+    await db().send(new PutCommand(items[0]!.Put as ConstructorParameters<typeof PutCommand>[0]));
+    return;
+  }
+  await db().send(new TransactWriteCommand({ TransactItems: items }));
 }
 
 const apiTable = () => tableName('compute-api');
 
+/** The table holding a cell's database. */
+export const cellTable = (cell: CellMapping) => tableName(cell.table);
+
 async function byGsi<T>(table: string, gsi1pk: string): Promise<T[]> {
   const items = await queryAll({ TableName: table, IndexName: 'gsi1', KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': gsi1pk } });
-  return items.map((i) => strip<T>(i));
+  return items.map((i) => fromItem<T>(i));
 }
 
 async function getItem<T>(table: string, key: { pk: string; sk: string }): Promise<T | undefined> {
   const out = await db().send(new GetCommand({ TableName: table, Key: key, ConsistentRead: true }));
-  return out.Item ? strip<T>(out.Item) : undefined;
+  return out.Item ? fromItem<T>(out.Item) : undefined;
 }
 
 /** Puts the item unless one with its key exists; true when it was put (seeds, idempotent). */
@@ -72,10 +84,6 @@ export async function getCell(uuid: string): Promise<CellMapping | undefined> {
   return getItem<CellMapping>(apiTable(), cellMappingKey(uuid));
 }
 
-export async function listHostMappings(): Promise<HostMapping[]> {
-  return byGsi<HostMapping>(apiTable(), GSI.hosts);
-}
-
 export async function listFlavors(): Promise<Flavor[]> {
   return byGsi<Flavor>(apiTable(), GSI.flavors);
 }
@@ -86,12 +94,6 @@ export async function getFlavor(flavorid: string): Promise<Flavor | undefined> {
 
 export async function listNetworks(): Promise<Network[]> {
   return byGsi<Network>(apiTable(), GSI.networks);
-}
-
-/** What is allocated on a compute node (Placement's usages of its resource provider). */
-export async function nodeUsage(nodeUuid: string): Promise<NodeUsage> {
-  const items = await queryAll({ TableName: apiTable(), KeyConditionExpression: 'pk = :p AND begins_with(sk, :s)', ExpressionAttributeValues: { ':p': `RP#${nodeUuid}`, ':s': 'ALLOC#' } });
-  return usageOf(items.map((i) => strip<Allocation>(i)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -137,8 +139,8 @@ export async function findServiceByHostBinary(host: string, binary: string): Pro
         KeyConditionExpression: 'gsi1pk = :p AND gsi1sk = :s',
         ExpressionAttributeValues: { ':p': GSI.services, ':s': serviceSortKey(host, binary) },
       })
-    ).map((i) => strip<ComputeService>(i));
-  const mapping = await getItem<HostMapping>(apiTable(), { pk: `HOSTMAPPING#${host}`, sk: 'HOSTMAPPING' });
+    ).map((i) => fromItem<ComputeService>(i));
+  const mapping = await getItem<HostMapping>(apiTable(), hostMappingKey(host));
   if (mapping) {
     const cell = await getCell(mapping.cellUuid);
     if (cell && isCellTable(cell.table)) {
@@ -194,8 +196,4 @@ export async function putService(cell: CellMapping, svc: ComputeService, expecte
     if (isConditionFailure(e)) throw new ConcurrentModification(`Service ${svc.uuid}`, e);
     throw e;
   }
-}
-
-export async function getComputeNodeInCell(cell: CellMapping, uuid: string): Promise<ComputeNode | undefined> {
-  return getItem<ComputeNode>(tableName(cell.table), computeNodeKey(uuid));
 }

@@ -37,9 +37,9 @@ import {
   type HostMapping,
   type Network,
 } from './model.js';
+import { ensureNodeUsage } from './placement.js';
 import { putIfAbsent, putService } from './repo.js';
 import { ConcurrentModification } from '../core/errors.js';
-import { ensureNodeUsage } from '../servers/repo.js';
 
 /** Capacity of every sandbox host. */
 export const SANDBOX_HOST_CAPACITY = { vcpus: 8, memoryMb: 16384, diskGb: 200 } as const;

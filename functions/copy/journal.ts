@@ -16,6 +16,7 @@
  */
 import { closeSync, existsSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { logger } from '../core/logger.js';
 
 export interface JournalEntry {
   /** Path relative to the share root. */
@@ -40,6 +41,7 @@ export class Journal {
     this.path = join(destination, journalName(operationId));
     this.finished = new Map();
     let tornTail = false;
+    let tornLines = 0;
     if (existsSync(this.path)) {
       const text = readFileSync(this.path, 'utf8');
       tornTail = text.length > 0 && !text.endsWith('\n');
@@ -50,9 +52,11 @@ export class Journal {
           this.finished.set(entry.path, entry);
         } catch {
           // A line torn by a crash mid-write: that file is simply copied again.
+          tornLines += 1;
         }
       }
     }
+    if (tornLines > 0) logger.warn('copy journal: lines torn by a crash are ignored; their files are copied again', { journal: this.path, tornLines });
     this.fd = openSync(this.path, 'a');
     // End a torn line so the next entry starts on its own line.
     if (tornTail) writeSync(this.fd, '\n');

@@ -24,7 +24,7 @@ import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import { logger } from '../core/logger.js';
-import { runCopyOperation } from './worker.js';
+import { runCopyOperation } from './operation.js';
 
 export const EXIT_CODES = { completed: 0, failed: 1, badConfiguration: 2, cancelled: 3, superseded: 4, parentGone: 5 } as const;
 
@@ -40,8 +40,9 @@ export function currentParentPid(): number | undefined {
     const stat = readFileSync('/proc/self/stat', 'utf8');
     const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
     return Number.isInteger(ppid) ? ppid : undefined;
-  } catch {
-    return undefined;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw e;
   }
 }
 

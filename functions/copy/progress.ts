@@ -1,8 +1,8 @@
 /**
  * The copy operation record: one item in the `share` table (pk `COPY#<operationId>`, sk `COPY`)
- * that holds a copy's status, progress and cancel flag. The API and `ferry watch` read progress
- * from here, never from the worker's memory (upstream asks the data service process, so progress
- * is lost with that process).
+ * that holds a copy's status, progress and cancel flag. The API (migration_get_progress) reads
+ * progress from here, never from the worker's memory (upstream asks the data service process, so
+ * progress is lost with that process); `ferry watch` is to read it from here too, once it exists.
  *
  * Ownership is a generation number: a worker starting (or resuming) an operation claims it by
  * incrementing `generation` in one conditional update, and every later write of that worker is
@@ -13,6 +13,7 @@
  * The same progress write returns the item, so the worker learns of `cancelRequested` at the
  * progress cadence for free.
  */
+import { join } from 'node:path';
 import { GetCommand, UpdateCommand, type DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { db, isConditionFailure } from '../core/db.js';
 import { tableName } from '../core/tables.js';
@@ -20,8 +21,6 @@ import { CopyLeaseLost } from './errors.js';
 import type { SkippedEntry } from './tree.js';
 
 export type CopyStatus = 'running' | 'completed' | 'failed' | 'cancelled';
-
-export const TERMINAL_COPY_STATUSES: readonly CopyStatus[] = ['completed', 'cancelled'];
 
 /** At most this many skipped entries are listed in the record (the count is always exact). */
 export const MAX_LISTED_SKIPPED = 100;
@@ -259,14 +258,16 @@ export async function getCopyOperation(operationId: string, client: DynamoDBDocu
 
 /**
  * The record as manila's `migration_get_progress` details (§1.5): total_progress plus the current
- * file and its progress. Unlike upstream, a failed copy reports how far it got, not 100.
+ * file and its progress. Upstream names the file by its path at the destination
+ * (`Copy.current_copy['file_path']`): the destination as the data node mounted it, which only the
+ * copy worker knows to be a path. Unlike upstream, a failed copy reports how far it got, not 100.
  */
 export function manilaCopyProgress(record: CopyOperationRecord): { total_progress: number; current_file_path?: string; current_file_progress?: number } {
   const out: { total_progress: number; current_file_path?: string; current_file_progress?: number } = {
     total_progress: record.status === 'completed' ? 100 : (record.totalProgress ?? 0),
   };
   if (record.status === 'running' && record.currentFile) {
-    out.current_file_path = record.currentFile;
+    out.current_file_path = join(record.destination, record.currentFile);
     out.current_file_progress = record.currentFileSize ? Math.floor(((record.currentFileBytes ?? 0) * 100) / record.currentFileSize) : 0;
   }
   return out;

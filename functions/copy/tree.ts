@@ -12,6 +12,7 @@
  */
 import { lstatSync, readdirSync, type BigIntStats } from 'node:fs';
 import { join } from 'node:path';
+import { CopyFailed } from './errors.js';
 
 /** Skipped at the top level of the source, as upstream's `migration_ignore_files` default. */
 export const IGNORED_TOP_LEVEL = ['lost+found'];
@@ -78,7 +79,7 @@ export function planCopy(source: string, exclude: string[] = []): CopyPlan {
   const firstNameOfInode = new Map<string, string>();
   const ignored = new Set([...IGNORED_TOP_LEVEL, ...exclude]);
   const rootStat = lstatSync(source, { bigint: true });
-  if (!rootStat.isDirectory()) throw new Error(`${source} is not a directory`);
+  if (!rootStat.isDirectory()) throw new CopyFailed(`${source} is not a directory`);
   plan.directories.push(entryOf('', rootStat));
 
   const walk = (dirRel: string): void => {
@@ -122,3 +123,6 @@ export function planCopy(source: string, exclude: string[] = []): CopyPlan {
 export function nsToSeconds(ns: bigint): number {
   return Number(ns / 1_000_000_000n) + Number(ns % 1_000_000_000n) / 1e9;
 }
+
+/** Destination and source mtimes may differ by this much after a copy: utimes keeps about a microsecond (nsToSeconds). */
+export const MTIME_TOLERANCE_NS = 2000n;

@@ -18,47 +18,26 @@
  * A timer reports progress every `progressIntervalMs` (one write in flight at most) and learns of a
  * cancel from the same write; copy threads poll a shared flag after every chunk.
  */
-import { Worker } from 'node:worker_threads';
-import { availableParallelism } from 'node:os';
-import { createRequire } from 'node:module';
-import { chmodSync, lchownSync, linkSync, lstatSync, lutimesSync, mkdirSync, readlinkSync, symlinkSync, unlinkSync, utimesSync } from 'node:fs';
+import { mkdirSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { logger } from '../core/logger.js';
-import { db } from '../core/db.js';
-import { hasFaultsOfKind, withFaults } from '../core/faults.js';
 import { CopyFailed, CopyLeaseLost } from './errors.js';
-import type { FileCopied, FileTask } from './file-copy.js';
+import { fileFaultPoint } from './faults.js';
+import { DEFAULT_CHUNK_BYTES, type FileCopied, type FileTask } from './file-copy.js';
 import { Journal, journalName, type JournalEntry } from './journal.js';
-import {
-  claimCopyOperation,
-  finishCopyOperation,
-  OperationRecordSink,
-  recordCopyPlan,
-  type CopyOperationRecord,
-  type CopyProgress,
-  type ProgressSink,
-} from './progress.js';
-import type { BatchReply, BatchRequest, CopyThreadData } from './thread.js';
-import { nsToSeconds, planCopy, type CopyPlan, type PlannedEntry, type PlannedFile, type SkippedEntry } from './tree.js';
+import type { CopyProgress, ProgressSink } from './progress.js';
+import { CopyThreads, defaultThreadCount } from './thread-pool.js';
+import { applyDirectoryMetadata, createDirectories, createHardLinks, createSymlinks, finishedEarlier, OwnerPolicy } from './tree-write.js';
+import { nsToSeconds, planCopy, type CopyPlan, type PlannedFile, type SkippedEntry } from './tree.js';
 
 /** A few progress writes a second at most; also how often a cancel is noticed. */
 export const DEFAULT_PROGRESS_INTERVAL_MS = 500;
-/** Measured on a 2-core machine: 256 KiB keeps the chunk and its read-back in the CPU cache. */
-export const DEFAULT_CHUNK_BYTES = 256 * 1024;
 /** Small files travel to a copy thread in batches of up to this many files... */
 export const BATCH_MAX_FILES = 32;
 /** ...or this many bytes, so a batch is a few milliseconds of work and cancel stays prompt. */
 export const BATCH_MAX_BYTES = 4 * 1024 * 1024;
 /** Batches queued per thread: one running, one waiting, so a thread never idles on a message. */
 const BATCHES_IN_FLIGHT_PER_THREAD = 2;
-/** Destination mtime may differ from the source's by this much: utimes keeps microseconds (tree.ts). */
-const MTIME_TOLERANCE_NS = 2000n;
-
-export function defaultThreadCount(): number {
-  return Math.max(2, Math.min(4, availableParallelism()));
-}
 
 export interface CopyTreeOptions {
   source: string;
@@ -88,207 +67,6 @@ export interface CopyTreeResult {
 }
 
 type StopReason = { kind: 'cancelled' } | { kind: 'failed'; error: Error } | { kind: 'lease-lost'; error: CopyLeaseLost };
-
-let threadSource: string | undefined;
-
-/**
- * The code a copy thread runs. Built JavaScript starts thread.js directly. From TypeScript sources
- * (tsx, vitest) the thread module and its imports are bundled once per process with esbuild, which
- * takes tens of milliseconds, where starting tsx inside every thread took half a second.
- */
-function startCopyThread(workerData: CopyThreadData): Worker {
-  const here = import.meta.url;
-  if (!here.endsWith('.ts')) return new Worker(new URL('./thread.js', here), { workerData });
-  threadSource ??= bundleThreadSource(here);
-  return new Worker(threadSource, { eval: true, workerData });
-}
-
-function bundleThreadSource(here: string): string {
-  const esbuild = createRequire(here)('esbuild') as typeof import('esbuild');
-  const out = esbuild.buildSync({
-    entryPoints: [fileURLToPath(new URL('./thread.ts', here))],
-    bundle: true,
-    platform: 'node',
-    format: 'cjs',
-    target: 'node20',
-    write: false,
-    logLevel: 'silent',
-  });
-  return out.outputFiles[0]!.text;
-}
-
-/** The copy threads and the memory they share with the engine. */
-class CopyThreads {
-  readonly stop = new Int32Array(new SharedArrayBuffer(4));
-  readonly progress: Float64Array;
-  readonly current: Int32Array;
-  private readonly workers: Worker[] = [];
-  private readonly pending = new Map<number, { resolve: (r: BatchReply) => void; reject: (e: Error) => void; thread: number }>();
-  private nextBatch = 1;
-
-  constructor(count: number, chunkBytes: number, bytesPerSecond: number) {
-    const progressBuffer = new SharedArrayBuffer(8 * count);
-    const currentBuffer = new SharedArrayBuffer(4 * count);
-    this.progress = new Float64Array(progressBuffer);
-    this.current = new Int32Array(currentBuffer);
-    this.current.fill(-1);
-    for (let slot = 0; slot < count; slot++) {
-      const worker = startCopyThread({
-        slot,
-        chunkBytes,
-        stop: this.stop.buffer as SharedArrayBuffer,
-        progress: progressBuffer,
-        current: currentBuffer,
-        bytesPerSecond: bytesPerSecond / count,
-      });
-      worker.on('message', (reply: BatchReply) => {
-        const waiter = this.pending.get(reply.batch);
-        this.pending.delete(reply.batch);
-        waiter?.resolve(reply);
-      });
-      // A thread that dies (cannot load, out of memory) fails every batch it held.
-      const failAll = (e: Error) => {
-        for (const [batch, waiter] of this.pending) {
-          if (waiter.thread !== slot) continue;
-          this.pending.delete(batch);
-          waiter.reject(new CopyFailed(`Copy thread ${slot} stopped: ${e.message}`, { cause: e }));
-        }
-      };
-      worker.on('error', failAll);
-      worker.on('exit', (code) => failAll(new Error(`exited with code ${code}`)));
-      this.workers.push(worker);
-    }
-  }
-
-  get count(): number {
-    return this.workers.length;
-  }
-
-  run(thread: number, tasks: FileTask[]): Promise<BatchReply> {
-    const batch = this.nextBatch++;
-    return new Promise((resolve, reject) => {
-      this.pending.set(batch, { resolve, reject, thread });
-      this.workers[thread]!.postMessage({ batch, tasks } satisfies BatchRequest);
-    });
-  }
-
-  requestStop(): void {
-    Atomics.store(this.stop, 0, 1);
-  }
-
-  async close(): Promise<void> {
-    await Promise.all(this.workers.map((w) => w.terminate()));
-  }
-}
-
-function errnoCode(e: unknown): string | undefined {
-  return (e as NodeJS.ErrnoException)?.code;
-}
-
-function removeIfPresent(path: string): void {
-  try {
-    unlinkSync(path);
-  } catch (e) {
-    if (errnoCode(e) !== 'ENOENT') throw e;
-  }
-}
-
-/** Owner is kept where permitted; the first EPERM turns it off quietly for the rest of the run. */
-class OwnerPolicy {
-  allowed = true;
-  apply(set: () => void): void {
-    if (!this.allowed) return;
-    try {
-      set();
-    } catch (e) {
-      if (errnoCode(e) !== 'EPERM') throw e;
-      this.allowed = false;
-    }
-  }
-}
-
-function createDirectories(plan: CopyPlan, destination: string): void {
-  mkdirSync(destination, { recursive: true });
-  for (const dir of plan.directories) {
-    if (dir.rel === '') continue;
-    try {
-      // Owner-only until the end: the final mode may forbid writing into it.
-      mkdirSync(join(destination, dir.rel), 0o700);
-    } catch (e) {
-      if (errnoCode(e) !== 'EEXIST') throw e;
-    }
-  }
-}
-
-function createSymlinks(plan: CopyPlan, source: string, destination: string, owner: OwnerPolicy): void {
-  for (const link of plan.symlinks) {
-    const dst = join(destination, link.rel);
-    removeIfPresent(dst);
-    symlinkSync(readlinkSync(join(source, link.rel)), dst);
-    owner.apply(() => lchownSync(dst, link.uid, link.gid));
-    // Linux has no symlink modes (always 0777); times are kept with lutimes, which never follows.
-    lutimesSync(dst, nsToSeconds(link.atimeNs), nsToSeconds(link.mtimeNs));
-  }
-}
-
-function createHardLinks(plan: CopyPlan, destination: string): void {
-  for (const link of plan.hardLinks) {
-    const dst = join(destination, link.rel);
-    const target = join(destination, link.primary);
-    const existing = lstatOrUndefined(dst);
-    if (existing && existing.ino === lstatSync(target, { bigint: true }).ino) continue;
-    if (existing) unlinkSync(dst);
-    linkSync(target, dst);
-  }
-}
-
-function applyDirectoryMetadata(dir: PlannedEntry, destination: string, owner: OwnerPolicy): void {
-  const path = join(destination, dir.rel);
-  owner.apply(() => lchownSync(path, dir.uid, dir.gid));
-  chmodSync(path, dir.mode & 0o7777);
-  utimesSync(path, nsToSeconds(dir.atimeNs), nsToSeconds(dir.mtimeNs));
-}
-
-function lstatOrUndefined(path: string) {
-  try {
-    return lstatSync(path, { bigint: true });
-  } catch (e) {
-    if (errnoCode(e) === 'ENOENT') return undefined;
-    throw e;
-  }
-}
-
-/** True when an earlier run finished this file and neither side changed since. */
-function finishedEarlier(file: PlannedFile, entry: JournalEntry | undefined, destination: string): boolean {
-  if (!entry || entry.size !== file.size || entry.mtimeNs !== String(file.mtimeNs)) return false;
-  const dst = lstatOrUndefined(join(destination, file.rel));
-  if (!dst || !dst.isFile() || Number(dst.size) !== file.size) return false;
-  const drift = dst.mtimeNs - file.mtimeNs;
-  return drift <= MTIME_TOLERANCE_NS && drift >= -MTIME_TOLERANCE_NS;
-}
-
-/** Fault kind and method of the worker's fault point (functions/core/faults.ts), checked before each file. */
-export const COPY_FAULT_KIND = 'copy';
-export const COPY_FAULT_METHOD = 'copy_file';
-
-/**
- * The fault point: `copy_file(rel)` through withFaults, the fault's backend being the operation id.
- * Returns undefined when no fault applies (the common case costs one array scan, no log entry), or
- * the fault's promise: it rejects for `fail` / `fail-after`, never settles for `hang` until the
- * fault is cleared in this process.
- */
-function fileFaultPoint(operationId: string): (rel: string) => Promise<unknown> | undefined {
-  const point = withFaults(COPY_FAULT_KIND, operationId, {
-    [COPY_FAULT_METHOD](_rel: string): void {
-      // The real work happens in a copy thread; this only gives faults a place to act.
-    },
-  });
-  return (rel) => {
-    if (!hasFaultsOfKind(COPY_FAULT_KIND)) return undefined;
-    const result = point[COPY_FAULT_METHOD](rel) as unknown;
-    return result instanceof Promise ? result : undefined;
-  };
-}
 
 /** Largest first, then small files in batches: the big ones start early and the tail is short. */
 function makeBatches(tasks: { task: FileTask; size: number }[]): FileTask[][] {
@@ -470,11 +248,16 @@ export async function copyTree(options: CopyTreeOptions): Promise<CopyTreeResult
             if (cut > 0) await runBatch(thread, batch.slice(0, cut));
             if (!fault) break;
             const rel = batch[cut]!.rel;
-            fault.catch(() => undefined);
+            // The fault's rejection becomes a value at once, so it is handled even when the copy
+            // stops before anything waits for it.
+            const faultFailure = fault.then(
+              () => undefined,
+              (e: unknown) => ({ error: e }),
+            );
             if (stopReason) break;
-            try {
-              await Promise.race([fault, stopped]);
-            } catch (e) {
+            const failure = await Promise.race([faultFailure, stopped.then(() => undefined)]);
+            if (failure) {
+              const e = failure.error;
               stop({ kind: 'failed', error: new CopyFailed(`Cannot copy ${rel}: ${(e as Error)?.message ?? e}`, { cause: e, context: { file: rel } }) });
               break;
             }
@@ -502,7 +285,7 @@ export async function copyTree(options: CopyTreeOptions): Promise<CopyTreeResult
       utimesSync(destination, nsToSeconds(root.atimeNs), nsToSeconds(root.mtimeNs));
     }
   } catch (e) {
-    stop({ kind: 'failed', error: e instanceof Error ? e : new Error(String(e)) });
+    stop({ kind: 'failed', error: e instanceof Error ? e : new CopyFailed(String(e), { cause: e }) });
   } finally {
     clearInterval(timer);
     options.signal?.removeEventListener('abort', onAbort);
@@ -520,57 +303,3 @@ export async function copyTree(options: CopyTreeOptions): Promise<CopyTreeResult
   return { status: 'failed', error: stopReason.error, ...base };
 }
 
-export interface CopyOperationInput extends Omit<CopyTreeOptions, 'sink'> {
-  client?: DynamoDBDocumentClient;
-}
-
-export type CopyOperationOutcome =
-  | { status: 'completed' | 'failed' | 'cancelled'; record: CopyOperationRecord }
-  /** A newer worker owns the operation; this one wrote nothing final. */
-  | { status: 'superseded'; record?: undefined };
-
-/**
- * One worker run of a copy operation, with the record in DynamoDB: claim a generation, copy (or
- * resume), record the final state. A completed or cancelled operation is not run again.
- */
-export async function runCopyOperation(input: CopyOperationInput): Promise<CopyOperationOutcome> {
-  const client = input.client ?? db();
-  const claim = await claimCopyOperation({ operationId: input.operationId, source: input.source, destination: input.destination }, client);
-  if (!claim.claimed) {
-    const status = claim.record.status === 'completed' ? 'completed' : 'cancelled';
-    return { status, record: claim.record };
-  }
-  const generation = claim.record.generation;
-  const sink = new OperationRecordSink(input.operationId, generation, client);
-  try {
-    if (claim.record.cancelRequested) {
-      const record = await finishCopyOperation(input.operationId, generation, { status: 'cancelled', progress: emptyProgress() }, client);
-      return { status: 'cancelled', record };
-    }
-    let result: CopyTreeResult;
-    try {
-      result = await copyTree({ ...input, sink });
-    } catch (e) {
-      if (e instanceof CopyLeaseLost) throw e;
-      result = { status: 'failed', error: e as Error, progress: emptyProgress(), skipped: [], ownerPreserved: false };
-    }
-    if (result.skipped.length > 0) await recordCopyPlan(input.operationId, generation, { skipped: result.skipped }, client);
-    const record = await finishCopyOperation(
-      input.operationId,
-      generation,
-      { status: result.status, progress: result.progress, error: result.error?.message, ownerPreserved: result.ownerPreserved },
-      client,
-    );
-    return { status: result.status, record };
-  } catch (e) {
-    if (e instanceof CopyLeaseLost) {
-      logger.warn('copy operation taken over by a newer worker; stopping', { operationId: input.operationId, generation });
-      return { status: 'superseded' };
-    }
-    throw e;
-  }
-}
-
-function emptyProgress(): CopyProgress {
-  return { bytesTotal: 0, filesTotal: 0, bytesDone: 0, filesDone: 0, filesResumed: 0 };
-}

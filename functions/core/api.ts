@@ -1,6 +1,8 @@
 /**
- * The shape every REST API handler (Cinder, Manila, Nova) takes: a middy handler around
- * @middy/http-router, with one concern per middleware.
+ * The shape every REST API handler (Cinder, Manila, Nova) takes: a middy handler with one
+ * middleware, onError (the last point below); the rest happens in order in the handler (the path
+ * normalized, then @middy/http-router picks the route, whose wrapper negotiates the version,
+ * checks the project and the policy, and parses the request).
  *
  * - Paths are accepted with and without the project id (`/volume/v3/{project}/volumes` and
  *   `/volume/v3/volumes`), as upstream does from 3.67 / 2.60; the project segment is stripped

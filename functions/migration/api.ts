@@ -8,7 +8,6 @@
  * only; the policy is checked before the share is looked up, as upstream's controller does.
  */
 import { randomUUID } from 'node:crypto';
-import { join } from 'node:path';
 import { json, type ApiRequest, type ApiResponse } from '../core/api.js';
 import { BadRequest, FerryError, NotFound } from '../core/errors.js';
 import { executionName, startExecution } from '../core/executions.js';
@@ -17,13 +16,13 @@ import { shareDriverFor } from '../drivers/share/registry.js';
 import { getCopyOperation, manilaCopyProgress, requestCopyCancel } from '../copy/progress.js';
 import { shareBackendOf, TASK_STATES, type Share, type ShareMigration, type TaskState } from '../shares/model.js';
 import { getShare, getShareBackend, listShareBackends, updateShareBy } from '../shares/repo.js';
-import { registerShareAction } from '../shares/routes.js';
+import { registerShareAction } from '../shares/actions.js';
 import { DEFAULT_SHARE_AZ } from '../shares/scheduler.js';
 import { getShareNetwork } from '../shares/networks.js';
 import { getShareTypeById } from '../shares/types.js';
 import { InvalidShare } from '../shares/transitions.js';
 import { isObject } from '../shares/validation.js';
-import { migrationRequest } from './steps.js';
+import { migrationRequest } from './flow.js';
 import { migrationStateMessage, migrationTransition, startableError } from './transitions.js';
 import { boolFromString } from '../core/strutils.js';
 
@@ -241,8 +240,6 @@ async function migrationGetProgress(req: ApiRequest, shareId: string): Promise<A
     if (!record) progress = { total_progress: 0 };
     else {
       progress = { ...manilaCopyProgress(record) };
-      // Upstream names the file by its path at the destination (`Copy.current_copy['file_path']`).
-      if (typeof progress.current_file_path === 'string') progress.current_file_path = join(record.destination, progress.current_file_path);
       progress.bytes_copied = record.bytesDone ?? 0;
       progress.bytes_total = record.bytesTotal ?? 0;
       progress.files_copied = record.filesDone ?? 0;

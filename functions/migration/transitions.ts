@@ -11,7 +11,7 @@
  *    share or capacity, no retired source, no read-only cast, no data-node access;
  *  - it ends in migration_success only after phase 2 flipped the share to the destination.
  */
-import { Conflict, FerryError } from '../core/errors.js';
+import { BadRequest, Conflict, FerryError } from '../core/errors.js';
 import { BUSY_TASK_STATES, type MigrationApproach, type MigrationInstance, type Share, type ShareMigration, type TaskState } from '../shares/model.js';
 import { InvalidShare } from '../shares/transitions.js';
 import { accessRulesStatus } from '../shares/views.js';
@@ -83,7 +83,7 @@ export function startableError(s: Share): FerryError | undefined {
   if (accessRulesStatus(s) === 'error') {
     return new InvalidShare(`Share instance ${s.instanceId} access rules status must not be in error when attempting to start a migration.`);
   }
-  if (isBusy(s)) return new FerryError(400, 'badRequest', `Share is busy with an active task: Share ${s.id} is busy as part of an active task: ${s.taskState}.`);
+  if (isBusy(s)) return new BadRequest(`Share is busy with an active task: Share ${s.id} is busy as part of an active task: ${s.taskState}.`);
   if (s.migration) {
     return new InvalidShare(`Share ${s.id} still holds what an earlier migration left (${heldByMigration(s.migration).join(', ') || 'its record'}); run migration_cancel to clean it up first.`);
   }

@@ -7,15 +7,16 @@
  */
 import { createHash, randomUUID } from 'node:crypto';
 import type { AuthContext } from '../core/auth.js';
-import { BadRequest, FerryError } from '../core/errors.js';
+import { BadRequest } from '../core/errors.js';
 import type { ApiVersion } from '../core/microversion.js';
 import { authorize, registerPolicies } from '../core/policy.js';
-import { driverFor } from '../drivers/volume/registry.js';
+import { driverFor, isReplicationDriver } from '../drivers/volume/registry.js';
 import { listBackends } from '../volumes/backends.js';
 import { invalidField, isObject, pyRepr } from '../volumes/validation.js';
-import { isReplicationDriver, ReplicationNotSupported } from './capabilities.js';
-import { beginDrill, beginDrillEnd, beginFailover, ensureServiceState, getBackendItem, type BackendItem, type ReplicationOperation } from './repo.js';
-import { FAILBACK_SENTINEL } from './service-state.js';
+import { ReplicationNotSupported } from './errors.js';
+import type { ReplicationOperation } from './repo.js';
+import { beginDrill, beginDrillEnd, beginFailover, ensureServiceState, getBackendItem, type BackendItem } from './service-repo.js';
+import { FAILBACK_SENTINEL } from '../drivers/volume/driver.js';
 
 export const SERVICE_POLICIES = {
   index: 'volume_extension:services:index',
@@ -185,7 +186,7 @@ export async function recordFailover(auth: AuthContext, request: ServiceActionRe
     const targets = driver.replicationTargets();
     const target = request.backendId ?? targets[0];
     if (!target || !targets.includes(target)) {
-      throw new FerryError(400, 'badRequest', `Invalid input received: ${target ?? 'None'} is not a replication target of ${host} (targets: ${targets.join(', ') || 'none'}).`);
+      throw new BadRequest(`Invalid input received: ${target ?? 'None'} is not a replication target of ${host} (targets: ${targets.join(', ') || 'none'}).`);
     }
     const op: ReplicationOperation = { ...base, kind: 'drill', failback: false };
     await beginDrill(item, op, target);

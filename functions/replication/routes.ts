@@ -15,14 +15,15 @@ import { NotFound } from '../core/errors.js';
 import { executionName, startExecution } from '../core/executions.js';
 import { logger } from '../core/logger.js';
 
-import { driverFor } from '../drivers/volume/registry.js';
+import { driverFor, isReplicationDriver } from '../drivers/volume/registry.js';
 import { availabilityZoneOf, gatherPools } from '../volumes/scheduler.js';
 import { listBackendRecords, backendOf } from '../volumes/backends.js';
 import { upstreamTime } from '../volumes/model.js';
-import { isReplicationDriver, poolStats, replicationCapability } from './capabilities.js';
-import { enableAfterThaw, freezeService, getBackendItem, thawService, type ReplicationOperation } from './repo.js';
+import { poolStats, replicationCapability } from '../volumes/capabilities.js';
+import type { ReplicationOperation } from './repo.js';
+import { enableAfterThaw, freezeService, getBackendItem, thawService } from './service-repo.js';
 import { hostMatches, parseAction, recordFailover, SERVICE_POLICIES, validateServiceAction } from './requests.js';
-import { undoRecordedOperation } from './steps.js';
+import { undoRecordedOperation } from './operation-end.js';
 
 /** The machine that runs failovers, failbacks and drills. */
 export const FAILOVER_MACHINE = 'volume-failover' as const;
@@ -171,5 +172,4 @@ export const replicationRoutes: RouteSpec[] = [
   { method: 'GET', path: '/capabilities/{host}', action: SERVICE_POLICIES.capabilities, handler: showCapabilities },
   { method: 'GET', path: '/scheduler-stats/get_pools', action: SERVICE_POLICIES.getPools, handler: getPools },
 ];
-
 

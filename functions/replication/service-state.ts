@@ -9,20 +9,7 @@
  */
 import { BadRequest, type FerryError } from '../core/errors.js';
 import type { BackendServiceState } from '../drivers/volume/driver.js';
-
-/** Cinder's ReplicationStatus enum (C/objects/fields.py). */
-export const REPLICATION = {
-  error: 'error',
-  enabled: 'enabled',
-  disabled: 'disabled',
-  notCapable: 'not-capable',
-  failingOver: 'failing-over',
-  failoverError: 'failover-error',
-  failedOver: 'failed-over',
-} as const;
-
-/** VolumeManager.FAILBACK_SENTINEL: `backend_id` that means "back to the primary". */
-export const FAILBACK_SENTINEL = 'default';
+import { REPLICATION } from '../volumes/model.js';
 
 /** The replication statuses from which failover may start (API `failover`'s expected values). */
 export const FAILOVER_FROM: readonly string[] = [REPLICATION.enabled, REPLICATION.failedOver];

@@ -16,25 +16,22 @@
 import { TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
 import type { AuthContext } from '../core/auth.js';
 import { db, isConditionFailure, withRetries } from '../core/db.js';
-import { FerryError } from '../core/errors.js';
+import { BadRequest } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { negotiateVersion, VOLUME_VERSIONS } from '../core/microversion.js';
 import type { ReplicatedVolumeRef } from '../drivers/volume/driver.js';
-import { driverFor } from '../drivers/volume/registry.js';
+import { driverFor, isReplicationDriver } from '../drivers/volume/registry.js';
 import { snapshotErrorItem } from '../snapshots/repo.js';
 import { backendOf } from '../volumes/backends.js';
 import type { Volume } from '../volumes/model.js';
 import { cancellationCodes, getVolume, toVolume, volumeUpdate, type TransactItem } from '../volumes/repo.js';
-import { reasonOf, type CaughtError } from '../volumes/steps.js';
-import { InvalidReplicationTarget, isInvalidReplicationTarget, isReplicationDriver, ReplicationNotSupported } from './capabilities.js';
+import type { CaughtError } from '../core/errors.js';
+import { InvalidReplicationTarget, isInvalidReplicationTarget, ReplicationNotSupported } from './errors.js';
 import {
   addProgress,
   batchGetVolumeItems,
   deleteDrillCopies,
   FAILOVER_BATCH_SIZE,
-  finishOperation,
-  finishServiceFailover,
-  getBackendItem,
   getBatch,
   getDrillCopies,
   getOperation,
@@ -42,12 +39,13 @@ import {
   listVolumeIdsOnBackend,
   putDrillCopies,
   recordPlan,
-  setDrillStatus,
-  type ReplicationOperation,
 } from './repo.js';
+import { fail, finish } from './operation-end.js';
+import { getBackendItem } from './service-repo.js';
 import { operationIdForExecution, parseAction, recordFailover, validateServiceAction } from './requests.js';
-import { FAILBACK_SENTINEL } from './service-state.js';
-import { applyFailoverUpdate, doneBy, isReplicatedVolume, markNotCapable, type DriverVolumeUpdate, type VolumeOutcome } from './volume-rules.js';
+import { FAILBACK_SENTINEL } from '../drivers/volume/driver.js';
+import { isReplicatedVolume } from '../volumes/capabilities.js';
+import { applyFailoverUpdate, doneBy, markNotCapable, type DriverVolumeUpdate, type VolumeOutcome } from './volume-rules.js';
 
 /** DynamoDB's limit of items in one TransactWriteItems. */
 const MAX_TRANSACTION_ITEMS = 100;
@@ -144,7 +142,7 @@ async function recordConsoleStart(input: FailoverStepInput): Promise<string> {
   const action = parseAction(req.action ?? 'failover_host', version);
   const body = Object.fromEntries(Object.entries({ host: req.host, backend_id: req.backend_id, drill: req.drill, cluster: req.cluster }).filter(([, v]) => v !== undefined));
   const { request, item } = await validateServiceAction(CONSOLE_AUTH, action, body, version);
-  if (action === 'freeze' || action === 'thaw') throw new FerryError(400, 'badRequest', `Invalid input received: the volume-failover machine runs failover_host/failover only, not ${action}.`);
+  if (action === 'freeze' || action === 'thaw') throw new BadRequest(`Invalid input received: the volume-failover machine runs failover_host/failover only, not ${action}.`);
   await recordFailover(CONSOLE_AUTH, request, item, id);
   return id;
 }
@@ -263,79 +261,10 @@ async function writeOne(operationId: string, p: PendingOutcome): Promise<void> {
   );
 }
 
-// ---- Finish / Fail --------------------------------------------------------------------------------
-
-/** Last state: the service's new state (§2.3), or the drill's; the operation succeeded. Idempotent. */
-export async function finish(operationId: string): Promise<{ status: string }> {
-  const op = await getOperationOrThrow(operationId);
-  if (op.status !== 'running') return { status: op.status };
-  switch (op.kind) {
-    case 'failover':
-      await finishServiceFailover(op.host, op.id, { type: 'failover-succeeded', failback: op.failback, activeBackendId: op.target ?? '' });
-      break;
-    case 'drill':
-      await setDrillStatus(op.host, op.id, 'active');
-      break;
-    case 'drill-end':
-      await setDrillStatus(op.host, op.id, undefined);
-      break;
-  }
-  await finishOperation(op.id, 'succeeded');
-  return { status: 'succeeded' };
-}
-
-/**
- * The Catch of every state: InvalidReplicationTarget puts the service back (`failed-over` if it
- * already ran on a target, else `enabled`); any other failure leaves it `failover-error` and
- * disabled, as upstream. Volumes a batch already wrote keep their new state (upstream does not
- * revert either). A drill that failed keeps its record as `failed`, so `"drill": "end"` removes
- * whatever copies it made.
- */
-export async function fail(operationId: string | undefined, error: CaughtError | undefined): Promise<{ status: string }> {
-  if (!operationId) return { status: 'refused' };
-  const op = await getOperation(operationId);
-  if (!op || op.status !== 'running') return { status: op?.status ?? 'refused' };
-  await failOperation(op, error?.Error === 'InvalidReplicationTarget', reasonOf(error));
-  return { status: 'failed' };
-}
-
-async function failOperation(op: ReplicationOperation, invalidTarget: boolean, reason: string): Promise<void> {
-  switch (op.kind) {
-    case 'failover':
-      await finishServiceFailover(op.host, op.id, { type: invalidTarget ? 'failover-invalid-target' : 'failover-failed' });
-      break;
-    case 'drill':
-    case 'drill-end':
-      await setDrillStatus(op.host, op.id, 'failed');
-      break;
-  }
-  await finishOperation(op.id, 'failed', reason);
-}
-
-/**
- * The API recorded an operation but could not start its execution: put everything back as it was
- * (the service to its previous replication status, a new drill removed, an ending drill active).
- */
-export async function undoRecordedOperation(op: ReplicationOperation, cause: unknown): Promise<void> {
-  const reason = `the execution could not be started: ${cause instanceof Error ? cause.message : String(cause)}`;
-  switch (op.kind) {
-    case 'failover':
-      await finishServiceFailover(op.host, op.id, { type: 'failover-invalid-target' });
-      break;
-    case 'drill':
-      await setDrillStatus(op.host, op.id, undefined);
-      break;
-    case 'drill-end':
-      await setDrillStatus(op.host, op.id, 'active');
-      break;
-  }
-  await finishOperation(op.id, 'failed', reason);
-}
-
 // ---- dispatch -------------------------------------------------------------------------------------
 
 function need<T>(value: T | undefined, what: string, step: string): T {
-  if (value === undefined) throw new FerryError(400, 'badRequest', `step ${step} needs ${what}`);
+  if (value === undefined) throw new BadRequest(`step ${step} needs ${what}`);
   return value;
 }
 
@@ -354,6 +283,6 @@ export async function handler(input: FailoverStepInput): Promise<unknown> {
     }
     default:
       logger.error('unknown failover step', { step: (input as { step?: unknown }).step });
-      throw new FerryError(400, 'badRequest', `unknown failover step ${JSON.stringify((input as { step?: unknown }).step)}`);
+      throw new BadRequest(`unknown failover step ${JSON.stringify((input as { step?: unknown }).step)}`);
   }
 }

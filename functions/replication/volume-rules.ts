@@ -8,19 +8,9 @@
  * leaves it alone.
  */
 import type { FailoverResult } from '../drivers/volume/driver.js';
-import type { Volume } from '../volumes/model.js';
-import { REPLICATION } from './service-state.js';
+import { REPLICATION, type Volume } from '../volumes/model.js';
 
 export type DriverVolumeUpdate = FailoverResult['volumeUpdates'][number]['updates'];
-
-/**
- * Upstream hands a volume to the driver unless its replication_status is `disabled` or
- * `not-capable`. Ferry also treats `null` (a volume recorded before replication existed, which
- * upstream never has) as not replicated: its backend object has no replica to fail over to.
- */
-export function isReplicatedVolume(v: Pick<Volume, 'replicationStatus'>): boolean {
-  return v.replicationStatus !== null && v.replicationStatus !== REPLICATION.disabled && v.replicationStatus !== REPLICATION.notCapable;
-}
 
 /** The volume was already handled by this operation (skip on re-run). */
 export function doneBy(v: Pick<Volume, 'failoverOperationId'>, operationId: string): boolean {

@@ -105,3 +105,10 @@ export async function rollDetaching(volumeId: string): Promise<void> {
   note('roll_detaching', volumeId);
   await updateVolume(volumeId, { type: 'roll-detaching', at: at() });
 }
+
+/** The connector a compute host presents to Cinder (os-brick's `get_connector_properties`). */
+export function hostConnector(host: string, mountpoint?: string | null): Connector {
+  const c: Connector = { host, ip: '127.0.0.1', platform: 'x86_64', os_type: 'linux', multipath: false, initiator: `iqn.2026-11.ferry:${host}` } as Connector;
+  if (mountpoint) (c as Record<string, unknown>).mountpoint = mountpoint;
+  return c;
+}

@@ -13,14 +13,15 @@
 import type { CellMapping, ComputeNode } from '../compute/model.js';
 import { getCell, listComputeNodes } from '../compute/repo.js';
 import type { AuthContext } from '../core/auth.js';
-import { Conflict, FerryError, reasonOf, type CaughtError } from '../core/errors.js';
+import { Conflict, NotFound, reasonOf, type CaughtError } from '../core/errors.js';
 import { executionName, startExecution } from '../core/executions.js';
 import { logger } from '../core/logger.js';
-import type { ComputeDriver } from '../drivers/compute/driver.js';
+import type { ComputeDriver, GuestInfo } from '../drivers/compute/driver.js';
 import { computeDriverFor } from '../drivers/compute/registry.js';
 import type { StateMachineName } from '../core/machines.js';
 import type { BlockDeviceMapping, Instance, OperationHolds, OperationKind, ServerOperation, TaskState, VmState } from './model.js';
-import { actionPutItem, finishEvent, loadPartition, newAction, startEvent, updateServer, type InstanceChange, type LoadedServer } from './repo.js';
+import { actionPutItem, finishEvent, newAction, startEvent } from './instance-actions.js';
+import { loadPartition, updateServer, type InstanceChange, type LoadedServer } from './repo.js';
 
 const now = () => new Date().toISOString();
 
@@ -57,7 +58,7 @@ export interface BeginOperation {
   migrationUuid?: string;
   /** Further changes the API makes in the same write (flavor, BDM, migration record, ...). */
   change?: (instance: Instance, bdms: BlockDeviceMapping[]) => Omit<InstanceChange, 'instance'> & { instance?: Instance };
-  /** Checks against fresh state inside the conditional write (throw a FerryError to refuse). */
+  /** Checks against fresh state inside the conditional write (throw a FerryError, e.g. BadRequest or Conflict, to refuse). */
   check?: (instance: Instance, bdms: BlockDeviceMapping[]) => void;
   /** API work after the write and before the machine starts (Nova's attach: attachment_create). */
   prepare?: (instance: Instance) => Promise<void>;
@@ -118,7 +119,18 @@ export async function beginOperation(b: BeginOperation): Promise<Instance> {
   } catch (e) {
     logger.error('the operation could not start; ending it', { serverId: b.server.instance.uuid, machine: b.machine, error: e as Error });
     await b.abort?.().catch((abortError: unknown) => logger.error('could not undo the API part of an abandoned operation', { error: abortError as Error }));
-    await endIt().catch(() => undefined);
+    // The caller gets the start's error. If the operation cannot be ended either (its write already
+    // retries races), the server is left in its task_state with no machine behind it: say which, so
+    // an operator (or the audit's stuck-server-operation finding) can clear it.
+    await endIt().catch((endError: unknown) =>
+      logger.error('could not end an operation that never started; the server keeps its task_state until it is cleared', {
+        serverId: b.server.instance.uuid,
+        requestId: b.requestId,
+        kind: b.kind,
+        taskState: b.taskState ?? null,
+        error: endError as Error,
+      }),
+    );
     throw e;
   }
   return written.instance;
@@ -212,7 +224,7 @@ export async function computeNodes(): Promise<HostNode[]> {
 
 export async function nodeOfHost(host: string): Promise<HostNode> {
   const found = (await computeNodes()).find((n) => n.node.host === host);
-  if (!found) throw new FerryError(404, 'itemNotFound', `Compute host ${host} could not be found.`);
+  if (!found) throw new NotFound(`Compute host ${host} could not be found.`);
   return found;
 }
 
@@ -220,8 +232,16 @@ export async function driverOfHost(host: string): Promise<ComputeDriver> {
   return computeDriverFor((await nodeOfHost(host)).node.config);
 }
 
-/** The connector a host presents, and a ref other hosts can reach it by. */
-export async function hostRef(host: string): Promise<{ host: string; root: string; down?: boolean }> {
-  const { node } = await nodeOfHost(host);
-  return { host: node.config.host, root: node.config.root, ...(node.config.down ? { down: true } : {}) };
+/**
+ * The guest as the host's driver knows it; undefined when it has none (its NotFound counts as none).
+ * Any other failure is thrown: a host that cannot answer is no proof the guest is absent.
+ */
+export async function guestOn(host: string, uuid: string): Promise<GuestInfo | undefined> {
+  try {
+    return await (await driverOfHost(host)).getGuest(uuid);
+  } catch (e) {
+    if (e instanceof NotFound) return undefined;
+    throw e;
+  }
 }
+

@@ -77,7 +77,10 @@ export async function createImageRecord(input: NewImage): Promise<Image> {
   return image;
 }
 
-async function findImage(id: string): Promise<Image | undefined> {
+/** The image record; undefined only when there is none (a failed read throws). */
+export async function findImage(id: string): Promise<Image | undefined> {
+  // An id longer than Glance's column names no image (and is no valid DynamoDB key).
+  if (id.length > 255) return undefined;
   const out = await db().send(new GetCommand({ TableName: apiTable(), Key: imageKey(id), ConsistentRead: true }));
   return out.Item ? strip(out.Item) : undefined;
 }

@@ -10,18 +10,16 @@
  * | image (bytes in S3 `images/<id>`) | compute-api | `IMAGE#<id>` | `IMAGE` | `IMAGES` / name |
  * | port | compute-api | `PORT#<id>` | `PORT` | `DEVICE#<instance uuid>` / port id |
  * | fixed IP claim | compute-api | `IP#<network>#<ip>` | `IP` | - |
- * | node usage (free capacity, guarded) | compute-api | `RP#<node uuid>` | `USAGE` | - |
- * | allocation | compute-api | `RP#<node uuid>` | `ALLOC#<consumer>` | `CONSUMER#<consumer>` / node uuid |
  * | instance | cell<N> | `INSTANCE#<uuid>` | `INSTANCE` | `INSTANCES` / `<createdAt>#<uuid>` |
  * | block device mapping | cell<N> | `INSTANCE#<uuid>` | `BDM#<bdm uuid>` | - |
  * | instance action (events inside) | cell<N> | `INSTANCE#<uuid>` | `ACTION#<request id>` | - |
  * | migration | cell<N> | `MIGRATION#<uuid>` | `MIGRATION` | `MIGRATIONS` / `<createdAt>#<uuid>` |
  *
  * An instance, its BDMs and its actions share a partition, so one transaction can change the
- * instance and its BDMs together, conditional on the instance's version.
+ * instance and its BDMs together, conditional on the instance's version. Allocations and the
+ * nodes' free capacity are Placement's (compute/model.ts, compute/placement.ts).
  */
 import type { Flavor } from '../compute/model.js';
-import type { Connector } from '../drivers/volume/driver.js';
 
 /** nova/compute/vm_states.py */
 export type VmState = 'building' | 'active' | 'stopped' | 'paused' | 'suspended' | 'resized' | 'shelved' | 'shelved_offloaded' | 'deleted' | 'error' | 'soft-delete' | 'rescued';
@@ -368,7 +366,6 @@ export const requestSpecKey = (uuid: string) => ({ pk: `INSTMAP#${uuid}`, sk: 'R
 export const imageKey = (id: string) => ({ pk: `IMAGE#${id}`, sk: 'IMAGE' });
 export const portKey = (id: string) => ({ pk: `PORT#${id}`, sk: 'PORT' });
 export const fixedIpKey = (networkId: string, ip: string) => ({ pk: `IP#${networkId}#${ip}`, sk: 'IP' });
-export const nodeUsageKey = (nodeUuid: string) => ({ pk: `RP#${nodeUuid}`, sk: 'USAGE' });
 export const instanceKey = (uuid: string) => ({ pk: `INSTANCE#${uuid}`, sk: 'INSTANCE' });
 export const bdmKey = (instanceUuid: string, bdmUuid: string) => ({ pk: `INSTANCE#${instanceUuid}`, sk: `BDM#${bdmUuid}` });
 export const actionKey = (instanceUuid: string, requestId: string) => ({ pk: `INSTANCE#${instanceUuid}`, sk: `ACTION#${requestId}` });
@@ -381,69 +378,4 @@ export const SERVER_GSI = {
   instances: 'INSTANCES',
   migrations: 'MIGRATIONS',
   portsOf: (instanceUuid: string) => `DEVICE#${instanceUuid}`,
-  allocationsOf: (consumer: string) => `CONSUMER#${consumer}`,
 } as const;
-
-// ---------------------------------------------------------------------------------------------
-// Status mapping
-
-/**
- * nova/api/openstack/common.py `_STATE_MAP`: (vm_state, task_state) -> API status. A task_state not
- * listed for the vm_state falls back to the vm_state's `default`.
- */
-const STATE_MAP: Record<string, Record<string, string>> = {
-  active: {
-    default: 'ACTIVE',
-    rebooting: 'REBOOT',
-    reboot_pending: 'REBOOT',
-    reboot_started: 'REBOOT',
-    rebooting_hard: 'HARD_REBOOT',
-    reboot_pending_hard: 'HARD_REBOOT',
-    reboot_started_hard: 'HARD_REBOOT',
-    updating_password: 'PASSWORD',
-    rebuilding: 'REBUILD',
-    rebuild_block_device_mapping: 'REBUILD',
-    rebuild_spawning: 'REBUILD',
-    migrating: 'MIGRATING',
-    resize_prep: 'RESIZE',
-    resize_migrating: 'RESIZE',
-    resize_migrated: 'RESIZE',
-    resize_finish: 'RESIZE',
-  },
-  building: { default: 'BUILD' },
-  stopped: {
-    default: 'SHUTOFF',
-    resize_prep: 'RESIZE',
-    resize_migrating: 'RESIZE',
-    resize_migrated: 'RESIZE',
-    resize_finish: 'RESIZE',
-    rebuilding: 'REBUILD',
-    rebuild_block_device_mapping: 'REBUILD',
-    rebuild_spawning: 'REBUILD',
-  },
-  resized: { default: 'VERIFY_RESIZE', resize_reverting: 'REVERT_RESIZE' },
-  paused: { default: 'PAUSED', migrating: 'MIGRATING' },
-  suspended: { default: 'SUSPENDED' },
-  rescued: { default: 'RESCUE' },
-  error: { default: 'ERROR', rebuilding: 'REBUILD', rebuild_block_device_mapping: 'REBUILD', rebuild_spawning: 'REBUILD' },
-  deleted: { default: 'DELETED' },
-  'soft-delete': { default: 'SOFT_DELETED' },
-  shelved: { default: 'SHELVED' },
-  shelved_offloaded: { default: 'SHELVED_OFFLOADED' },
-};
-
-/** The API status of a server (`common.status_from_state`). */
-export function statusFromState(vmState: VmState, taskState: TaskState | null): string {
-  const byTask = STATE_MAP[vmState] ?? { default: 'UNKNOWN' };
-  return (taskState && byTask[taskState]) || byTask.default || 'UNKNOWN';
-}
-
-// ---------------------------------------------------------------------------------------------
-// Connectors
-
-/** The connector a compute host presents to Cinder (os-brick's `get_connector_properties`). */
-export function hostConnector(host: string, mountpoint?: string | null): Connector {
-  const c: Connector = { host, ip: '127.0.0.1', platform: 'x86_64', os_type: 'linux', multipath: false, initiator: `iqn.2026-11.ferry:${host}` } as Connector;
-  if (mountpoint) (c as Record<string, unknown>).mountpoint = mountpoint;
-  return c;
-}

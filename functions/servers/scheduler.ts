@@ -8,24 +8,21 @@
  * `hw:generation` only fits hosts of that generation when the host says which it is. Weigher:
  * most free RAM first (RAMWeigher), then the host name for a stable order.
  *
- * The claim is the DynamoDB transaction of repo.claim (free capacity guarded by a condition), so
+ * The claim is the DynamoDB transaction of compute/placement.ts (free capacity guarded by a condition), so
  * two concurrent boots never both get the last room on a host: the loser tries the next host.
  */
-import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { COMPUTE_BINARY, serviceIsUp } from '../compute/model.js';
+import { claim, freeOf, type Amounts } from '../compute/placement.js';
 import { listServices } from '../compute/repo.js';
-import { db } from '../core/db.js';
-import { FerryError } from '../core/errors.js';
-import { tableName } from '../core/tables.js';
+import { BadRequest } from '../core/errors.js';
 import { computeDriverFor } from '../drivers/compute/registry.js';
 import { computeNodes, type HostNode } from './engine.js';
-import { nodeUsageKey, type InstanceFlavor } from './model.js';
-import { claim, type Amounts } from './repo.js';
+import type { InstanceFlavor } from './model.js';
 
-export class NoValidHost extends FerryError {
+/** Nova's NoValidHost (400); its name is what a machine's Catch and the instance fault show. */
+export class NoValidHost extends BadRequest {
   constructor(reason = 'There are not enough hosts available.') {
-    super(400, 'badRequest', `No valid host was found. ${reason}`);
-    this.name = 'NoValidHost';
+    super(`No valid host was found. ${reason}`);
   }
 }
 
@@ -45,12 +42,6 @@ export interface ScheduleRequest {
 
 export function amountsOf(flavor: InstanceFlavor, volumeBacked: boolean): Amounts {
   return { vcpus: flavor.vcpus, memoryMb: flavor.memoryMb, diskGb: volumeBacked ? 0 : flavor.rootGb + flavor.ephemeralGb };
-}
-
-async function freeOf(nodeUuid: string): Promise<Amounts | undefined> {
-  const out = await db().send(new GetCommand({ TableName: tableName('compute-api'), Key: nodeUsageKey(nodeUuid), ConsistentRead: true }));
-  if (!out.Item) return undefined;
-  return { vcpus: Number(out.Item.vcpusFree), memoryMb: Number(out.Item.memoryMbFree), diskGb: Number(out.Item.diskGbFree) };
 }
 
 /** Hosts that pass the filters, best first, with their free capacity. */

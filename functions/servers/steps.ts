@@ -1,16 +1,24 @@
 /**
  * The steps of every server machine (statemachines/server-*.asl.json): one Lambda,
- * `handler({step, serverId, requestId, cellUuid, error?})`. Each flow file exports its steps; a
+ * `handler({step, serverId, requestId, cellUuid, error?})`. Each flow's steps.ts exports its steps; a
  * step whose operation has ended (another request's, or none) does nothing and says so.
+ *
+ * As an entry point it fills the attachments' AttachmentUsers port (functions/attachments/ports.ts)
+ * like the API handlers do, so any attachment call a step makes answers the same way.
  */
-import { FerryError } from '../core/errors.js';
+import { registerAttachmentUsers } from '../attachments/ports.js';
+import { ConfigurationError } from '../core/errors.js';
 import { OperationOver, type ServerStepInput } from './engine.js';
-import { LIFECYCLE_STEPS } from './flows/lifecycle.js';
-import { VOLUME_STEPS } from './flows/volumes.js';
-import { EVACUATE_STEPS } from './flows/evacuate.js';
-import { SHELVE_STEPS } from './flows/shelve.js';
-import { RESIZE_STEPS } from './flows/resize.js';
-import { LIVE_MIGRATION_STEPS } from './flows/live-migration.js';
+import { EVACUATE_STEPS } from './flows/evacuate/steps.js';
+import { LIFECYCLE_STEPS } from './flows/lifecycle/steps.js';
+import { LIVE_MIGRATION_STEPS } from './flows/live-migration/steps.js';
+import { RESOLVE_RESIZE_STEPS } from './flows/resize/resolve-steps.js';
+import { RESIZE_STEPS } from './flows/resize/steps.js';
+import { SHELVE_STEPS } from './flows/shelve/steps.js';
+import { VOLUME_STEPS } from './flows/volumes/steps.js';
+import { attachmentInUseByServer } from './repo.js';
+
+registerAttachmentUsers({ attachmentInUseByServer });
 
 const STEPS: Record<string, (input: ServerStepInput) => Promise<unknown>> = {
   ...LIFECYCLE_STEPS,
@@ -18,12 +26,14 @@ const STEPS: Record<string, (input: ServerStepInput) => Promise<unknown>> = {
   ...EVACUATE_STEPS,
   ...SHELVE_STEPS,
   ...RESIZE_STEPS,
+  ...RESOLVE_RESIZE_STEPS,
   ...LIVE_MIGRATION_STEPS,
 };
 
 export async function handler(input: ServerStepInput): Promise<unknown> {
   const step = STEPS[input.step];
-  if (!step) throw new FerryError(400, 'badRequest', `unknown server step ${JSON.stringify(input.step)}`);
+  // A step no flow has is a state machine out of step with this code: Ferry's wiring, not a request.
+  if (!step) throw new ConfigurationError(`unknown server step ${JSON.stringify(input.step)}`);
   try {
     return await step(input);
   } catch (e) {

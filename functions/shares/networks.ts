@@ -2,16 +2,21 @@
  * Manila share networks (M/api/v2/share_networks.py), as records only: Ferry's backends run with
  * driver_handles_share_servers=False, so a network is never wired to anything; shares may name one
  * and migration may move a share to a new one.
+ *
+ * "A network in use by a share cannot be deleted" is a condition of the delete: the network's
+ * `shareCount` moves with its shares in their own transactions (repo.ts networkCountItem), so no
+ * listing of shares is read and no share can slip in between a check and the delete.
  */
-import { DeleteCommand, GetCommand, PutCommand, QueryCommand, ScanCommand } from '@aws-sdk/lib-dynamodb';
+import { DeleteCommand, GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type RouteSpec } from '../core/api.js';
 import type { AuthContext } from '../core/auth.js';
-import { db } from '../core/db.js';
-import { BadRequest, NotFound } from '../core/errors.js';
+import { db, isConditionFailure, queryAll, scanAll } from '../core/db.js';
+import { BadRequest } from '../core/errors.js';
 import { registerPolicies } from '../core/policy.js';
 import { GSI1, tableName } from '../core/tables.js';
 import { shareNetworkKey, upstreamTime, type ShareNetwork } from './model.js';
+import { shareNetworkNotFound } from './repo.js';
 import { body, optionalText } from './validation.js';
 
 registerPolicies({
@@ -21,8 +26,6 @@ registerPolicies({
   'share_network:show': '@',
   'share_network:delete': '@',
 });
-
-export const shareNetworkNotFound = (id: string) => new NotFound(`Share network ${id} could not be found.`);
 
 export async function getShareNetwork(auth: AuthContext, id: string): Promise<ShareNetwork> {
   const out = await db().send(new GetCommand({ TableName: tableName('share'), Key: shareNetworkKey(id), ConsistentRead: true }));
@@ -77,26 +80,34 @@ async function create(req: ApiRequest) {
 }
 
 async function list(req: ApiRequest, detail: boolean) {
-  let items: ShareNetwork[];
-  if (req.auth.isAdmin && ['1', 'true', 'True'].includes(req.query.get('all_tenants') ?? '')) {
-    const out = await db().send(new ScanCommand({ TableName: tableName('share'), FilterExpression: 'sk = :s', ExpressionAttributeValues: { ':s': 'SNET' } }));
-    items = (out.Items ?? []) as ShareNetwork[];
-  } else {
-    const out = await db().send(
-      new QueryCommand({ TableName: tableName('share'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': `PROJ#${req.auth.projectId}#SNET` } }),
-    );
-    items = (out.Items ?? []) as ShareNetwork[];
-  }
+  const allTenants = req.auth.isAdmin && ['1', 'true', 'True'].includes(req.query.get('all_tenants') ?? '');
+  const items = (
+    allTenants
+      ? await scanAll({ TableName: tableName('share'), FilterExpression: 'sk = :s', ExpressionAttributeValues: { ':s': 'SNET' } })
+      : await queryAll({ TableName: tableName('share'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': `PROJ#${req.auth.projectId}#SNET` } })
+  ) as unknown as ShareNetwork[];
   const name = req.query.get('name');
   return json(200, { share_networks: items.filter((n) => !name || n.name === name).map((n) => view(req, n, detail)) });
 }
 
 async function remove(req: ApiRequest) {
   const n = await getShareNetwork(req.auth, req.params.id!);
-  const { listShares } = await import('./repo.js');
-  const used = (await listShares(n.projectId)).some((s) => s.shareNetworkId === n.id);
-  if (used) throw new BadRequest(`Network ${n.id} is in use by shares.`);
-  await db().send(new DeleteCommand({ TableName: tableName('share'), Key: shareNetworkKey(n.id) }));
+  try {
+    await db().send(
+      new DeleteCommand({
+        TableName: tableName('share'),
+        Key: shareNetworkKey(n.id),
+        ConditionExpression: 'attribute_exists(pk) AND (attribute_not_exists(shareCount) OR shareCount <= :none)',
+        ExpressionAttributeValues: { ':none': 0 },
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+      }),
+    );
+  } catch (e) {
+    if (!isConditionFailure(e)) throw e;
+    // The failed condition returns the item: none means another request deleted it first.
+    if (!(e as { Item?: unknown }).Item) throw shareNetworkNotFound(n.id);
+    throw new BadRequest(`Network ${n.id} is in use by shares.`);
+  }
   return json(202);
 }
 

@@ -1,21 +1,23 @@
 /**
  * Persistence of shares: every write is conditional on the item's `version` (and bumps it), so a
  * transition computed from a stale read never lands. Also the share backends (manila-share
- * services) and pool allocation items.
+ * services), pool allocation items, and the share counts of share types and share networks that
+ * move with the shares (so neither can be deleted while a share uses it).
  */
-import { GetCommand, QueryCommand, TransactWriteCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, TransactWriteCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
 import type { AuthContext } from '../core/auth.js';
-import { db, isConditionFailure, queryAll, scanAll, withRetries } from '../core/db.js';
+import { cancellationCodes, db, isConditionFailure, queryAll, scanAll, withRetries } from '../core/db.js';
 import { ConcurrentModification, FerryError, NotFound } from '../core/errors.js';
 import { GSI1, tableName } from '../core/tables.js';
 import type { ShareBackendConfig } from '../drivers/share/driver.js';
-import { shareBackendKey, shareBackendOf, shareGsi1, shareKey, sharePoolKey, shareTypeKey, type Share } from './model.js';
+import { shareBackendKey, shareBackendOf, shareGsi1, shareKey, shareNetworkKey, sharePoolKey, shareTypeKey, type Share } from './model.js';
 import { transition, type ShareEvent } from './transitions.js';
 
 export type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
 const KEY_ATTRIBUTES = ['pk', 'sk', 'gsi1pk', 'gsi1sk'];
 
 export const shareNotFound = (id: string) => new NotFound(`Share ${id} could not be found.`);
+export const shareNetworkNotFound = (id: string) => new NotFound(`Share network ${id} could not be found.`);
 
 export function toShare(item: Record<string, unknown>): Share {
   const s = Object.fromEntries(Object.entries(item).filter(([k]) => !KEY_ATTRIBUTES.includes(k))) as unknown as Share;
@@ -115,15 +117,22 @@ export async function writeShareWith(before: Share, after: Share, others: Transa
 }
 
 export async function insertShare(s: Share): Promise<void> {
-  await db().send(
-    new TransactWriteCommand({
-      TransactItems: [
-        { Put: { TableName: tableName('share'), Item: { ...shareKey(s.id), ...shareGsi1(s), ...s }, ConditionExpression: 'attribute_not_exists(pk)' } },
-        // The type's share count moves with the share, so a type in use cannot be deleted (types.ts).
-        typeCountItem(s.shareTypeId, 1),
-      ],
-    }),
-  );
+  try {
+    await db().send(
+      new TransactWriteCommand({
+        TransactItems: [
+          { Put: { TableName: tableName('share'), Item: { ...shareKey(s.id), ...shareGsi1(s), ...s }, ConditionExpression: 'attribute_not_exists(pk)' } },
+          // The type's share count moves with the share, so a type in use cannot be deleted (types.ts).
+          typeCountItem(s.shareTypeId, 1),
+          // So does its network's (networks.ts); the condition also refuses a network deleted since it was checked.
+          ...(s.shareNetworkId ? [networkCountItem(s.shareNetworkId, 1)] : []),
+        ],
+      }),
+    );
+  } catch (e) {
+    if (s.shareNetworkId && cancellationCodes(e)[2] === 'ConditionalCheckFailed') throw shareNetworkNotFound(s.shareNetworkId);
+    throw e;
+  }
 }
 
 /** The pool update that gives back `gb` (condition: the pool holds at least that much). */
@@ -154,6 +163,7 @@ export async function removeShareRecord(before: Share, requireStatus?: string): 
           },
         },
         typeCountItem(before.shareTypeId, -1),
+        ...(before.shareNetworkId ? [networkCountItem(before.shareNetworkId, -1)] : []),
       ],
     }),
   );
@@ -172,13 +182,24 @@ export function typeCountItem(typeId: string, delta: number): TransactItem {
   };
 }
 
+/** The share network's share count moves with its shares (a migration to a new network moves it too). */
+export function networkCountItem(networkId: string, delta: number): TransactItem {
+  return {
+    Update: {
+      TableName: tableName('share'),
+      Key: shareNetworkKey(networkId),
+      UpdateExpression: 'ADD shareCount :d',
+      ConditionExpression: 'attribute_exists(pk)',
+      ExpressionAttributeValues: { ':d': delta },
+    },
+  };
+}
+
 // ---- backends and pools ----------------------------------------------------------------------
 
 export async function listShareBackends(): Promise<ShareBackendConfig[]> {
-  const out = await db().send(
-    new QueryCommand({ TableName: tableName('share'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': 'SBACKENDS' } }),
-  );
-  return (out.Items ?? []).map((i) => i.config as ShareBackendConfig).sort((a, b) => a.host.localeCompare(b.host));
+  const items = await queryAll({ TableName: tableName('share'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': 'SBACKENDS' } });
+  return items.map((i) => i.config as ShareBackendConfig).sort((a, b) => a.host.localeCompare(b.host));
 }
 
 export async function getShareBackend(host: string): Promise<ShareBackendConfig> {

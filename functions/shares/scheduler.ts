@@ -8,7 +8,7 @@
  * pool item conditioned on `allocatedGb <= totalGb - size`, so a pool is never over-allocated.
  */
 import { cancellationCodes, withRetries } from '../core/db.js';
-import { FerryError } from '../core/errors.js';
+import { BadRequest, FerryError } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import type { ShareBackendConfig, SharePoolCapabilities } from '../drivers/share/driver.js';
 import { shareDriverFor } from '../drivers/share/registry.js';
@@ -20,9 +20,9 @@ import { getShareTypeById } from './types.js';
 export const DEFAULT_SHARE_AZ = 'nova';
 
 /** Manila's NoValidHost; the create machine catches it and marks the share error. */
-export class NoValidHost extends FerryError {
+export class NoValidHost extends BadRequest {
   constructor(reason: string) {
-    super(400, 'badRequest', `No valid host was found. ${reason}`);
+    super(`No valid host was found. ${reason}`);
   }
 }
 

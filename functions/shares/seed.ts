@@ -10,13 +10,13 @@ import { join } from 'node:path';
 import { db, isConditionFailure } from '../core/db.js';
 import { Conflict } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
-import type { ShareBackendConfig } from '../drivers/share/driver.js';
+import type { LocalShareBackendConfig } from '../drivers/share/driver.js';
 import { shareBackendKey } from './model.js';
 import { createShareType, DEFAULT_SHARE_TYPE } from './types.js';
 
 export const SHARE_POOL_GB = 1000;
 
-export function sandboxShareBackends(dataDir: string): ShareBackendConfig[] {
+export function sandboxShareBackends(dataDir: string): LocalShareBackendConfig[] {
   return (
     [
       ['nfs-a', 'local-a'],

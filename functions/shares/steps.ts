@@ -4,7 +4,7 @@
  * share and decides from its recorded state, so a retried Task leaves the same state.
  */
 import { isConditionFailure, withRetries } from '../core/db.js';
-import { DriverError, FerryError, reasonOf, type CaughtError } from '../core/errors.js';
+import { BadRequest, DriverError, reasonOf, type CaughtError } from '../core/errors.js';
 import { shareDriverFor } from '../drivers/share/registry.js';
 import { backendShareName, sharePoolOf } from './model.js';
 import { getShare, getShareBackend, getShareOrThrow, removeShareRecord, updateShare } from './repo.js';
@@ -12,15 +12,11 @@ import { releaseShareCapacity, scheduleShare } from './scheduler.js';
 
 const now = () => new Date().toISOString();
 
-export type { CaughtError };
-
 export interface ShareStepInput {
   step: string;
   shareId?: string;
   error?: CaughtError;
 }
-
-export { reasonOf };
 
 export async function schedule(shareId: string): Promise<{ host: string }> {
   const s = await scheduleShare(shareId);
@@ -34,8 +30,8 @@ export async function createOnBackend(shareId: string): Promise<{ exportLocation
   if (!s.host) throw new DriverError(`Share ${shareId} has no host: schedule did not run.`);
   const driver = shareDriverFor(await getShareBackend(s.host));
   // Recorded as owned before the call, so a failure after the directory exists is still rolled back.
-  const { exportPath } = await driver.createShare({ name: backendShareName(s.instanceId), sizeGb: s.size, proto: s.shareProto, pool: sharePoolOf(s.host)! });
-  const after = await updateShare(shareId, { type: 'created-on-backend', at: now(), exportLocations: [exportPath] });
+  const { exportLocation } = await driver.createShare({ name: backendShareName(s.instanceId), sizeGb: s.size, proto: s.shareProto, pool: sharePoolOf(s.host)! });
+  const after = await updateShare(shareId, { type: 'created-on-backend', at: now(), exportLocations: [exportLocation] });
   return { exportLocations: after.exportLocations };
 }
 
@@ -89,7 +85,7 @@ export async function markErrorDeleting(shareId: string, error: CaughtError | un
 }
 
 function need(input: ShareStepInput): string {
-  if (!input.shareId) throw new FerryError(400, 'badRequest', `step ${input.step} needs shareId`);
+  if (!input.shareId) throw new BadRequest(`step ${input.step} needs shareId`);
   return input.shareId;
 }
 
@@ -115,6 +111,6 @@ export async function handler(input: ShareStepInput): Promise<unknown> {
       await markErrorDeleting(need(input), input.error);
       return {};
     default:
-      throw new FerryError(400, 'badRequest', `unknown share step ${JSON.stringify(input.step)}`);
+      throw new BadRequest(`unknown share step ${JSON.stringify(input.step)}`);
   }
 }

@@ -2,7 +2,7 @@
  * Every change of a share as a pure function: (share, event) -> share | FerryError. repo.ts
  * persists the result with a condition on `version`. Messages follow M/share/api.py.
  */
-import { BadRequest, FerryError } from '../core/errors.js';
+import { BadRequest, FerryError, NotFound } from '../core/errors.js';
 import { BUSY_TASK_STATES, type AccessLevel, type AccessRule, type AccessType, type HeldShareCapacity, type Share, type TaskState } from './model.js';
 
 /** Manila's InvalidShare: 400 "Invalid share: <reason>". */
@@ -105,7 +105,7 @@ export function transition(s: Share, e: ShareEvent): Share | FerryError {
     }
     case 'access-deny': {
       const r = s.accessRules[e.id];
-      if (!r) return new FerryError(404, 'itemNotFound', `Access rule ${e.id} could not be found.`);
+      if (!r) return new NotFound(`Access rule ${e.id} could not be found.`);
       if (s.status !== 'available' && s.status !== 'error') return new InvalidShare('Share status must be available or error.');
       if (r.state === 'queued_to_deny') return s;
       return next({ accessRules: { ...s.accessRules, [e.id]: { ...r, state: 'queued_to_deny', updatedAt: e.at } } });

@@ -8,8 +8,8 @@ import type { AuthContext } from '../core/auth.js';
 import { db, isConditionFailure, listKind, withRetries } from '../core/db.js';
 import { ConcurrentModification, FerryError, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
-import { BackendFrozen, notFrozenCheck } from '../replication/frozen.js';
-import { cancellationCodes, getVolumeOrThrow, volumeUpdate, type TransactItem } from '../volumes/repo.js';
+import { BackendFrozen, notFrozenCheck } from '../volumes/frozen.js';
+import { cancellationCodes, getVolume, getVolumeOrThrow, volumeUpdate, type TransactItem } from '../volumes/repo.js';
 import { transition as volumeTransition } from '../volumes/transitions.js';
 import { snapshotGsi1, snapshotKey, snapshotTransition, type Snapshot, type SnapshotEvent } from './model.js';
 
@@ -128,7 +128,9 @@ export async function removeSnapshotRecord(id: string): Promise<void> {
           },
         },
       ];
-      const volume = await getVolumeOrThrow(s.volumeId).catch(() => undefined);
+      // Only a volume that is not there is gone: a failed read (a throttle) fails the removal, to be
+      // retried, rather than leave this snapshot's id on the volume for ever.
+      const volume = await getVolume(s.volumeId);
       if (volume) {
         const after = volumeTransition(volume, { type: 'snapshot-removed', at: new Date().toISOString(), snapshotId: id });
         if (after instanceof FerryError) throw after;

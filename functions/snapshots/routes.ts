@@ -9,13 +9,12 @@
  */
 import { randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type RouteSpec } from '../core/api.js';
-import { BadRequest, NotFound } from '../core/errors.js';
+import { BadRequest, InvariantViolation, NotFound } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { allowed, authorize, registerPolicies } from '../core/policy.js';
-import { driverForHost } from '../drivers/volume/registry.js';
-import { isSnapshotDriver } from '../replication/capabilities.js';
-import { assertNotFrozen } from '../replication/frozen.js';
-import { backendOf } from '../volumes/backends.js';
+import { isSnapshotDriver } from '../drivers/volume/registry.js';
+import { assertNotFrozen } from '../volumes/frozen.js';
+import { backendOf, driverForHost } from '../volumes/backends.js';
 import { upstreamTime } from '../volumes/model.js';
 import { getVolumeScoped } from '../volumes/repo.js';
 import { invalidField, isUuidLike, metadataField, optionalString, pyRepr, wrapped } from '../volumes/validation.js';
@@ -192,7 +191,7 @@ async function deleteRoute(req: ApiRequest) {
   const s = await updateSnapshot(id, { type: 'begin-delete', at: now() }, { notFrozen: true });
   try {
     const driver = await driverForHost(s.backendHost);
-    if (!isSnapshotDriver(driver)) throw new Error(`backend ${s.backendHost} does not support snapshots`);
+    if (!isSnapshotDriver(driver)) throw new InvariantViolation(`backend ${s.backendHost} does not support snapshots, yet holds snapshot ${id}`, { context: { snapshotId: id } });
     await driver.deleteSnapshot(s.volumeBackendName, s.backendName);
     await removeSnapshotRecord(id);
   } catch (e) {

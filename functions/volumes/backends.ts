@@ -2,12 +2,16 @@
  * Volume backends (Cinder's volume services) as records in the volume table, so every function
  * finds the same configuration: `pk = BACKEND#<host@backend>`, `sk = BACKEND`.
  * The local stack seeds them; an operator adds one with a put of the same shape.
+ *
+ * Also the way from a volume's host to its driver: the record is read here and handed to the driver
+ * registry, which takes configuration only and reads no table.
  */
 import { GetCommand, PutCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { db } from '../core/db.js';
 import { NotFound } from '../core/errors.js';
 import { GSI1, tableName } from '../core/tables.js';
-import type { BackendConfig, BackendServiceState } from '../drivers/volume/driver.js';
+import type { BackendConfig, BackendServiceState, VolumeDriver } from '../drivers/volume/driver.js';
+import { driverFor } from '../drivers/volume/registry.js';
 
 const backendKey = (host: string) => ({ pk: `BACKEND#${host}`, sk: 'BACKEND' });
 
@@ -66,4 +70,19 @@ export async function listBackends(): Promise<BackendConfig[]> {
     new QueryCommand({ TableName: tableName('volume'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': 'BACKENDS' } }),
   );
   return (out.Items ?? []).map((i) => i.config as BackendConfig);
+}
+
+/** Driver for a volume's `host` (`host@backend#pool`) or a backend `host@backend`, at the site its service is active on. */
+export async function driverForHost(host: string): Promise<VolumeDriver> {
+  const record = await getBackendRecord(host);
+  return driverFor(record.config, record.service.activeBackendId);
+}
+
+/**
+ * The `driver_volume_type` the connection_info of a volume on this host will carry, as its backend's
+ * driver declares it ('local', 'aws_ebs'): Nova checks it against what the compute driver can
+ * connect before an attach starts. NotFound when the backend does not exist.
+ */
+export async function driverVolumeTypeOfHost(host: string): Promise<string> {
+  return (await driverForHost(host)).driverVolumeType;
 }

@@ -109,6 +109,17 @@ export interface Volume {
   version: number;
 }
 
+/** Cinder's ReplicationStatus enum (C/objects/fields.py): a volume's replication_status, and a backend service's. */
+export const REPLICATION = {
+  error: 'error',
+  enabled: 'enabled',
+  disabled: 'disabled',
+  notCapable: 'not-capable',
+  failingOver: 'failing-over',
+  failoverError: 'failover-error',
+  failedOver: 'failed-over',
+} as const;
+
 export const volumeKey = (id: string) => ({ pk: `VOL#${id}`, sk: 'VOL' });
 /** GSI1 entry for listing a project's volumes, newest last. */
 export const volumeGsi1 = (v: Pick<Volume, 'projectId' | 'createdAt' | 'id'>) => ({ gsi1pk: `PROJ#${v.projectId}#VOL`, gsi1sk: `${v.createdAt}#${v.id}` });

@@ -11,13 +11,13 @@
  * capacity exactly while its `capacity` field says so (release happens once).
  */
 import type { BackendConfig, BackendServiceState, PoolCapabilities } from '../drivers/volume/driver.js';
-import { replicationCapability, type ReplicationCapability } from '../replication/capabilities.js';
-import { driverFor, driverForHost } from '../drivers/volume/registry.js';
+import { replicationCapability, type ReplicationCapability } from './capabilities.js';
+import { driverFor } from '../drivers/volume/registry.js';
 import { FerryError } from '../core/errors.js';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { db, withRetries } from '../core/db.js';
 import { tableName } from '../core/tables.js';
-import { backendOf, listBackendRecords, poolOf } from './backends.js';
+import { backendOf, driverForHost, listBackendRecords, poolOf } from './backends.js';
 import type { Volume } from './model.js';
 import { cancellationCodes, getVolume, getVolumeOrThrow, poolKey, releasePoolItem, writeVolumeWith, claimItem, type TransactItem } from './repo.js';
 import { transition } from './transitions.js';

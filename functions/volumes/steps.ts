@@ -1,6 +1,8 @@
 /**
  * The step handlers of the volume machines (statemachines/volume-create.asl.json,
- * volume-delete.asl.json): one Lambda, `handler({step, ...})` dispatching to small steps.
+ * volume-delete.asl.json): one Lambda, `handler({step, ...})` dispatching to small steps. The
+ * create-and-attach states of volume-create run in attachments/steps.ts (attachments sit above
+ * volumes).
  *
  * Every step is idempotent — it reads the volume, decides from its recorded state, and does
  * nothing a second time — so a retried Task, or a local stack that runs an execution again from
@@ -11,16 +13,15 @@ import { createHash } from 'node:crypto';
 import type { AuthContext } from '../core/auth.js';
 import { db, isConditionFailure, withRetries } from '../core/db.js';
 import { tableName } from '../core/tables.js';
-import { Conflict, DriverError, FerryError, reasonOf, type CaughtError } from '../core/errors.js';
+import { BadRequest, Conflict, DriverError, reasonOf, type CaughtError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import type { VolumeDriver } from '../drivers/volume/driver.js';
-import { driverForHost } from '../drivers/volume/registry.js';
-import { isReplicationDriver } from '../replication/capabilities.js';
-import { isReplicatedVolume } from '../replication/volume-rules.js';
-import { poolOf } from './backends.js';
+import { isReplicationDriver } from '../drivers/volume/registry.js';
+import { driverForHost, poolOf } from './backends.js';
+import { isReplicatedVolume } from './capabilities.js';
 import type { Volume } from './model.js';
 import { claimKey, getVolume, getVolumeOrThrow, removeVolumeRecord, updateVolume } from './repo.js';
-import { parseCreateBody, recordNewVolume } from './routes.js';
+import { parseCreateBody, recordNewVolume } from './create.js';
 import { releaseCapacity, scheduleVolume } from './scheduler.js';
 
 const now = () => new Date().toISOString();
@@ -38,11 +39,6 @@ export interface StepInput {
 }
 
 export { reasonOf };
-
-/** The owner's context, for work done on the owner's behalf (the pending attach). */
-function ownerAuth(v: Volume): AuthContext {
-  return { userId: v.userId, projectId: v.projectId, isAdmin: false, roles: ['member', 'reader'] };
-}
 
 /** A UUID derived from the execution name, so a retried console `record` step records the same volume. */
 export function volumeIdForExecution(executionName: string): string {
@@ -118,28 +114,6 @@ async function enableReplicationIfReplicated(v: Volume, driver: VolumeDriver): P
 export async function markAvailable(volumeId: string): Promise<{ pendingServerId: string | null }> {
   const v = await updateVolume(volumeId, { type: 'mark-available', at: now() });
   return { pendingServerId: v.pendingServerId ?? null };
-}
-
-/**
- * Create-and-attach (seed 003): reserve an attachment for the instance given at create. Skipped
- * when the instance already has one (an earlier run got that far). Its failure does not undo the
- * create: the volume stays available and the reason is recorded (attachFailed).
- */
-export async function attachPending(volumeId: string): Promise<{ attached: boolean }> {
-  const v = await getVolumeOrThrow(volumeId);
-  const instance = v.pendingServerId;
-  if (!instance) return { attached: false };
-  if (!v.instances?.[instance]) {
-    const { createAttachment } = await import('../attachments/service.js');
-    await createAttachment({ auth: ownerAuth(v), volumeId, instanceUuid: instance, connector: null });
-  }
-  await updateVolume(volumeId, { type: 'pending-attach-done', at: now() });
-  return { attached: true };
-}
-
-/** Rollback of attachPending: the volume stays available; the pending instance is dropped with the reason. */
-export async function attachFailed(volumeId: string, error: CaughtError | undefined): Promise<void> {
-  await updateVolume(volumeId, { type: 'pending-attach-done', at: now(), reason: `Attach to instance failed: ${reasonOf(error)}` });
 }
 
 /**
@@ -243,7 +217,7 @@ export async function markErrorDeleting(volumeId: string, error: CaughtError | u
 // ---- dispatch -----------------------------------------------------------------------------------
 
 function need(input: StepInput): string {
-  if (!input.volumeId) throw new FerryError(400, 'badRequest', `step ${input.step} needs volumeId`);
+  if (!input.volumeId) throw new BadRequest(`step ${input.step} needs volumeId`);
   return input.volumeId;
 }
 
@@ -257,11 +231,6 @@ export async function handler(input: StepInput): Promise<unknown> {
       return createOnBackend(need(input));
     case 'mark-available':
       return markAvailable(need(input));
-    case 'attach':
-      return attachPending(need(input));
-    case 'attach-failed':
-      await attachFailed(need(input), input.error);
-      return {};
     case 'rollback-create':
       return rollbackCreate(need(input), input.error);
     case 'begin-delete':
@@ -276,6 +245,6 @@ export async function handler(input: StepInput): Promise<unknown> {
       await markErrorDeleting(need(input), input.error);
       return {};
     default:
-      throw new FerryError(400, 'badRequest', `unknown volume step ${JSON.stringify(input.step)}`);
+      throw new BadRequest(`unknown volume step ${JSON.stringify(input.step)}`);
   }
 }

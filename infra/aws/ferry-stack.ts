@@ -5,15 +5,16 @@
  *
  * Synth is offline: NodejsFunction bundles with the repository's esbuild (no Docker), the ASL
  * files are read from disk, and nothing looks up context from an account.
+ *
+ * Beside it: the HTTP API (http-api.ts), the share storage and copy task (copy-worker.ts), and the
+ * cdk-nag findings accepted with their reasons (acknowledgements.ts). The ASL files are deployed
+ * as they are; their retry and timeout policy is infra/asl/policy.ts (checked by test/infra).
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { App, ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack, Validations, type StackProps } from 'aws-cdk-lib';
-import { HttpApi, HttpMethod, HttpStage, LogGroupLogDestination } from 'aws-cdk-lib/aws-apigatewayv2';
-import { HttpLambdaAuthorizer, HttpLambdaResponseType } from 'aws-cdk-lib/aws-apigatewayv2-authorizers';
-import { HttpLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations';
-import { AccessLogFormat } from 'aws-cdk-lib/aws-apigateway';
+import type { HttpApi } from 'aws-cdk-lib/aws-apigatewayv2';
 import { AttributeType, BillingMode, Table, TableEncryption } from 'aws-cdk-lib/aws-dynamodb';
 import { PolicyStatement } from 'aws-cdk-lib/aws-iam';
 import { Architecture, Runtime, Tracing, type IFunction } from 'aws-cdk-lib/aws-lambda';
@@ -23,7 +24,9 @@ import { BlockPublicAccess, Bucket, BucketEncryption, ObjectOwnership } from 'aw
 import { DefinitionBody, LogLevel, StateMachine } from 'aws-cdk-lib/aws-stepfunctions';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { Construct } from 'constructs';
+import { acknowledgeFunction, acknowledgeStateMachine, type AcknowledgementScope } from './acknowledgements.js';
 import { CopyWorker, RUN_TASK_SYNC } from './copy-worker.js';
+import { addHttpApi } from './http-api.js';
 import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName, type TableKey } from '../../functions/core/tables.js';
 import { FUNCTIONS, STATE_MACHINES, stateMachineEnvName, substitutionKey, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
 
@@ -45,14 +48,14 @@ export const TMP_EXPIRATION_DAYS = 7;
 export const BUCKET_ENV = 'FERRY_BUCKET';
 /** The authorizer checks tokens against the token table on AWS (noauth is for the local stack only). */
 export const AUTH_MODE_ENV = 'FERRY_AUTH_MODE';
-/** The header the HTTP API passes to the authorizer (the OpenStack clients send it). */
-export const AUTH_HEADER = 'X-Auth-Token';
 
 /**
  * ESM bundles have no `require`; some dependencies (bundled CJS) still call it. The banner gives
  * them one, built from the bundle's own URL.
  */
 export const ESM_REQUIRE_BANNER = "import { createRequire as __ferryCreateRequire } from 'node:module'; const require = __ferryCreateRequire(import.meta.url);";
+
+export { AUTH_HEADER } from './http-api.js';
 
 export interface FerryStackProps extends StackProps {
   /**
@@ -75,7 +78,7 @@ export interface FerryWiring {
 
 const pascal = (name: string) => substitutionKey(name).slice(2);
 
-export class FerryStack extends Stack {
+export class FerryStack extends Stack implements AcknowledgementScope {
   readonly tables = new Map<TableKey, Table>();
   readonly functions = new Map<string, NodejsFunction>();
   readonly stateMachines = new Map<string, StateMachine>();
@@ -96,7 +99,7 @@ export class FerryStack extends Stack {
     this.copyWorker = this.addCopyWorker(removalPolicy);
     for (const f of this.wiring.functions) this.functions.set(f.name, this.addFunction(f));
     for (const m of this.wiring.stateMachines) this.stateMachines.set(m.name, this.addStateMachine(m));
-    this.httpApi = this.addHttpApi();
+    this.httpApi = addHttpApi(this, this.wiring.functions, this.functions, LOG_RETENTION);
 
     for (const [key, table] of this.tables) new CfnOutput(this, `TableName${pascal(key)}`, { value: table.tableName, description: tableEnvName(key) });
     new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName, description: BUCKET_ENV });
@@ -209,7 +212,7 @@ export class FerryStack extends Stack {
       fn.addToRolePolicy(new PolicyStatement({ actions: ['states:StartExecution'], resources: starts.map((m) => this.stateMachineArn(m)) }));
       fn.addToRolePolicy(new PolicyStatement({ actions: ['states:DescribeExecution'], resources: starts.map((m) => this.executionArns(m)) }));
     }
-    this.acknowledgeFunction(fn, f);
+    acknowledgeFunction(this, fn, f);
     return fn;
   }
 
@@ -250,65 +253,8 @@ export class FerryStack extends Stack {
     if (readFileSync(file, 'utf8').includes(RUN_TASK_SYNC)) {
       this.requireCopyWorker(`state machine ${m.name} uses ${RUN_TASK_SYNC}`).grantRunTaskSync(machine);
     }
-    for (const fn of invoked) {
-      // grantInvoke also covers the function's versions and aliases (`<arn>:*`).
-      Validations.of(machine).acknowledge({
-        id: `AwsSolutions-IAM5[Resource::<${this.logicalIdOf(fn)}.Arn>:*]`,
-        reason: 'lambda:InvokeFunction on the function and its versions/aliases (`:*`), as grantInvoke writes it; scoped to the functions this machine lists in the wiring table.',
-      });
-    }
-    // The X-Ray and CloudWatch Logs delivery actions have no resource-level permissions.
-    Validations.of(machine).acknowledge({
-      id: 'AwsSolutions-IAM5[Resource::*]',
-      reason: 'X-Ray tracing and CloudWatch Logs delivery actions (xray:Put*, logs:CreateLogDelivery...) do not support resource-level permissions; CDK writes them with `*`.',
-    });
+    acknowledgeStateMachine(machine, invoked);
     return machine;
-  }
-
-  private addHttpApi(): HttpApi | undefined {
-    const apis = this.wiring.functions.filter((f) => f.kind === 'api');
-    if (apis.length === 0) return undefined;
-    const authorizers = this.wiring.functions.filter((f) => f.kind === 'authorizer');
-    if (authorizers.length !== 1) {
-      throw new Error(`functions/wiring.ts: the HTTP API needs exactly one function of kind 'authorizer', found ${authorizers.length}.`);
-    }
-    const authorizer = new HttpLambdaAuthorizer('TokenAuthorizer', this.functions.get(authorizers[0]!.name)!, {
-      responseTypes: [HttpLambdaResponseType.SIMPLE],
-      identitySource: [`$request.header.${AUTH_HEADER}`],
-      // Off: a revoked or expired token must stop working at once, not after a cache period.
-      resultsCacheTtl: Duration.seconds(0),
-    });
-    const api = new HttpApi(this, 'HttpApi', { apiName: `${this.stackName}-api`, createDefaultStage: false });
-    const accessLogs = new LogGroup(this, 'HttpApiAccessLogs', { retention: LOG_RETENTION, removalPolicy: RemovalPolicy.DESTROY });
-    const stage = new HttpStage(this, 'HttpApiStage', {
-      httpApi: api,
-      stageName: '$default',
-      autoDeploy: true,
-      accessLogSettings: {
-        destination: new LogGroupLogDestination(accessLogs),
-        format: AccessLogFormat.jsonWithStandardFields(),
-      },
-    });
-
-    for (const f of apis) {
-      if (!f.httpPrefix) throw new Error(`functions/wiring.ts: api function ${f.name} has no httpPrefix.`);
-      const integration = new HttpLambdaIntegration(`Integration${pascal(f.name)}`, this.functions.get(f.name)!);
-      for (const path of [f.httpPrefix, `${f.httpPrefix}/{proxy+}`]) {
-        api.addRoutes({ path, methods: [HttpMethod.ANY], integration, authorizer });
-      }
-      for (const publicPath of f.publicPaths ?? []) {
-        // Version discovery answers without a token, as upstream does (clients call it before authenticating).
-        const routes = api.addRoutes({ path: publicPath.replace(/\/+$/, '') || '/', methods: [HttpMethod.GET], integration });
-        for (const route of routes) {
-          Validations.of(route).acknowledge({
-            id: 'AwsSolutions-APIG4',
-            reason: `GET ${publicPath} is version discovery, public in the reference API (the OpenStack clients call it before they have a token); it returns no tenant data.`,
-          });
-        }
-      }
-    }
-    new CfnOutput(this, 'ApiUrl', { value: stage.url, description: 'Base URL of the HTTP API (the cinder endpoint is <ApiUrl>volume/v3)' });
-    return api;
   }
 
   /**
@@ -342,7 +288,7 @@ export class FerryStack extends Stack {
     return this.copyWorker;
   }
 
-  private table(key: TableKey, user: string): Table {
+  table(key: TableKey, user: string): Table {
     const t = this.tables.get(key);
     if (!t) throw new Error(`functions/wiring.ts: function ${user} uses table ${key}, which is not in functions/core/tables.ts TABLES.`);
     return t;
@@ -358,50 +304,6 @@ export class FerryStack extends Stack {
 
   private executionArns(name: string): string {
     return this.formatArn({ service: 'states', resource: 'execution', resourceName: `${this.stateMachineName(name)}:*`, arnFormat: ArnFormat.COLON_RESOURCE_NAME });
-  }
-
-  private logicalIdOf(c: Construct): string {
-    const child = (c.node.defaultChild ?? c) as Parameters<Stack['getLogicalId']>[0];
-    return this.resolve(this.getLogicalId(child)) as string;
-  }
-
-  /** Wildcards the least-privilege grants of one function still contain, each with its reason. */
-  private acknowledgeFunction(fn: NodejsFunction, f: FunctionWiring): void {
-    const v = Validations.of(fn);
-    v.acknowledge({
-      id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
-      reason: 'AWSLambdaBasicExecutionRole only allows writing the function\'s own CloudWatch logs; it is the AWS-maintained minimum for any Lambda.',
-    });
-    v.acknowledge({
-      id: 'AwsSolutions-IAM5[Resource::*]',
-      reason: 'X-Ray tracing (xray:PutTraceSegments, xray:PutTelemetryRecords) has no resource-level permissions.',
-    });
-    v.acknowledge({
-      id: 'AwsSolutions-L1',
-      reason: 'nodejs22.x is a supported Lambda runtime chosen on purpose: the same code runs unchanged on the local stack (Node 20/22); move to the newest runtime deliberately, not by lint.',
-    });
-    if (f.mountsShareStorage) {
-      // Replaces the Resource::* reason above: a mounting function also has the EFS ClientMount grant.
-      for (const [id, reason] of Object.entries(CopyWorker.FUNCTION_ACKNOWLEDGEMENTS)) v.acknowledge({ id, reason });
-    }
-    for (const key of f.tables) {
-      v.acknowledge({
-        id: `AwsSolutions-IAM5[Resource::<${this.logicalIdOf(this.table(key, f.name))}.Arn>/index/*]`,
-        reason: `Queries on the ${key} table's GSI (${GSI1}); grantReadWriteData scopes it to this table's indexes only.`,
-      });
-    }
-    for (const machine of f.starts ?? []) {
-      v.acknowledge({
-        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:${this.stateMachineName(machine)}:*]`,
-        reason: `DescribeExecution on executions of ${machine} only; execution names are per operation and not known at deploy time.`,
-      });
-    }
-    if (f.usesBucket) {
-      const bucket = this.logicalIdOf(this.bucket);
-      for (const finding of ['Action::s3:GetObject*', 'Action::s3:GetBucket*', 'Action::s3:List*', 'Action::s3:DeleteObject*', 'Action::s3:Abort*', `Resource::<${bucket}.Arn>/*`]) {
-        v.acknowledge({ id: `AwsSolutions-IAM5[${finding}]`, reason: 'grantReadWrite on the one Ferry bucket (temporary snapshots, images): object-level wildcards within that bucket only.' });
-      }
-    }
   }
 }
 

@@ -32,7 +32,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { constants as osConstants } from 'node:os';
 import { faultsOfKindForEnv, FAULTS_ENV } from '../../functions/core/faults.js';
-import { COPY_FAULT_KIND } from '../../functions/copy/worker.js';
+import { COPY_FAULT_KIND } from '../../functions/copy/faults.js';
 import { LOCAL_ACCOUNT, REPO_ROOT, localRegion } from './http.js';
 import type { TaskIntegration } from './stepfunctions.js';
 

@@ -3,10 +3,9 @@
  * the Step Functions API (AWS JSON 1.0) so functions start executions with the ordinary SFNClient
  * (FERRY_SFN_ENDPOINT) and people use `aws stepfunctions --endpoint-url <url>/_aws/stepfunctions`.
  *
- * Each `${Fn<Name>}` placeholder becomes a Lambda ARN; every Task state (also inside Map and
- * Parallel) is overridden, by state name, with the wiring function's handler run in-process.
- * Anything the interpreter would run wrongly or send to real AWS (task tokens, JSONata, Assign,
- * distributed Map, unknown resources) is refused when the machine is loaded.
+ * Loading a machine (placeholders, the subset the interpreter runs, what runs each Task) is
+ * stepfunctions-machines.ts; running executions (Task overrides, scaled waits) is
+ * stepfunctions-runner.ts; this module is the service: the execution records and the API.
  *
  * Every execution is one JSON file under `<dataDir>/stepfunctions/executions/`, written atomically.
  * `stop()` aborts running executions without closing them, and `resumeRunning()` (on the next start)
@@ -17,25 +16,17 @@ import { mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync, exists
 import { join, resolve } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import './polyfills.js';
-import { unsupportedFeatures } from './asl-subset.js';
-import { ExecutionAbortedError, ExecutionError, ExecutionTimeoutError, StateMachine, type StateMachineDefinition, type RunOptions } from 'aws-local-stepfunctions';
-import { FUNCTIONS, STATE_MACHINES, substitutionKey, type FunctionWiring, type StateMachineName, type StateMachineWiring } from '../../functions/wiring.js';
+import { FUNCTIONS, STATE_MACHINES, type FunctionWiring, type StateMachineName, type StateMachineWiring } from '../../functions/wiring.js';
 import { stateMachineArn } from '../../functions/core/executions.js';
-import { DEFAULT_FUNCTION_TIMEOUT_SECONDS, LOCAL_ACCOUNT, REPO_ROOT, invokeFunction, lambdaArn, lambdaName, type StepFunctionsEndpoint } from './http.js';
+import { LOCAL_ACCOUNT, REPO_ROOT, type StepFunctionsEndpoint } from './http.js';
+import { loadMachine, type LoadedMachine } from './stepfunctions-machines.js';
+import { ECS_RUN_TASK_SYNC, ExecutionRunner, ecsRunTaskNotWired, type ExecutionOutcome, type ExecutionStatus, type TaskIntegration } from './stepfunctions-runner.js';
 
-type JSONValue = Parameters<StateMachine['run']>[0];
-type Overrides = NonNullable<RunOptions['overrides']>;
+export { LAMBDA_INVOKE } from './stepfunctions-machines.js';
+export { ECS_RUN_TASK_SYNC, type ExecutionStatus, type TaskIntegration } from './stepfunctions-runner.js';
 
-export const LAMBDA_INVOKE = 'arn:aws:states:::lambda:invoke';
-export const ECS_RUN_TASK_SYNC = 'arn:aws:states:::ecs:runTask.sync';
 export const LOCAL_ROLE_ARN = `arn:aws:iam::${LOCAL_ACCOUNT}:role/ferry-local-stepfunctions`;
-/** How long stop() lets in-flight step handlers finish before DynamoDB Local goes away. */
-const STOP_GRACE_MS = 10_000;
 const MAX_INPUT_BYTES = 256 * 1024;
-/** "No timeout" for a Task: 24 days, the longest timer Node can set (AWS's own 99999999 s would overflow it and fire at once). */
-const NO_TASK_TIMEOUT_SECONDS = 24 * 24 * 3600;
-
-export type ExecutionStatus = 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'TIMED_OUT' | 'ABORTED';
 
 /** One execution as persisted (dates ISO 8601). */
 export interface ExecutionRecord {
@@ -53,40 +44,17 @@ export interface ExecutionRecord {
   stopDate?: string;
 }
 
-/**
- * Runs a Task whose Resource is a service integration other than Lambda. Extension point: the copy
- * worker (a later issue) registers `arn:aws:states:::ecs:runTask.sync` here, running the worker as
- * a child process and resolving when it exits, as `.sync` does on AWS.
- */
-export type TaskIntegration = (input: JSONValue, task: { stateName: string; executionArn: string }) => Promise<JSONValue>;
-
 export interface LocalStepFunctionsOptions {
   dataDir: string;
   /** Default: STATE_MACHINES of the wiring table. */
   machines?: readonly StateMachineWiring[];
   /** Default: FUNCTIONS of the wiring table. */
   functions?: readonly FunctionWiring[];
-  /** Task resources other than Lambda, by resource ARN. */
+  /** Task resources other than Lambda, by resource ARN (the local stack: the copy task). */
   integrations?: Record<string, TaskIntegration>;
   /** Definition substitutions other than the `${Fn...}` ones (CDK's DefinitionSubstitutions). */
   substitutions?: Record<string, string>;
   quiet?: boolean;
-}
-
-type TaskBinding = { kind: 'lambda'; fn: FunctionWiring } | { kind: 'lambda-invoke' } | { kind: 'integration'; resource: string };
-
-interface LoadedMachine {
-  wiring: StateMachineWiring;
-  arn: string;
-  /** `ferry-volume-create`, the last segment of the ARN. */
-  fullName: string;
-  definitionText: string;
-  stateMachine: StateMachine;
-  tasks: Map<string, TaskBinding>;
-  /** Wait states with a fixed `Seconds`, which FERRY_LOCAL_WAIT_SCALE can shorten. */
-  waitSeconds: Map<string, number>;
-  retryIntervals: Map<string, number[]>;
-  creationDate: Date;
 }
 
 /** A Step Functions API error: `{"__type": type, "message": ...}` with status 400. */
@@ -101,36 +69,27 @@ export class StepFunctionsApiError extends Error {
   }
 }
 
-/** A Lambda function's failure as Step Functions reports it: Error = errorType, Cause = Lambda's JSON. */
-class LambdaFunctionError extends Error {
-  constructor(e: unknown) {
-    const errorType = e instanceof Error ? e.name : 'Error';
-    const errorMessage = e instanceof Error ? e.message : String(e);
-    const trace = e instanceof Error && e.stack ? e.stack.split('\n') : [];
-    super(JSON.stringify({ errorType, errorMessage, trace }));
-    this.name = errorType;
-  }
-}
-
 const epochSeconds = (iso: string | undefined) => (iso === undefined ? undefined : Date.parse(iso) / 1000);
 
-/** The local Step Functions service. */
+/**
+ * The local Step Functions service. A machine's TimeoutSeconds counts from each launch: an
+ * execution resumed after a restart gets its whole timeout again (on AWS it counts from the start).
+ */
 export class LocalStepFunctions implements StepFunctionsEndpoint {
   private readonly executionsDir: string;
   private readonly machines = new Map<string, LoadedMachine>();
   /** Machines of the wiring whose ASL could not be found, with why (StartExecution says so). */
   private readonly unavailable = new Map<string, string>();
   private readonly records = new Map<string, ExecutionRecord>();
-  private readonly running = new Map<string, { abort(): void }>();
-  private readonly inflight = new Set<Promise<unknown>>();
-  private readonly functions: readonly FunctionWiring[];
-  private readonly integrations: Record<string, TaskIntegration>;
+  private readonly runner: ExecutionRunner;
   private closed = false;
   private tempCounter = 0;
 
   constructor(private readonly options: LocalStepFunctionsOptions) {
-    this.functions = options.functions ?? FUNCTIONS;
-    this.integrations = { [ECS_RUN_TASK_SYNC]: ecsRunTaskNotWired, ...options.integrations };
+    const functions = options.functions ?? FUNCTIONS;
+    const integrations = { [ECS_RUN_TASK_SYNC]: ecsRunTaskNotWired, ...options.integrations };
+    this.runner = new ExecutionRunner({ functions, integrations, onEnd: (arn, outcome) => this.finish(arn, outcome) });
+    const context = { functions, integrationResources: Object.keys(integrations), substitutions: options.substitutions };
     for (const wiring of options.machines ?? STATE_MACHINES) {
       const file = resolve(REPO_ROOT, wiring.file);
       const arn = stateMachineArn(wiring.name as StateMachineName);
@@ -139,7 +98,7 @@ export class LocalStepFunctions implements StepFunctionsEndpoint {
         if (!options.quiet) console.warn(`ferry local: state machine ${wiring.name} unavailable: ${wiring.file} not found`);
         continue;
       }
-      this.machines.set(arn, this.loadMachine(wiring, arn, readFileSync(file, 'utf8')));
+      this.machines.set(arn, loadMachine(wiring, arn, readFileSync(file, 'utf8'), context));
     }
     this.executionsDir = join(options.dataDir, 'stepfunctions', 'executions');
     mkdirSync(this.executionsDir, { recursive: true });
@@ -150,175 +109,25 @@ export class LocalStepFunctions implements StepFunctionsEndpoint {
     }
   }
 
-  // ---- loading ASL ----
-
-  private loadMachine(wiring: StateMachineWiring, arn: string, asl: string): LoadedMachine {
-    const where = wiring.file;
-    const byKey = new Map(this.functions.map((f) => [substitutionKey(f.name), f]));
-    const definitionText = asl.replace(/\$\{([A-Za-z0-9_]+)\}/g, (_, key: string) => {
-      const fn = byKey.get(key);
-      if (fn) return lambdaArn(fn);
-      const value = this.options.substitutions?.[key];
-      if (value !== undefined) return value;
-      throw new Error(`${where}: no function or substitution for \${${key}} (functions are named \${Fn<PascalName>}, see substitutionKey() in functions/wiring.ts)`);
-    });
-    const definition = JSON.parse(definitionText) as StateMachineDefinition;
-    refuseUnsupported(definition, where);
-
-    const tasks = new Map<string, TaskBinding>();
-    const waitSeconds = new Map<string, number>();
-    const retryIntervals = new Map<string, number[]>();
-    const seen = new Set<string>();
-    for (const [stateName, state] of allStates(definition)) {
-      // Overrides are keyed by state name, so a name must mean one state in the whole machine.
-      if (seen.has(stateName)) throw new Error(`${where}: state name "${stateName}" is used twice (names must be unique across nested Map/Parallel states)`);
-      seen.add(stateName);
-      const s = state as unknown as Record<string, unknown>;
-      if (state.Type === 'Task') {
-        const binding = this.bindTask(where, stateName, s);
-        tasks.set(stateName, binding);
-        // The interpreter's own default Task timeout is 60 s; on AWS a Task has none, and a Lambda
-        // stops at its function timeout. Give each Task the limit it has on AWS.
-        if (s.TimeoutSeconds === undefined && s.TimeoutSecondsPath === undefined) s.TimeoutSeconds = this.taskTimeoutSeconds(binding, s);
-      }
-      if (state.Type === 'Wait' && typeof s.Seconds === 'number') waitSeconds.set(stateName, s.Seconds);
-      if (Array.isArray(s.Retry)) retryIntervals.set(stateName, (s.Retry as { IntervalSeconds?: number }[]).map((r) => r.IntervalSeconds ?? 1));
-    }
-
-    return {
-      wiring,
-      arn,
-      fullName: arn.slice(arn.lastIndexOf(':') + 1),
-      definitionText,
-      // The constructor validates the definition (asl-validator), so a broken file fails at start.
-      stateMachine: new StateMachine(definition),
-      tasks,
-      waitSeconds,
-      retryIntervals,
-      creationDate: new Date(),
-    };
-  }
-
-  private bindTask(where: string, stateName: string, state: Record<string, unknown>): TaskBinding {
-    const resource = String(state.Resource);
-    const fn = this.functions.find((f) => lambdaArn(f) === resource);
-    if (fn) return { kind: 'lambda', fn };
-    if (resource === LAMBDA_INVOKE) {
-      const name = (state.Parameters as Record<string, unknown> | undefined)?.FunctionName;
-      if (typeof name === 'string' && !this.functionNamed(name)) throw new Error(`${where}: Task "${stateName}" invokes ${name}, which is not a function of the wiring table`);
-      return { kind: 'lambda-invoke' };
-    }
-    if (this.integrations[resource]) return { kind: 'integration', resource };
-    throw new Error(`${where}: Task "${stateName}" has Resource ${resource}, which the local stack cannot run (Lambda functions via \${Fn...} or ${LAMBDA_INVOKE}, or: ${Object.keys(this.integrations).join(', ')})`);
-  }
-
-  private taskTimeoutSeconds(binding: TaskBinding, state: Record<string, unknown>): number {
-    const fn =
-      binding.kind === 'lambda'
-        ? binding.fn
-        : binding.kind === 'lambda-invoke'
-          ? this.functionNamed(String((state.Parameters as Record<string, unknown> | undefined)?.FunctionName ?? ''))
-          : undefined;
-    if (fn) return fn.timeoutSeconds ?? DEFAULT_FUNCTION_TIMEOUT_SECONDS;
-    return NO_TASK_TIMEOUT_SECONDS;
-  }
-
-  /** A function by ARN (optionally qualified), physical name or wiring name, as lambda:invoke accepts. */
-  private functionNamed(name: string): FunctionWiring | undefined {
-    return this.functions.find((f) => name === lambdaName(f) || name === f.name || name === lambdaArn(f) || name.startsWith(lambdaArn(f) + ':'));
-  }
-
-  // ---- running ----
+  // ---- executions ----
 
   /** Runs again every execution left RUNNING by a previous process (from the start, same input). */
   resumeRunning(): number {
     let resumed = 0;
     for (const rec of this.records.values()) {
-      if (rec.status !== 'RUNNING' || this.running.has(rec.executionArn)) continue;
-      if (!this.machines.has(rec.stateMachineArn)) {
+      if (rec.status !== 'RUNNING' || this.runner.isRunning(rec.executionArn)) continue;
+      const machine = this.machines.get(rec.stateMachineArn);
+      if (!machine) {
         if (!this.options.quiet) console.warn(`ferry local: cannot resume ${rec.executionArn}: its state machine is not loaded`);
         continue;
       }
-      this.launch(rec);
+      this.runner.launch(machine, rec, LOCAL_ROLE_ARN);
       resumed++;
     }
     return resumed;
   }
 
-  private launch(rec: ExecutionRecord): void {
-    const machine = this.machines.get(rec.stateMachineArn)!;
-    const execution = machine.stateMachine.run(JSON.parse(rec.input) as JSONValue, {
-      overrides: this.overridesFor(machine, rec.executionArn),
-      context: {
-        Execution: { Id: rec.executionArn, Name: rec.name, RoleArn: LOCAL_ROLE_ARN, StartTime: rec.startDate },
-        StateMachine: { Id: machine.arn, Name: machine.fullName },
-      },
-    });
-    this.running.set(rec.executionArn, execution);
-    // The event log queues every event until read; drain it so long executions do not grow memory.
-    void (async () => {
-      for await (const _event of execution.eventLogs) {
-        /* not kept */
-      }
-    })().catch(() => undefined);
-    execution.result.then(
-      (output) => this.finish(rec.executionArn, { status: 'SUCCEEDED', output: JSON.stringify(output ?? null) }),
-      (e: unknown) => this.finish(rec.executionArn, outcomeOfFailure(e)),
-    );
-  }
-
-  private overridesFor(machine: LoadedMachine, executionArn: string): Overrides {
-    const taskResourceLocalHandlers: NonNullable<Overrides['taskResourceLocalHandlers']> = {};
-    for (const [stateName, binding] of machine.tasks) {
-      taskResourceLocalHandlers[stateName] = (input) => this.track(this.runTask(binding, input, { stateName, executionArn }));
-    }
-    // Wait states really wait; FERRY_LOCAL_WAIT_SCALE shortens fixed `Seconds` waits and Retry
-    // intervals (tests). Waits by SecondsPath/Timestamp cannot be known ahead, so they wait in full.
-    const scale = waitScale();
-    if (scale === 1) return { taskResourceLocalHandlers };
-    const waitTimeOverrides: Record<string, number> = {};
-    for (const [stateName, seconds] of machine.waitSeconds) waitTimeOverrides[stateName] = seconds * 1000 * scale;
-    const retryIntervalOverrides: Record<string, number[]> = {};
-    for (const [stateName, intervals] of machine.retryIntervals) retryIntervalOverrides[stateName] = intervals.map((s) => s * 1000 * scale);
-    return { taskResourceLocalHandlers, waitTimeOverrides, retryIntervalOverrides };
-  }
-
-  private async runTask(binding: TaskBinding, input: JSONValue, task: { stateName: string; executionArn: string }): Promise<JSONValue> {
-    switch (binding.kind) {
-      case 'lambda':
-        return this.invoke(binding.fn, input);
-      case 'lambda-invoke': {
-        // The optimized integration: Parameters give FunctionName and Payload; the result wraps the
-        // function's output in Payload, as on AWS.
-        const params = (input ?? {}) as { FunctionName?: string; Payload?: JSONValue };
-        const fn = params.FunctionName ? this.functionNamed(params.FunctionName) : undefined;
-        if (!fn) throw Object.assign(new Error(`Function not found: ${params.FunctionName}`), { name: 'Lambda.ResourceNotFoundException' });
-        const payload = await this.invoke(fn, params.Payload ?? {});
-        return { ExecutedVersion: '$LATEST', Payload: payload, StatusCode: 200 };
-      }
-      case 'integration':
-        return this.integrations[binding.resource]!(input, task);
-    }
-  }
-
-  private async invoke(fn: FunctionWiring, event: JSONValue): Promise<JSONValue> {
-    try {
-      return (await invokeFunction(fn, event)) as JSONValue;
-    } catch (e) {
-      throw new LambdaFunctionError(e);
-    }
-  }
-
-  /** Remembers a step handler call, so stop() can let it finish before DynamoDB goes away. */
-  private track<T>(p: Promise<T>): Promise<T> {
-    this.inflight.add(p);
-    const forget = () => this.inflight.delete(p);
-    p.then(forget, forget);
-    return p;
-  }
-
-  private finish(executionArn: string, outcome: Partial<ExecutionRecord> & { status: ExecutionStatus } | undefined): void {
-    this.running.delete(executionArn);
+  private finish(executionArn: string, outcome: ExecutionOutcome): void {
     const rec = this.records.get(executionArn);
     // After stop() an execution stays RUNNING on disk (it resumes on the next start); after
     // StopExecution it is already ABORTED.
@@ -337,16 +146,7 @@ export class LocalStepFunctions implements StepFunctionsEndpoint {
   /** Aborts running executions without closing them (they resume on the next start). */
   async stop(): Promise<void> {
     this.closed = true;
-    for (const execution of this.running.values()) execution.abort();
-    this.running.clear();
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      Promise.allSettled([...this.inflight]),
-      new Promise((r) => {
-        timer = setTimeout(r, STOP_GRACE_MS);
-      }),
-    ]);
-    clearTimeout(timer);
+    await this.runner.stop();
   }
 
   // ---- the API ----
@@ -435,7 +235,7 @@ export class LocalStepFunctions implements StepFunctionsEndpoint {
       startDate: new Date().toISOString(),
     };
     this.save(rec);
-    this.launch(rec);
+    this.runner.launch(machine, rec, LOCAL_ROLE_ARN);
     return { executionArn, startDate: epochSeconds(rec.startDate) };
   }
 
@@ -487,8 +287,7 @@ export class LocalStepFunctions implements StepFunctionsEndpoint {
         ...(typeof req.cause === 'string' ? { cause: req.cause } : {}),
         stopDate: new Date().toISOString(),
       });
-      this.running.get(rec.executionArn)?.abort();
-      this.running.delete(rec.executionArn);
+      this.runner.abort(rec.executionArn);
     }
     return { stopDate: epochSeconds(this.records.get(rec.executionArn)!.stopDate) };
   }
@@ -517,45 +316,4 @@ export class LocalStepFunctions implements StepFunctionsEndpoint {
       description: m.wiring.description,
     };
   }
-}
-
-/** The default for `ecs:runTask.sync` until the copy worker is wired in (see TaskIntegration). */
-const ecsRunTaskNotWired: TaskIntegration = async (_input, task) => {
-  throw Object.assign(new Error(`Task "${task.stateName}": ${ECS_RUN_TASK_SYNC} has no local integration yet`), { name: 'States.TaskFailed' });
-};
-
-function waitScale(): number {
-  const raw = process.env.FERRY_LOCAL_WAIT_SCALE;
-  const scale = raw === undefined || raw === '' ? 1 : Number(raw);
-  return Number.isFinite(scale) && scale >= 0 ? scale : 1;
-}
-
-type AnyState = StateMachineDefinition['States'][string];
-
-/** Every state of a definition, including those inside Map and Parallel states. */
-function* allStates(def: Pick<StateMachineDefinition, 'States'>): Generator<[string, AnyState]> {
-  for (const [name, state] of Object.entries(def.States)) {
-    yield [name, state];
-    if (state.Type === 'Map') {
-      const inner = state.ItemProcessor ?? state.Iterator;
-      if (inner) yield* allStates(inner);
-    }
-    if (state.Type === 'Parallel') for (const branch of state.Branches) yield* allStates(branch);
-  }
-}
-
-/** Refuses what aws-local-stepfunctions would run wrongly without saying so (see TOOLCHAIN.md). */
-function refuseUnsupported(definition: StateMachineDefinition, where: string): void {
-  const problems = unsupportedFeatures(definition);
-  if (problems.length > 0) throw new Error(`${where}: outside what the local interpreter runs faithfully: ${problems.join('; ')}`);
-}
-
-function outcomeOfFailure(e: unknown): (Partial<ExecutionRecord> & { status: ExecutionStatus }) | undefined {
-  if (e instanceof ExecutionAbortedError) return undefined; // StopExecution or stop() recorded it already
-  if (e instanceof ExecutionTimeoutError) return { status: 'TIMED_OUT', error: 'States.Timeout', cause: 'The execution timed out (TimeoutSeconds)' };
-  if (e instanceof ExecutionError) {
-    const inner = e.cause as Error | undefined;
-    return { status: 'FAILED', error: inner?.name ?? 'States.Runtime', cause: inner?.message ?? e.message };
-  }
-  return { status: 'FAILED', error: 'States.Runtime', cause: e instanceof Error ? e.message : String(e) };
 }

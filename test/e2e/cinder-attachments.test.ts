@@ -5,6 +5,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { cinderCli, parseListTable, parsePropertyTable } from '../support/cli.js';
+import { eventually } from '../support/poll.js';
 import { useLocalStack } from '../support/stack.js';
 
 /** Each CLI call starts a Python interpreter and rediscovers versions: a scenario of ~25 calls needs minutes on a busy 2-core machine. */
@@ -22,22 +23,19 @@ const cinder = async (...args: string[]) => {
 };
 
 async function waitForVolume(id: string, status: string): Promise<Record<string, string>> {
-  for (let i = 0; i < 200; i++) {
-    const v = parsePropertyTable(await cinder('show', id));
+  return eventually(async (note) => {
+    const v = note(parsePropertyTable(await cinder('show', id)));
     if (v.status === status) return v;
     if (v.status?.startsWith('error')) throw new Error(`volume ${id} went to ${v.status}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`volume ${id} never reached ${status}`);
+    return undefined;
+  }, `volume ${id} to reach ${status}`, { timeoutMs: 40_000, intervalMs: 100 });
 }
 
 async function waitGone(id: string): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    const r = await cinderCli(endpoint, 'demo', 'demo', ['show', id]);
-    if (r.code !== 0 && /could not be found|No volume with a name or ID/.test(r.stderr + r.stdout)) return;
-    await new Promise((res) => setTimeout(res, 100));
-  }
-  throw new Error(`volume ${id} was not deleted`);
+  await eventually(async (note) => {
+    const r = note(await cinderCli(endpoint, 'demo', 'demo', ['show', id]));
+    return (r.code !== 0 && /could not be found|No volume with a name or ID/.test(r.stderr + r.stdout)) || undefined;
+  }, `volume ${id} to be deleted`, { timeoutMs: 40_000, intervalMs: 100 });
 }
 
 beforeAll(async () => {

@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { cinderCli, parseListTable, parsePropertyTable } from '../support/cli.js';
+import { eventually } from '../support/poll.js';
 import { useLocalStack } from '../support/stack.js';
 
 const HOST = 'ferry@lvm-r';
@@ -27,23 +28,21 @@ async function serviceRow(): Promise<Record<string, string>> {
 }
 
 async function waitForService(replicationStatus: string): Promise<Record<string, string>> {
-  for (let i = 0; i < 300; i++) {
-    const row = await serviceRow();
+  return eventually(async (note) => {
+    const row = note(await serviceRow());
     if (row['Replication Status'] === replicationStatus) return row;
     if (row['Replication Status'] === 'failover-error') throw new Error(`${HOST} went to failover-error`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`${HOST} never reached ${replicationStatus}`);
+    return undefined;
+  }, `${HOST} to reach replication status ${replicationStatus}`, { timeoutMs: 60_000, intervalMs: 200 });
 }
 
 async function waitForVolume(id: string, status: string): Promise<Record<string, string>> {
-  for (let i = 0; i < 300; i++) {
-    const v = parsePropertyTable(await cinder('show', id));
+  return eventually(async (note) => {
+    const v = note(parsePropertyTable(await cinder('show', id)));
     if (v.status === status) return v;
     if (v.status?.startsWith('error')) throw new Error(`volume ${id} went to ${v.status}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`volume ${id} never reached ${status}`);
+    return undefined;
+  }, `volume ${id} to reach ${status}`, { timeoutMs: 60_000, intervalMs: 100 });
 }
 
 beforeAll(async () => {
@@ -128,11 +127,7 @@ describe('cinder CLI: replication', () => {
     // Assess
     expect(await serviceRow()).toMatchObject({ Frozen: 'False', Status: 'enabled', 'Replication Status': 'enabled' });
     await cinder('delete', id);
-    for (let i = 0; i < 100; i++) {
-      const r = await cinderCli(endpoint, 'admin', 'admin', ['show', id]);
-      if (r.code !== 0) break;
-      await new Promise((res) => setTimeout(res, 100));
-    }
+    await eventually(async () => (await cinderCli(endpoint, 'admin', 'admin', ['show', id])).code !== 0 || undefined, `volume ${id} deleted`, { timeoutMs: 20_000, intervalMs: 100 });
     expect((await runAudit()).findings).toEqual([]);
   }, 60_000);
 });

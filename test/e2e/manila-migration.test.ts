@@ -13,6 +13,7 @@ import { runAudit } from '../../functions/audit/audit.js';
 import { getShare } from '../../functions/shares/repo.js';
 import { manilaCli, parseListTable, parsePropertyTable, type CliResult } from '../support/cli.js';
 import { fillShare, shareDigest, useFastMigrationEnv } from '../support/manila.js';
+import { eventually } from '../support/poll.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 /** Each CLI call starts a Python interpreter and rediscovers versions. */
@@ -31,7 +32,6 @@ async function manila(...args: string[]): Promise<string> {
   return r.stdout;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function show(id: string): Promise<Record<string, string>> {
   return parsePropertyTable(await manila('show', id));
@@ -45,14 +45,12 @@ async function exportPath(id: string): Promise<string> {
 
 /** Polls `manila show` until the share's task_state is `wanted` (fails fast on another terminal state). */
 async function showTaskStateBecomes(id: string, wanted: string, timeoutMs = 120_000): Promise<Record<string, string>> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+  return eventually(async (note) => {
     const s = await show(id);
-    if (s.task_state === wanted) return s;
+    if (note(s.task_state) === wanted) return s;
     if (TERMINAL.includes(s.task_state!)) throw new Error(`share ${id} ended in ${s.task_state}, waiting for ${wanted}: ${(await getShare(id))?.migration?.error ?? ''}`);
-    if (Date.now() > deadline) throw new Error(`share ${id} never reached task_state ${wanted} (last ${s.task_state})`);
-    await sleep(200);
-  }
+    return undefined;
+  }, `share ${id} to reach task_state ${wanted}`, { timeoutMs, intervalMs: 200 });
 }
 
 interface Progress {
@@ -65,17 +63,15 @@ interface Progress {
  * every task_state seen on the way.
  */
 async function progressUntil(id: string, done: (p: Record<string, string>) => boolean, timeoutMs = 120_000): Promise<{ last: Progress; seen: Progress[] }> {
-  const deadline = Date.now() + timeoutMs;
   const seen: Progress[] = [];
-  for (;;) {
-    const out = await manila('migration-get-progress', id);
+  return eventually(async (note) => {
+    const out = note(await manila('migration-get-progress', id));
     const table = parsePropertyTable(out);
     seen.push({ table, out });
     if (done(table)) return { last: { table, out }, seen };
     if (TERMINAL.includes(table.task_state!)) throw new Error(`share ${id} ended in ${table.task_state}: ${(await getShare(id))?.migration?.error ?? ''}\n${out}`);
-    if (Date.now() > deadline) throw new Error(`migration-get-progress never satisfied; last:\n${out}`);
-    await sleep(100);
-  }
+    return undefined;
+  }, `migration-get-progress of share ${id} to satisfy the test`, { timeoutMs, intervalMs: 100 });
 }
 
 /** An available share on `backend` created by `manila create` (as `token`), with its id and export path. */
@@ -85,12 +81,11 @@ async function createShare(backend: string, opts: { token?: string; name?: strin
   const created = parsePropertyTable(r.stdout);
   expect(created.status).toBe('creating');
   const id = created.id!;
-  for (let i = 0; ; i++) {
-    const s = await show(id);
-    if (s.status === 'available') break;
-    if (s.status?.startsWith('error') || i > 150) throw new Error(`share ${id} is ${s.status}`);
-    await sleep(200);
-  }
+  await eventually(async (note) => {
+    const status = note((await show(id)).status);
+    if (status?.startsWith('error')) throw new Error(`share ${id} is ${status}`);
+    return status === 'available' || undefined;
+  }, `share ${id} available`, { timeoutMs: 60_000, intervalMs: 200 });
   const s = await show(id);
   expect(s).toMatchObject({ host: `ferry@${backend}#pool0`, share_type_name: `on-${backend}`, task_state: 'None' });
   return { id, path: await exportPath(id) };

@@ -9,6 +9,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { parseListTable, parsePropertyTable } from '../support/cli.js';
+import { eventually } from '../support/poll.js';
 import { useLocalStack } from '../support/stack.js';
 
 /** Each CLI call starts a Python interpreter and rediscovers versions. */
@@ -41,13 +42,12 @@ async function manilaAdmin(...args: string[]): Promise<string> {
 }
 
 async function waitForStatus(ref: string, status: string): Promise<Record<string, string>> {
-  for (let i = 0; i < 100; i++) {
-    const s = parsePropertyTable(await manila('show', ref));
+  return eventually(async (note) => {
+    const s = note(parsePropertyTable(await manila('show', ref)));
     if (s.status === status) return s;
     if (s.status?.startsWith('error')) throw new Error(`share ${ref} went to ${s.status}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`share ${ref} never reached ${status}`);
+    return undefined;
+  }, `share ${ref} to reach ${status}`, { timeoutMs: 40_000, intervalMs: 200 });
 }
 
 beforeAll(async () => {
@@ -83,11 +83,7 @@ describe('manila CLI', () => {
       expect(existsSync(path)).toBe(true);
 
       await manila('delete', 'x');
-      for (let i = 0; i < 100; i++) {
-        const r = await manilaRaw('demo:demo', ['show', id]);
-        if (r.code !== 0) break;
-        await new Promise((res) => setTimeout(res, 200));
-      }
+      await eventually(async () => (await manilaRaw('demo:demo', ['show', id])).code !== 0 || undefined, `share ${id} deleted`, { timeoutMs: 40_000, intervalMs: 200 });
       expect((await manilaRaw('demo:demo', ['show', id])).code).not.toBe(0);
       expect(existsSync(path)).toBe(false);
       expect((await runAudit()).findings).toEqual([]);

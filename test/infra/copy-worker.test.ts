@@ -29,6 +29,7 @@ import {
   SHARE_MOUNT_PATH,
 } from '../../infra/aws/copy-worker.js';
 import { buildFerryApp, type FerryStack, type FerryWiring } from '../../infra/aws/ferry-stack.js';
+import { COPY_TASK_TIMEOUT_SECONDS, MACHINE_POLICIES, RETRIERS } from '../../infra/asl/policy.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 
@@ -340,6 +341,25 @@ describe('state machines in the wiring table', () => {
       expect((state.Parameters?.Overrides?.ContainerOverrides ?? []).map((o: { Name?: string }) => o.Name), name).toEqual([COPY_CONTAINER_NAME]);
     }
   });
+
+  test.each(STATE_MACHINES.filter(usesRunTaskSync).map((m) => [m.name] as const))(
+    '%s as deployed (the definition asset of the synthesized machine) bounds the copy task and retries a refused launch',
+    (name) => {
+      // The template only points at the definition (an S3 asset); read the staged file it deploys.
+      const assembly = real.app.synth();
+      const key: string = real.resources[real.id(real.stack.stateMachines.get(name)!)]!.Properties.DefinitionS3Location.Key;
+      const manifest = JSON.parse(readFileSync(join(assembly.directory, `${real.stack.artifactId}.assets.json`), 'utf8'));
+      const asset = manifest.files[key.replace(/\.json$/, '')] as { source: { path: string } };
+      const definition = JSON.parse(readFileSync(join(assembly.directory, asset.source.path), 'utf8'));
+      const runs = tasks(definition).filter((t) => t.state.Resource === RUN_TASK_SYNC);
+      expect(runs.length).toBeGreaterThan(0);
+      for (const { name: state, state: task } of runs) {
+        expect(task.TimeoutSeconds, state).toBe(COPY_TASK_TIMEOUT_SECONDS);
+        expect(task.Retry, state).toEqual([RETRIERS.copyTaskLaunch]);
+      }
+      expect(definition.TimeoutSeconds).toBe(MACHINE_POLICIES[name].timeoutSeconds);
+    },
+  );
 });
 
 // --- a fixture wiring: a machine with the copy Task, independent of statemachines/ ---------------

@@ -12,11 +12,12 @@ import type { AuthContext } from '../../functions/core/auth.js';
 import { db, scanAll } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
 import type { BackendConfig, Connector } from '../../functions/drivers/volume/driver.js';
-import { clearDriverCache, driverForHost } from '../../functions/drivers/volume/registry.js';
+import { clearDriverCache } from '../../functions/drivers/volume/registry.js';
+import { driverForHost } from '../../functions/volumes/backends.js';
 import { putBackend } from '../../functions/volumes/backends.js';
 import { volumeGsi1, volumeKey, type Volume } from '../../functions/volumes/model.js';
 import { claimKey } from '../../functions/volumes/repo.js';
-import { connectorFor, volumeFixture } from '../support/attachment-fixtures.js';
+import { connectorFor, registerServerAttachmentUsers, volumeFixture } from '../support/attachment-fixtures.js';
 import { useLocalDynamo } from '../support/dynamo.js';
 
 export const BACKEND = 'ferry@lvm-a';
@@ -45,6 +46,8 @@ export async function startAttachmentEnv(): Promise<AttachmentTestEnv> {
     volumeBackendName: 'lvm-a',
   };
   clearDriverCache();
+  // What the Cinder API handler registers: these tests call the routes and the service directly.
+  await registerServerAttachmentUsers();
   await putBackend(config);
   return {
     root,

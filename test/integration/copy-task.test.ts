@@ -17,8 +17,9 @@ import { getCopyOperation } from '../../functions/copy/progress.js';
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { COPY_CONTAINER_NAME, COPY_ENTRYPOINT, copyTaskIntegration, runningCopyTasks, type StoppedTask } from '../../infra/local/copy-task.js';
 import { REPO_ROOT, STEP_FUNCTIONS_PATH } from '../../infra/local/http.js';
-import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
-import { content, tempDir, treeDigest, writeManyFiles } from '../unit/copy-fixtures.js';
+import { eventually } from '../support/poll.js';
+import { useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { content, tempDir, treeDigest, writeManyFiles } from '../support/copy-fixtures.js';
 
 const work = tempDir('copy-task');
 const MACHINE = 'copy-task-fixture';
@@ -92,16 +93,6 @@ function runTaskParameters(env: Record<string, string>) {
 }
 
 const task = { stateName: 'Copy', executionArn: 'arn:aws:states:us-east-1:000000000000:execution:x:y' };
-
-async function until<T>(probe: () => T | undefined | false, what: string, timeoutMs = 30_000, everyMs = 20): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = probe();
-    if (value !== undefined && value !== false) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-}
 
 function journalLines(path: string): number {
   if (!existsSync(path)) return 0;
@@ -213,8 +204,8 @@ describe('the integration', () => {
       runTaskParameters({ FERRY_COPY_OPERATION_ID: operationId, FERRY_COPY_SOURCE: src, FERRY_COPY_DESTINATION: dst, FERRY_COPY_BYTES_PER_SECOND: String(1024 * 1024) }),
       task,
     ).catch((e: Error) => e);
-    const [, child] = await until(() => [...runningCopyTasks].find(([id]) => !before.has(id)), 'the child to start');
-    await until(() => (existsSync(dst) ? true : undefined), 'the copy to start', 30_000);
+    const [, child] = await eventually(() => [...runningCopyTasks].find(([id]) => !before.has(id)), 'the child to start', { intervalMs: 20 });
+    await eventually(() => (existsSync(dst) ? true : undefined), 'the copy to start', { timeoutMs: 30_000, intervalMs: 20 });
 
     // Act
     child.kill('SIGTERM');
@@ -252,12 +243,12 @@ describe('FERRY_COPY_EXIT_WITH_PARENT', () => {
       if (!processGone(workerPid)) process.kill(workerPid, 'SIGKILL');
     });
     const journal = join(dst, journalName(operationId));
-    await until(() => journalLines(journal) >= 10 || undefined, 'ten finished files in the journal');
+    await eventually((note) => note(journalLines(journal)) >= 10 || undefined, 'ten finished files in the journal', { intervalMs: 20 });
 
     // Act
     parent.kill('SIGKILL');
     const killedAt = Date.now();
-    await until(() => processGone(workerPid) || undefined, 'the worker to exit', 2_000, 10);
+    await eventually(() => processGone(workerPid) || undefined, 'the worker to exit', { timeoutMs: 2_000, intervalMs: 10 });
     const goneAfterMs = Date.now() - killedAt;
     const stopped = (await getCopyOperation(operationId))!;
     const finished = journalLines(journal);

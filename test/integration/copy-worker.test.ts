@@ -20,10 +20,11 @@ import {
   requestCopyCancel,
   type CopyOperationRecord,
 } from '../../functions/copy/progress.js';
-import { runCopyOperation } from '../../functions/copy/worker.js';
+import { runCopyOperation } from '../../functions/copy/operation.js';
 import type { LocalDynamo } from '../../infra/local/dynamo.js';
 import { useLocalDynamo } from '../support/dynamo.js';
-import { bigStat, content, tempDir, treeDigest, writeManyFiles } from '../unit/copy-fixtures.js';
+import { eventually } from '../support/poll.js';
+import { bigStat, content, tempDir, treeDigest, writeManyFiles } from '../support/copy-fixtures.js';
 
 let ddb: LocalDynamo;
 beforeAll(async () => {
@@ -43,16 +44,6 @@ function workspace(): { src: string; dst: string; operationId: string } {
   const src = join(dir.path, 'src');
   mkdirSync(src);
   return { src, dst: join(dir.path, 'dst'), operationId: `op-${process.pid}-${nextId++}` };
-}
-
-async function until<T>(probe: () => Promise<T | undefined> | T | undefined, what: string, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined && value !== false) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 function updateRequests(): number {
@@ -88,7 +79,7 @@ describe('the operation record', () => {
     const { src, dst, operationId } = workspace();
     writeFileSync(join(src, 'huge.bin'), content(32 * 1024 * 1024, 9));
     const running = runCopyOperation({ operationId, source: src, destination: dst, progressIntervalMs: 100, bytesPerSecond: 8 * 1024 * 1024 });
-    await until(async () => ((await getCopyOperation(operationId))?.currentFileBytes ?? 0) > 0, 'the copy to be inside huge.bin');
+    await eventually(async () => ((await getCopyOperation(operationId))?.currentFileBytes ?? 0) > 0, 'the copy to be inside huge.bin', { intervalMs: 20 });
 
     // Act
     await requestCopyCancel(operationId);
@@ -153,7 +144,7 @@ describe('a stale worker', () => {
     const { src, dst, operationId } = workspace();
     writeFileSync(join(src, 'huge.bin'), content(32 * 1024 * 1024, 4));
     const running = runCopyOperation({ operationId, source: src, destination: dst, progressIntervalMs: 100, bytesPerSecond: 8 * 1024 * 1024 });
-    await until(async () => ((await getCopyOperation(operationId))?.currentFileBytes ?? 0) > 0, 'the copy to be under way');
+    await eventually(async () => ((await getCopyOperation(operationId))?.currentFileBytes ?? 0) > 0, 'the copy to be under way', { intervalMs: 20 });
 
     // Act
     await claimCopyOperation({ operationId, source: src, destination: dst });
@@ -194,7 +185,7 @@ describe('crash and resume of the worker process', () => {
     const journal = join(dst, journalName(operationId));
     const first = startWorker({ ...env, FERRY_COPY_BYTES_PER_SECOND: String(4 * 1024 * 1024), FERRY_COPY_PROGRESS_INTERVAL_MS: '100' });
     cleanups.push(() => first.child.kill('SIGKILL'));
-    await until(() => journalEntries(journal).length >= 10 || undefined, 'ten finished files in the journal');
+    await eventually((note) => note(journalEntries(journal).length) >= 10 || undefined, 'ten finished files in the journal', { intervalMs: 20 });
     first.child.kill('SIGKILL');
     expect(await first.exit).toBeNull();
     const finished = journalEntries(journal);

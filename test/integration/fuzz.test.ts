@@ -21,7 +21,7 @@ import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import { afterAll, afterEach, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import { getAttachmentRecord } from '../../functions/attachments/repo.js';
 import { handler } from '../../functions/api/volume.js';
-import { driverForHost } from '../../functions/drivers/volume/registry.js';
+import { driverForHost } from '../../functions/volumes/backends.js';
 import { getVolume, updateVolume } from '../../functions/volumes/repo.js';
 import { createVolumeType, getVolumeTypeByName } from '../../functions/volumes/types.js';
 import { attachedVolume, availableVolume, cleanUp, diffSnapshots, settleExecutions, snapshotState, volumeIs, type Snapshot } from '../support/api-state.js';

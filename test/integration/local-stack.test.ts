@@ -15,7 +15,8 @@ import { db } from '../../functions/core/db.js';
 import { sfn } from '../../functions/core/executions.js';
 import { bucket, s3 } from '../../functions/core/s3.js';
 import { tableName } from '../../functions/core/tables.js';
-import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { eventually } from '../support/poll.js';
+import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 import { FIXTURE_FUNCTIONS, FIXTURE_MACHINES, fixtureMachineArn } from '../fixtures/local-stack/wiring.js';
 
 let stack: TestLocalStack;

@@ -3,7 +3,7 @@
  * it: fixture machines (test/fixtures/local-stack) with fixture step handlers, no DynamoDB needed.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -18,8 +18,10 @@ import {
 } from '@aws-sdk/client-sfn';
 import { STEP_FUNCTIONS_PATH, startHttpServer, type LocalHttpServer } from '../../infra/local/http.js';
 import { LocalStepFunctions } from '../../infra/local/stepfunctions.js';
-import { eventually } from '../support/stack.js';
+import { eventually } from '../support/poll.js';
 import { FIXTURE_FUNCTIONS, FIXTURE_MACHINES, fixtureMachineArn } from '../fixtures/local-stack/wiring.js';
+import { COPY_TASK_RESOURCE, COPY_TASK_TIMEOUT_SECONDS, MACHINE_POLICIES, RETRIERS } from '../../infra/asl/policy.js';
+import type { TaskIntegration } from '../../infra/local/stepfunctions.js';
 
 let dataDir: string;
 let stepFunctions: LocalStepFunctions;
@@ -167,5 +169,84 @@ describe('executions', () => {
     expect(onDisk).toMatchObject({ executionArn, status: 'SUCCEEDED', input: JSON.stringify({ items: [5] }) });
     expect(described.status).toBe(200);
     expect(described.body).toMatchObject({ status: 'SUCCEEDED', output: JSON.stringify({ sum: 10, execution: 'persisted-1' }) });
+  });
+});
+
+// The retry and timeout policy (infra/asl/policy.ts) as the interpreter runs it: the machine's
+// TimeoutSeconds, a Task's TimeoutSeconds, and the copy task's Retry, whose waits the scale shortens.
+describe('timeouts and retries', () => {
+  let dir: string;
+  let sfn: LocalStepFunctions;
+  const launches: Record<string, number> = {};
+  /** The copy task's stand-in: refused twice (no capacity), then done; or done only after its 1 s timeout. */
+  const copyTask: TaskIntegration = async (_input, task) => {
+    launches[task.stateName] = (launches[task.stateName] ?? 0) + 1;
+    if (task.stateName === 'Hang') return new Promise((done) => setTimeout(() => done({ LastStatus: 'STOPPED' }), 3000));
+    if (launches[task.stateName]! <= 2) throw Object.assign(new Error('Capacity is unavailable at this time.'), { name: 'ECS.AmazonECSException' });
+    return { LastStatus: 'STOPPED' };
+  };
+  const catchAll = [{ ErrorEquals: ['States.ALL'], ResultPath: '$.error', Next: 'Caught' }];
+  const machines = {
+    'policy-machine-timeout': { TimeoutSeconds: 1, StartAt: 'Long', States: { Long: { Type: 'Wait', Seconds: 300, End: true } } },
+    'policy-task-timeout': {
+      TimeoutSeconds: MACHINE_POLICIES['share-migration-start'].timeoutSeconds,
+      StartAt: 'Hang',
+      States: { Hang: { Type: 'Task', Resource: COPY_TASK_RESOURCE, TimeoutSeconds: 1, Catch: catchAll, End: true }, Caught: { Type: 'Pass', End: true } },
+    },
+    'policy-copy-retry': {
+      TimeoutSeconds: MACHINE_POLICIES['share-migration-start'].timeoutSeconds,
+      StartAt: 'Copy',
+      States: {
+        Copy: { Type: 'Task', Resource: COPY_TASK_RESOURCE, TimeoutSeconds: COPY_TASK_TIMEOUT_SECONDS, Retry: [RETRIERS.copyTaskLaunch], ResultPath: '$.task', Catch: catchAll, End: true },
+        Caught: { Type: 'Pass', End: true },
+      },
+    },
+  };
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'ferry-sfn-policy-'));
+    for (const [name, definition] of Object.entries(machines)) await writeFile(join(dir, `${name}.asl.json`), JSON.stringify(definition));
+    sfn = new LocalStepFunctions({
+      dataDir: dir,
+      functions: FIXTURE_FUNCTIONS,
+      machines: Object.keys(machines).map((name) => ({ name, file: join(dir, `${name}.asl.json`), description: name, functions: [] })),
+      integrations: { [COPY_TASK_RESOURCE]: copyTask },
+      quiet: true,
+    });
+  });
+
+  afterAll(async () => {
+    await sfn?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const run = async (machine: keyof typeof machines) => {
+    const started = await sfn.handle('AWSStepFunctions.StartExecution', JSON.stringify({ stateMachineArn: fixtureMachineArn(machine), input: '{}' }));
+    const { executionArn } = started.body as { executionArn: string };
+    return eventually(async () => {
+      const { body } = await sfn.handle('AWSStepFunctions.DescribeExecution', JSON.stringify({ executionArn }));
+      const out = body as { status: string; error?: string; output?: string };
+      return out.status === 'RUNNING' ? undefined : out;
+    }, `${machine} to finish`);
+  };
+
+  test("the machine's TimeoutSeconds ends the execution TIMED_OUT (not scaled: the 3 s scaled wait outlasts it)", async () => {
+    const out = await run('policy-machine-timeout');
+    expect(out).toMatchObject({ status: 'TIMED_OUT', error: 'States.Timeout' });
+  });
+
+  test("a Task's TimeoutSeconds is States.Timeout, which the Catch sees; the machine's 20 days do not fire early", async () => {
+    const out = await run('policy-task-timeout');
+    expect(out.status).toBe('SUCCEEDED');
+    expect(JSON.parse(out.output!).error).toMatchObject({ Error: 'States.Timeout' });
+  });
+
+  test('the copy task is launched again after a refused launch, the 30 s and 60 s waits shortened by FERRY_LOCAL_WAIT_SCALE', async () => {
+    const t0 = Date.now();
+    const out = await run('policy-copy-retry');
+    expect(out.status).toBe('SUCCEEDED');
+    expect(JSON.parse(out.output!)).toEqual({ task: { LastStatus: 'STOPPED' } });
+    expect(launches.Copy).toBe(3);
+    expect(Date.now() - t0).toBeLessThan(20_000);
   });
 });

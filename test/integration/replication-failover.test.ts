@@ -11,12 +11,14 @@ import { open, readFile, rm } from 'node:fs/promises';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { clearFaults, faultCalls, injectFault } from '../../functions/core/faults.js';
-import { driverForHost } from '../../functions/drivers/volume/registry.js';
+import { driverForHost } from '../../functions/volumes/backends.js';
 import { volumeFilePath, type LocalVolumeDriver } from '../../functions/drivers/volume/local.js';
-import { getBackendItem, getOperation, listDrillCopies, listOperations } from '../../functions/replication/repo.js';
+import { getOperation, listDrillCopies, listOperations } from '../../functions/replication/repo.js';
+import { getBackendItem } from '../../functions/replication/service-repo.js';
 import { getSnapshot } from '../../functions/snapshots/repo.js';
 import { getVolume } from '../../functions/volumes/repo.js';
-import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { eventually } from '../support/poll.js';
+import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 const HOST = 'ferry@lvm-r';
 const ADMIN = 'admin:admin';

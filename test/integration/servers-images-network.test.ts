@@ -55,12 +55,15 @@ async function readAll(stream: Readable): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
+/** Only S3's own "not found" (HeadObject answers 404 NotFound) means absent; any other error fails the test. */
 async function objectExists(key: string): Promise<boolean> {
   try {
     await s3().send(new HeadObjectCommand({ Bucket: bucket(), Key: key }));
     return true;
-  } catch {
-    return false;
+  } catch (e) {
+    const err = e as { name?: string; $metadata?: { httpStatusCode?: number } };
+    if (err.name === 'NotFound' || err.$metadata?.httpStatusCode === 404) return false;
+    throw e;
   }
 }
 

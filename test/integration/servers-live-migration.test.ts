@@ -7,16 +7,18 @@
  * step fails after the switch (c), no valid host (d).
  */
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
-import '../../functions/servers/flows/live-migration.js';
+import '../../functions/servers/flows/live-migration/api.js';
 import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js';
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { computeDriverFor } from '../../functions/drivers/compute/registry.js';
 import { setHostDown } from '../../functions/drivers/compute/local.js';
 import { nodeOfHost } from '../../functions/servers/engine.js';
-import { allocationsOf, listMigrations } from '../../functions/servers/repo.js';
+import { allocationsOf } from '../../functions/compute/placement.js';
+import { listMigrations } from '../../functions/servers/migrations.js';
 import type { Migration } from '../../functions/servers/model.js';
 import { action, bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, volumeStatus, writeThroughGuest, assertCleanAudit, type Cinder, type Nova } from '../support/nova.js';
-import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { eventually } from '../support/poll.js';
+import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
 let nova: Nova;

@@ -10,7 +10,9 @@ import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { computeDriverFor } from '../../functions/drivers/compute/registry.js';
 import { nodeOfHost } from '../../functions/servers/engine.js';
-import { allocationsOf, getRequestSpec, listMigrations } from '../../functions/servers/repo.js';
+import { allocationsOf } from '../../functions/compute/placement.js';
+import { listMigrations } from '../../functions/servers/migrations.js';
+import { getRequestSpec } from '../../functions/servers/repo.js';
 import type { Migration } from '../../functions/servers/model.js';
 import { serviceUuid } from '../../functions/compute/seed.js';
 import { action, bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, volumeStatus, writeThroughGuest, assertCleanAudit, type Cinder, type Nova } from '../support/nova.js';

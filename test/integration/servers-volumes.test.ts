@@ -7,7 +7,8 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js';
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
-import { allocationsOf, findServer, getRequestSpec } from '../../functions/servers/repo.js';
+import { allocationsOf } from '../../functions/compute/placement.js';
+import { findServer, getRequestSpec } from '../../functions/servers/repo.js';
 import { bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, volumeStatus, writeThroughGuest, type Cinder, type Nova } from '../support/nova.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
@@ -202,7 +203,7 @@ describe('swap, detach failure, boot from volume, delete', () => {
     expect((await settled(nova, id)).status).toBe('DELETED');
     expect(callNames()).toEqual(['attachment_delete', 'attachment_delete']);
     expect((await volumeStatus(cinder, boot)).status).toBe('available');
-    const gone = await import('../support/stack.js').then((m) =>
+    const gone = await import('../support/poll.js').then((m) =>
       m.eventually(async () => ((await cinder('GET', `/volumes/${data}`)).status === 404 ? true : undefined), 'data volume deleted'),
     );
     expect(gone).toBe(true);
@@ -238,7 +239,7 @@ describe('the audit of servers', () => {
     const otherNode = (await nodeOfHost(other)).node;
     const stray = '0f0f0f0f-0000-4000-8000-000000000001';
     await computeDriverFor(otherNode.config).spawn({ uuid: stray, flavor: { vcpus: 1, memoryMb: 512, rootGb: 1 }, image: { data: new Uint8Array(1024) } });
-    const { claim } = await import('../../functions/servers/repo.js');
+    const { claim } = await import('../../functions/compute/placement.js');
     expect(await claim({ consumer: '0f0f0f0f-0000-4000-8000-000000000002', nodeUuid: otherNode.uuid, vcpus: 1, memoryMb: 64, diskGb: 0 })).toBe(true);
     const kinds = (await runAudit()).findings.map((f) => f.kind).sort();
     expect(kinds).toEqual(['allocation-without-consumer', 'bdm-attachment-missing', 'host-connection-without-attachment', 'orphan-guest']);

@@ -28,7 +28,8 @@ import { clearFault, clearFaults, faultCalls, injectFault } from '../../function
 import type { StateMachineName } from '../../functions/wiring.js';
 import { getShare } from '../../functions/shares/repo.js';
 import { manilaClient, migrationStartBody, type ManilaResponse, useFastMigrationEnv } from '../support/manila.js';
-import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { eventually } from '../support/poll.js';
+import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
 const m = manilaClient(() => stack.url);

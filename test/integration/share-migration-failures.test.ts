@@ -25,12 +25,13 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { getCopyOperation } from '../../functions/copy/progress.js';
 import { clearFaultCalls, clearFaults, faultCalls, injectFault, listFaults, type FaultSpec } from '../../functions/core/faults.js';
-import { copyOperationIdOf } from '../../functions/migration/steps.js';
-import { allocatedOnSharePool, getShare, updateShareBy } from '../../functions/shares/repo.js';
+import { copyOperationIdOf } from '../../functions/migration/host-copy.js';
+import { allocatedOnSharePool, getShare } from '../../functions/shares/repo.js';
 import { freePort } from '../../infra/local/ports.js';
 import { REPO_ROOT } from '../../infra/local/http.js';
 import { fillShare, manilaClient, migrationStartBody, shareDigest, useFastMigrationEnv } from '../support/manila.js';
-import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { eventually } from '../support/poll.js';
+import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
 const m = manilaClient(() => stack.url);

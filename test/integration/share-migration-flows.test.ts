@@ -16,7 +16,8 @@ import { runAudit } from '../../functions/audit/audit.js';
 import { clearFaults } from '../../functions/core/faults.js';
 import { getShare } from '../../functions/shares/repo.js';
 import { fillShare, manilaClient, migrationStartBody, shareDigest, useFastMigrationEnv } from '../support/manila.js';
-import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { eventually } from '../support/poll.js';
+import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
 const m = manilaClient(() => stack.url);

@@ -12,7 +12,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { allocatedOnSharePool, getShare } from '../../functions/shares/repo.js';
-import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { eventually } from '../support/poll.js';
+import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
 beforeAll(async () => {
@@ -182,7 +183,7 @@ describe('API rules', () => {
     expect((await api('POST', `/shares/${id}/action`, { migration_frobnicate: null })).body.badRequest.message).toBe('There is no such action: migration_frobnicate');
     expect((await api('POST', `/shares/${id}/action`, { constructor: null })).status).toBe(400);
     // The contract the migration work uses: an experimental action is a bare 404 without the header.
-    const { registerShareAction } = await import('../../functions/shares/routes.js');
+    const { registerShareAction } = await import('../../functions/shares/actions.js');
     registerShareAction('ferry_probe', { minVersion: '2.22', experimental: true, handler: async () => ({ status: 200, body: { ok: true } }) });
     expect((await api('POST', `/shares/${id}/action`, { ferry_probe: null })).status).toBe(404);
     const probed = await api('POST', `/shares/${id}/action`, { ferry_probe: null }, 'demo:demo', '2.72', { 'X-OpenStack-Manila-API-Experimental': 'true' });
@@ -220,5 +221,26 @@ describe('operator views', () => {
     expect(instances.body.share_instances.find((i: any) => i.share_id === created.body.share.id)).toMatchObject({ status: 'available' });
     await api('DELETE', `/shares/${created.body.share.id}`);
     await gone(created.body.share.id);
+  });
+
+  test('a share network in use by a share cannot be deleted; once the share is gone it can', async () => {
+    const type = await api('POST', '/types', { share_type: { name: 'with-servers', extra_specs: { driver_handles_share_servers: true } } }, 'admin:admin');
+    expect(type.status).toBe(200);
+    const net = (await api('POST', '/share-networks', { share_network: { name: 'in-use' } })).body.share_network;
+    const created = await api('POST', '/shares', { share: { share_proto: 'NFS', size: 1, share_type: 'with-servers', share_network_id: net.id } });
+    expect(created.status).toBe(202);
+    // No backend handles share servers: the share ends in error, still naming its network.
+    await statusBecomes(created.body.share.id, ['error']);
+    const refused = await api('DELETE', `/share-networks/${net.id}`);
+    expect(refused.status).toBe(400);
+    expect(refused.body.badRequest.message).toBe(`Network ${net.id} is in use by shares.`);
+    expect((await api('GET', `/share-networks/${net.id}`)).status).toBe(200);
+    await api('DELETE', `/shares/${created.body.share.id}`);
+    await gone(created.body.share.id);
+    expect((await api('DELETE', `/share-networks/${net.id}`)).status).toBe(202);
+    expect((await api('DELETE', `/share-networks/${net.id}`)).status).toBe(404);
+    // A share naming a network that is gone is refused.
+    expect((await api('POST', '/shares', { share: { share_proto: 'NFS', size: 1, share_type: 'with-servers', share_network_id: net.id } })).status).toBe(404);
+    expect((await api('DELETE', `/types/${type.body.share_type.id}`, undefined, 'admin:admin')).status).toBe(202);
   });
 });

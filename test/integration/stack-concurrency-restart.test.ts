@@ -10,7 +10,8 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { clearFaults, faultCalls, injectFault } from '../../functions/core/faults.js';
-import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { eventually } from '../support/poll.js';
+import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
 const HEADERS = { 'X-Auth-Token': 'demo:demo', 'OpenStack-API-Version': 'volume 3.70', 'Content-Type': 'application/json' };

@@ -9,11 +9,12 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { SFNClient, StartExecutionCommand, DescribeExecutionCommand } from '@aws-sdk/client-sfn';
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
-import { driverForHost } from '../../functions/drivers/volume/registry.js';
+import { driverForHost } from '../../functions/volumes/backends.js';
 import { stateMachineArn } from '../../functions/core/executions.js';
 import { getVolume } from '../../functions/volumes/repo.js';
 import { volumeIdForExecution } from '../../functions/volumes/steps.js';
-import { eventually, useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { eventually } from '../support/poll.js';
+import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
 beforeAll(async () => {

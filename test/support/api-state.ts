@@ -20,10 +20,11 @@ import { driverFor } from '../../functions/drivers/volume/registry.js';
 import { listBackends } from '../../functions/volumes/backends.js';
 import type { Volume } from '../../functions/volumes/model.js';
 import { getVolume, getVolumeOrThrow, updateVolume } from '../../functions/volumes/repo.js';
-import { recordNewVolume } from '../../functions/volumes/routes.js';
+import { recordNewVolume } from '../../functions/volumes/create.js';
 import * as steps from '../../functions/volumes/steps.js';
 import { deleteVolumeType } from '../../functions/volumes/types.js';
 import { STATE_MACHINES } from '../../functions/wiring.js';
+import { eventually } from './poll.js';
 
 export const authOf = (projectId: string, admin = false): AuthContext => ({
   userId: projectId,
@@ -175,17 +176,18 @@ export function diffSnapshots(before: Snapshot, after: Snapshot): string[] {
 
 /** Waits until no execution of the volume machines is RUNNING (the local Step Functions run them in this process). */
 export async function settleExecutions(timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    let running = 0;
-    for (const m of STATE_MACHINES) {
-      const out = await sfn().send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(m.name), statusFilter: 'RUNNING' }));
-      running += out.executions?.length ?? 0;
-    }
-    if (running === 0) return;
-    if (Date.now() > deadline) throw new Error(`${running} volume machine executions still running after ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
+  await eventually(
+    async (note) => {
+      const running: string[] = [];
+      for (const m of STATE_MACHINES) {
+        const out = await sfn().send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(m.name), statusFilter: 'RUNNING' }));
+        for (const e of out.executions ?? []) running.push(`${m.name}/${e.name}`);
+      }
+      return note(running).length === 0 || undefined;
+    },
+    'no volume machine execution RUNNING',
+    { timeoutMs, intervalMs: 25 },
+  );
 }
 
 /**

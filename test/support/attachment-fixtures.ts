@@ -58,3 +58,16 @@ export const localConnection = (host: string): ConnectionProperties => ({
   driverVolumeType: 'local',
   data: { device_path: `/tmp/b/.connections/${host}/volume-${VOLUME_ID}`, target_lun: 0, host },
 });
+
+/**
+ * What the Cinder API handler (functions/api/volume.ts) registers when it loads: the attachments
+ * port answered by the servers' records. Tests that call the attachments service directly, without
+ * loading an entry point, call this first.
+ */
+export async function registerServerAttachmentUsers(): Promise<void> {
+  const [{ registerAttachmentUsers }, { attachmentInUseByServer }] = await Promise.all([
+    import('../../functions/attachments/ports.js'),
+    import('../../functions/servers/repo.js'),
+  ]);
+  registerAttachmentUsers({ attachmentInUseByServer });
+}

@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { lstatSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { chmod, link, mkdir, symlink, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { eventually } from './stack.js';
+import { eventually } from './poll.js';
 
 export interface ManilaResponse {
   status: number;
@@ -43,9 +43,9 @@ export function manilaClient(url: () => string) {
   /** Waits until the share's task_state is one of `wanted` (fails fast on an unexpected terminal state). */
   async function taskStateBecomes(id: string, wanted: string[], timeoutMs = 120_000): Promise<Record<string, any>> {
     return eventually(
-      async () => {
+      async (note) => {
         const s = await share(id);
-        if (wanted.includes(s.task_state)) return s;
+        if (wanted.includes(note(s).task_state)) return s;
         const terminal = ['migration_success', 'migration_error', 'migration_cancelled'];
         if (terminal.includes(s.task_state) && !wanted.includes(s.task_state)) {
           const { getShare } = await import('../../functions/shares/repo.js');
@@ -60,9 +60,9 @@ export function manilaClient(url: () => string) {
   }
 
   async function statusBecomes(id: string, wanted: string[], timeoutMs = 60_000): Promise<Record<string, any>> {
-    return eventually(async () => {
+    return eventually(async (note) => {
       const s = await share(id);
-      return wanted.includes(s.status) ? s : undefined;
+      return wanted.includes(note(s).status) ? s : undefined;
     }, `share ${id} status ${wanted.join('|')}`, timeoutMs);
   }
 

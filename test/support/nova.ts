@@ -10,7 +10,8 @@ import { computeDriverFor } from '../../functions/drivers/compute/registry.js';
 import { findServer, loadPartition } from '../../functions/servers/repo.js';
 import type { BlockDeviceMapping, Instance } from '../../functions/servers/model.js';
 import { SANDBOX_IMAGES } from '../../functions/servers/images.js';
-import { eventually, type TestLocalStack } from './stack.js';
+import { eventually } from './poll.js';
+import type { TestLocalStack } from './stack.js';
 
 export interface Res {
   status: number;
@@ -49,7 +50,7 @@ export async function createVolume(cinder: Cinder, size = 1, name = 'vol'): Prom
   const res = await cinder('POST', '/volumes', { volume: { size, name } });
   expect(res.status, JSON.stringify(res.body)).toBe(202);
   const id = res.body.volume.id as string;
-  await eventually(async () => ((await cinder('GET', `/volumes/${id}`)).body.volume.status === 'available' ? true : undefined), `volume ${id} available`);
+  await eventually(async (note) => (note((await cinder('GET', `/volumes/${id}`)).body.volume.status) === 'available' ? true : undefined), `volume ${id} available`);
   return id;
 }
 
@@ -75,12 +76,15 @@ export async function bootServer(nova: Nova, opts: { name?: string; flavor?: str
 /** The server once no operation is in flight (task_state None and no machine behind it). */
 export async function settled(nova: Nova, id: string, timeoutMs = 60_000): Promise<any> {
   return eventually(
-    async () => {
+    async (note) => {
       const found = await findServer(id);
-      if (found && found.instance.operation) return undefined;
+      if (found && found.instance.operation) {
+        note({ operation: found.instance.operation });
+        return undefined;
+      }
       const res = await nova('GET', `/servers/${id}`);
       if (res.status === 404) return { status: 'DELETED' };
-      return res.body.server['OS-EXT-STS:task_state'] === null ? res.body.server : undefined;
+      return note(res.body.server)['OS-EXT-STS:task_state'] === null ? res.body.server : undefined;
     },
     `server ${id} to settle`,
     timeoutMs,

@@ -4,6 +4,8 @@
  *   const stack = await useLocalStack();  ...  await stack.stop();
  * `stop()` tears everything down (the data directory too); `restart()` stops and starts again on
  * the same data directory and port, which is how a test proves that a restart loses nothing.
+ * Its Wait states and Retry intervals run at FERRY_LOCAL_WAIT_SCALE, which test/support/setup.ts
+ * sets for every test file. To wait for something the stack does, use `eventually` (./poll.ts).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -36,15 +38,4 @@ export async function useLocalStack(options: Omit<LocalStackOptions, 'dataDir' |
     },
   };
   return handle;
-}
-
-/** Polls `probe` until it returns a value other than undefined (or throws after `timeoutMs`). */
-export async function eventually<T>(probe: () => Promise<T | undefined>, what: string, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }

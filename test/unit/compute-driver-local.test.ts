@@ -1,17 +1,24 @@
+/**
+ * What the local compute driver does beyond the compute driver contract (test/contracts/compute-driver.ts,
+ * run by compute-driver-contract.test.ts): its files, sparse disks, peers under one root, down flags,
+ * the registry and fault injection.
+ */
 import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, openSync, writeSync } from 'node:fs';
-import { mkdtemp, open, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DriverError } from '../../functions/core/errors.js';
+import { ConfigurationError, DriverError } from '../../functions/core/errors.js';
 import { POWER_STATE, type ComputeHostConfig, type Flavor, type MigrationProgress } from '../../functions/drivers/compute/driver.js';
 import { GIB, LocalComputeDriver, connectionKeyOf, setHostDown } from '../../functions/drivers/compute/local.js';
 import { clearComputeDriverCache, computeDriverFor } from '../../functions/drivers/compute/registry.js';
 import { clearFaultCalls, clearFaults, faultCalls, injectFault } from '../../functions/core/faults.js';
 import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
-import { LocalVolumeDriver, volumeFilePath } from '../../functions/drivers/volume/local.js';
+import { volumeFilePath, type LocalVolumeDriver } from '../../functions/drivers/volume/local.js';
+import { readDevice, writeDevice } from '../contracts/compute-driver.js';
+import { exportLocalVolume, localVolumeBackend } from './compute-driver-fixtures.js';
 
 const UUID_A = '0a1b2c3d-0000-4000-8000-00000000000a';
 const UUID_B = '0a1b2c3d-0000-4000-8000-00000000000b';
@@ -39,15 +46,7 @@ beforeEach(async () => {
   image = randomBytes(IMAGE_BYTES);
   imagePath = join(tmp, 'image.raw');
   await writeFile(imagePath, image);
-  volumeConfig = {
-    host: 'ferry@lvm-a',
-    driver: 'local',
-    root: join(tmp, 'volumes'),
-    pools: [{ name: 'pool0', totalCapacityGb: 100 }],
-    serviceUuid: '11111111-1111-4111-8111-111111111111',
-    volumeBackendName: 'lvm-a',
-  };
-  volumes = new LocalVolumeDriver(volumeConfig);
+  ({ volumes, volumeConfig } = localVolumeBackend(tmp));
   cfg1 = hostConfig('cmp1');
   cfg2 = hostConfig('cmp2');
   cmp1 = new LocalComputeDriver(cfg1);
@@ -61,48 +60,14 @@ afterEach(async () => {
   await rm(tmp, { recursive: true, force: true });
 });
 
-/** A volume exported to `host`, as Nova holds its connection_info (nested, with serial). */
-async function exportVolume(volumeId: string, host: string): Promise<Record<string, unknown>> {
-  const backendName = `volume-${volumeId}`;
-  if (!(await volumes.getVolume(backendName))) await volumes.createVolume({ backendName, sizeGb: 1, pool: 'pool0' });
-  const props = await volumes.initializeConnection(backendName, { host });
-  return { driver_volume_type: props.driverVolumeType, data: props.data, serial: volumeId };
-}
+const exportVolume = (volumeId: string, host: string) => exportLocalVolume(volumes, volumeId, host);
 
-/** Every file under a host directory, relative. */
-async function filesOf(host: string): Promise<string[]> {
-  const out: string[] = [];
-  const walk = async (dir: string, rel: string) => {
-    for (const ent of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
-      const p = rel ? `${rel}/${ent.name}` : ent.name;
-      if (ent.isDirectory()) await walk(join(dir, ent.name), p);
-      else out.push(p);
-    }
-  };
-  await walk(join(computeRoot, host), '');
-  return out.sort();
-}
+/** Every file under a host directory, relative (none when the directory is missing). */
+const filesOf = (host: string): Promise<string[]> => new LocalComputeDriver(hostConfig(host)).listFiles();
 
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
 const diskPath = (host: string, uuid: string) => join(computeRoot, host, 'guests', uuid, 'disk');
 
-async function readDevice(driver: LocalComputeDriver, uuid: string, device: string, pos: number, len: number): Promise<Buffer> {
-  const h = await driver.openGuestDevice(uuid, device);
-  try {
-    return await h.read(pos, len);
-  } finally {
-    await h.close();
-  }
-}
-
-async function writeDevice(driver: LocalComputeDriver, uuid: string, device: string, pos: number, data: Buffer): Promise<void> {
-  const h = await driver.openGuestDevice(uuid, device);
-  try {
-    await h.write(pos, data);
-  } finally {
-    await h.close();
-  }
-}
 
 async function drain(stream: Readable): Promise<Buffer> {
   const chunks: Buffer[] = [];
@@ -121,6 +86,12 @@ describe('host', () => {
     // Assess
     expect(info).toMatchObject({ host: 'cmp1', vcpus: 8, memoryMb: 16384, diskGb: 200, up: true, guests: [UUID_A], hypervisorType: 'ferry-local' });
     expect(JSON.parse(await readFile(join(computeRoot, 'cmp1', 'host.json'), 'utf8'))).toMatchObject({ host: 'cmp1', vcpus: 8, memoryMb: 16384, diskGb: 200 });
+  });
+
+  it('declares what it can do: local volumes only, live migration, volume swap', () => {
+    // Act / Assess
+    expect(cmp1.capabilities()).toEqual({ volumeTypes: ['local'], liveMigration: true, swapVolume: true });
+    expect(computeDriverFor(cfg2).capabilities()).toEqual(cmp1.capabilities());
   });
 
   it('refuses unsafe host names and uuids', async () => {
@@ -168,23 +139,6 @@ describe('spawn', () => {
     expect(await cmp1.getPowerState(UUID_B)).toBe(POWER_STATE.SHUTDOWN);
   });
 
-  it('is idempotent for the same spec, keeps the bytes, and refuses a different spec', async () => {
-    // Prepare
-    await cmp1.spawn({ uuid: UUID_A, flavor: SMALL, image: { path: imagePath }, imageRef: 'img-1' });
-    await writeDevice(cmp1, UUID_A, '/dev/vda', 0, Buffer.from('guest wrote this'));
-    const unused = Readable.from([Buffer.from('other')]);
-
-    // Act
-    const again = await cmp1.spawn({ uuid: UUID_A, flavor: SMALL, image: { stream: unused }, imageRef: 'img-1' });
-
-    // Assess
-    expect(again.defined).toBe(true);
-    expect(unused.destroyed).toBe(true);
-    expect((await readDevice(cmp1, UUID_A, '/dev/vda', 0, 16)).toString()).toBe('guest wrote this');
-    await expect(cmp1.spawn({ uuid: UUID_A, flavor: { ...SMALL, vcpus: 4 }, image: { path: imagePath } })).rejects.toThrow(/different spec/);
-    await expect(cmp1.spawn({ uuid: UUID_A, flavor: SMALL, image: { path: imagePath }, imageRef: 'img-2' })).rejects.toThrow(/different spec/);
-  });
-
   it('leaves nothing behind when it fails', async () => {
     // Prepare
     const good = await exportVolume(VOL_1, 'cmp1');
@@ -209,28 +163,6 @@ describe('spawn', () => {
     await expect(cmp1.spawn({ uuid: UUID_A, flavor: SMALL, image: { path: join(tmp, 'missing') } })).rejects.toThrow(/not a readable file/);
     await expect(cmp1.spawn({ uuid: UUID_A, flavor: SMALL })).rejects.toThrow(/neither an image nor a boot volume/);
     expect(await filesOf('cmp1')).toEqual(['host.json']);
-  });
-});
-
-describe('power', () => {
-  it('power off, on and reboot are idempotent and counted', async () => {
-    // Prepare
-    await cmp1.spawn({ uuid: UUID_A, flavor: SMALL, image: { path: imagePath } });
-
-    // Act
-    await cmp1.powerOff(UUID_A);
-    await cmp1.powerOff(UUID_A);
-    const off = await cmp1.getPowerState(UUID_A);
-    await cmp1.powerOn(UUID_A);
-    await cmp1.powerOn(UUID_A);
-    await cmp1.reboot(UUID_A, 'HARD');
-
-    // Assess
-    expect(off).toBe(POWER_STATE.SHUTDOWN);
-    expect(await cmp1.getPowerState(UUID_A)).toBe(POWER_STATE.RUNNING);
-    expect((await cmp1.getGuest(UUID_A))?.bootCount).toBe(3);
-    expect(await cmp1.getPowerState(UUID_B)).toBe(POWER_STATE.NOSTATE);
-    await expect(cmp1.powerOn(UUID_B)).rejects.toThrow(/not defined/);
   });
 });
 
@@ -280,44 +212,6 @@ describe('volumes', () => {
     await expect(cmp1.attachVolume(UUID_A, nested, '/dev/vdc')).rejects.toThrow(/already attached/);
     await expect(cmp1.attachVolume(UUID_A, nested, '/dev/../etc')).rejects.toThrow(/invalid mountpoint/);
     await expect(cmp1.attachVolume(UUID_A, other, '/dev/vda')).rejects.toThrow(/local root disk/);
-  });
-
-  it('detach removes the connection; detaching again, or from a gone guest, succeeds', async () => {
-    // Prepare
-    await cmp1.spawn({ uuid: UUID_A, flavor: SMALL, image: { path: imagePath } });
-    const info = await exportVolume(VOL_1, 'cmp1');
-    await cmp1.attachVolume(UUID_A, info, '/dev/vdb');
-
-    // Act
-    await cmp1.detachVolume(UUID_A, '/dev/vdb');
-    await cmp1.detachVolume(UUID_A, '/dev/vdb');
-    await cmp1.detachVolume(UUID_B, '/dev/vdb');
-
-    // Assess
-    expect(await cmp1.listConnections()).toEqual([]);
-    expect((await cmp1.getGuest(UUID_A))?.volumes).toEqual([]);
-    await expect(cmp1.openConnection(info)).rejects.toThrow(/not connected/);
-    await expect(cmp1.openGuestDevice(UUID_A, '/dev/vdb')).rejects.toThrow(/no device/);
-  });
-
-  it('keeps a connection another guest on the host still uses (multiattach)', async () => {
-    // Prepare
-    await cmp1.spawn({ uuid: UUID_A, flavor: SMALL, image: { path: imagePath } });
-    await cmp1.spawn({ uuid: UUID_B, flavor: SMALL, image: { path: imagePath } });
-    const info = await exportVolume(VOL_1, 'cmp1');
-    await cmp1.attachVolume(UUID_A, info, '/dev/vdb');
-    await cmp1.attachVolume(UUID_B, info, '/dev/vdc');
-
-    // Act
-    await cmp1.detachVolume(UUID_A, '/dev/vdb');
-    await cmp1.disconnectVolume(info);
-
-    // Assess
-    const conns = await cmp1.listConnections();
-    expect(conns).toHaveLength(1);
-    expect(conns[0].users).toEqual([{ uuid: UUID_B, mountpoint: '/dev/vdc' }]);
-    await writeDevice(cmp1, UUID_B, '/dev/vdc', 0, Buffer.from('still here'));
-    expect((await readDevice(cmp1, UUID_B, '/dev/vdc', 0, 10)).toString()).toBe('still here');
   });
 
   it('can_connect_volume says why not; a terminated export can no longer be opened', async () => {
@@ -426,8 +320,8 @@ describe('cold migration / resize', () => {
     const bigger: Flavor = { vcpus: 2, memoryMb: 1024, rootGb: 1 };
 
     // Act
-    await cmp1.migrateDiskAndPowerOff(UUID_A, cfg2, bigger);
-    await cmp1.migrateDiskAndPowerOff(UUID_A, cfg2, bigger);
+    await cmp1.migrateDiskAndPowerOff(UUID_A, 'cmp2', bigger);
+    await cmp1.migrateDiskAndPowerOff(UUID_A, 'cmp2', bigger);
 
     // Assess: the source keeps its disks, undefined; its volume connection is gone.
     expect(await cmp1.listGuests()).toEqual([]);
@@ -440,8 +334,8 @@ describe('cold migration / resize', () => {
     await volumes.terminateConnection(`volume-${VOL_1}`, { host: 'cmp1' });
     const dst = await exportVolume(VOL_1, 'cmp2');
     const spec = { uuid: UUID_A, flavor: bigger, blockDevices: [{ mountpoint: '/dev/vdb', connectionInfo: dst }] };
-    const finished = await cmp2.finishMigration(spec, cfg1);
-    const again = await cmp2.finishMigration(spec, cfg1);
+    const finished = await cmp2.finishMigration(spec, 'cmp1');
+    const again = await cmp2.finishMigration(spec, 'cmp1');
 
     // Assess
     expect(finished).toMatchObject({ defined: true, powerState: POWER_STATE.RUNNING, flavor: bigger, rootDiskBytes: GIB, imageRef: 'img-1' });
@@ -463,9 +357,9 @@ describe('cold migration / resize', () => {
   it('revert: the destination destroys, the source comes back on its kept disks with the old flavor', async () => {
     // Prepare
     const { src, rootSha } = await prepareGuest();
-    await cmp1.migrateDiskAndPowerOff(UUID_A, cfg2, { vcpus: 2, memoryMb: 1024, rootGb: 1 });
+    await cmp1.migrateDiskAndPowerOff(UUID_A, 'cmp2', { vcpus: 2, memoryMb: 1024, rootGb: 1 });
     const dst = await exportVolume(VOL_1, 'cmp2');
-    await cmp2.finishMigration({ uuid: UUID_A, flavor: { vcpus: 2, memoryMb: 1024, rootGb: 1 }, blockDevices: [{ mountpoint: '/dev/vdb', connectionInfo: dst }] }, cfg1);
+    await cmp2.finishMigration({ uuid: UUID_A, flavor: { vcpus: 2, memoryMb: 1024, rootGb: 1 }, blockDevices: [{ mountpoint: '/dev/vdb', connectionInfo: dst }] }, 'cmp1');
 
     // Act
     await cmp2.destroy(UUID_A);
@@ -488,12 +382,12 @@ describe('cold migration / resize', () => {
     await cmp2.getHostInfo();
 
     // Act / Assess
-    await expect(cmp1.migrateDiskAndPowerOff(UUID_A, cfg2, { vcpus: 1, memoryMb: 512, rootGb: 1 })).rejects.toThrow(/cannot resize the root disk .* down/);
+    await expect(cmp1.migrateDiskAndPowerOff(UUID_A, 'cmp2', { vcpus: 1, memoryMb: 512, rootGb: 1 })).rejects.toThrow(/cannot resize the root disk .* down/);
     await setHostDown(cfg2, true);
-    await expect(cmp1.migrateDiskAndPowerOff(UUID_A, cfg2, { vcpus: 1, memoryMb: 512, rootGb: 2 })).rejects.toThrow(/destination host cmp2 is down/);
+    await expect(cmp1.migrateDiskAndPowerOff(UUID_A, 'cmp2', { vcpus: 1, memoryMb: 512, rootGb: 2 })).rejects.toThrow(/destination host cmp2 is down/);
     await setHostDown(cfg2, false);
-    await expect(cmp2.finishMigration({ uuid: UUID_B, flavor: SMALL }, cfg1)).rejects.toThrow(/has not run/);
-    await expect(cmp1.migrateDiskAndPowerOff(UUID_A, cfg1, SMALL)).rejects.toThrow(/is this host/);
+    await expect(cmp2.finishMigration({ uuid: UUID_B, flavor: SMALL }, 'cmp1')).rejects.toThrow(/has not run/);
+    await expect(cmp1.migrateDiskAndPowerOff(UUID_A, 'cmp1', SMALL)).rejects.toThrow(/is this host/);
     expect((await cmp1.getGuest(UUID_A))?.defined).toBe(true);
     expect(await filesOf('cmp2')).toEqual(['host.json']);
   });
@@ -513,12 +407,12 @@ describe('live migration', () => {
   it('moves the root disk with increasing progress; bytes written before the move are intact after it', async () => {
     // Prepare
     const { dst, rootSha } = await prepareGuest();
-    const data = await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL, blockDevices: [{ mountpoint: '/dev/vdb', connectionInfo: dst }] }, cfg1);
+    const data = await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL, blockDevices: [{ mountpoint: '/dev/vdb', connectionInfo: dst }] }, 'cmp1');
     const progress: MigrationProgress[] = [];
 
     // Act
-    await cmp1.liveMigration(UUID_A, cfg2, { chunkBytes: 4096, onProgress: (p) => progress.push(p) });
-    await cmp1.liveMigration(UUID_A, cfg2, { chunkBytes: 4096 });
+    await cmp1.liveMigration(UUID_A, 'cmp2', { chunkBytes: 4096, onProgress: (p) => progress.push(p) });
+    await cmp1.liveMigration(UUID_A, 'cmp2', { chunkBytes: 4096 });
     await cmp1.postLiveMigration(UUID_A);
     await cmp1.postLiveMigration(UUID_A);
     const atDest = await cmp2.postLiveMigrationAtDestination(UUID_A);
@@ -546,12 +440,12 @@ describe('live migration', () => {
   it('copies again what the guest wrote during the pre-copy (stop-and-copy)', async () => {
     // Prepare
     await cmp1.spawn({ uuid: UUID_A, flavor: SMALL, image: { path: imagePath } });
-    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL }, cfg1);
+    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL }, 'cmp1');
     const fd = openSync(diskPath('cmp1', UUID_A), 'r+');
     let dirtied = false;
 
     // Act: the guest writes into a chunk that has already been copied.
-    await cmp1.liveMigration(UUID_A, cfg2, {
+    await cmp1.liveMigration(UUID_A, 'cmp2', {
       chunkBytes: 4096,
       onProgress: (p) => {
         if (!dirtied && p.percent >= 50) {
@@ -570,12 +464,12 @@ describe('live migration', () => {
   it('an abort mid-way leaves the guest on the source intact; rollback at the destination leaves nothing', async () => {
     // Prepare
     const { dst, rootSha } = await prepareGuest();
-    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL, blockDevices: [{ mountpoint: '/dev/vdb', connectionInfo: dst }] }, cfg1);
+    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL, blockDevices: [{ mountpoint: '/dev/vdb', connectionInfo: dst }] }, 'cmp1');
     const controller = new AbortController();
     const seen: number[] = [];
 
     // Act
-    const attempt = cmp1.liveMigration(UUID_A, cfg2, {
+    const attempt = cmp1.liveMigration(UUID_A, 'cmp2', {
       chunkBytes: 4096,
       signal: controller.signal,
       onProgress: (p) => {
@@ -603,8 +497,8 @@ describe('live migration', () => {
     expect((await cmp1.listConnections()).map((c) => c.users)).toEqual([[{ uuid: UUID_A, mountpoint: '/dev/vdb' }]]);
 
     // Act: a second attempt goes through.
-    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL, blockDevices: [{ mountpoint: '/dev/vdb', connectionInfo: dst }] }, cfg1);
-    await cmp1.liveMigration(UUID_A, cfg2, { chunkBytes: 8192 });
+    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL, blockDevices: [{ mountpoint: '/dev/vdb', connectionInfo: dst }] }, 'cmp1');
+    await cmp1.liveMigration(UUID_A, 'cmp2', { chunkBytes: 8192 });
 
     // Assess
     expect(sha(await readFile(diskPath('cmp2', UUID_A)))).toBe(rootSha);
@@ -615,16 +509,16 @@ describe('live migration', () => {
     await prepareGuest();
 
     // Act / Assess
-    await expect(cmp1.liveMigration(UUID_A, cfg2)).rejects.toThrow(/pre_live_migration of .* has not run on cmp2/);
-    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL }, cfg1);
-    await expect(cmp1.liveMigration(UUID_A, cfg2)).rejects.toThrow(/differ from the guest's/);
+    await expect(cmp1.liveMigration(UUID_A, 'cmp2')).rejects.toThrow(/pre_live_migration of .* has not run on cmp2/);
+    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL }, 'cmp1');
+    await expect(cmp1.liveMigration(UUID_A, 'cmp2')).rejects.toThrow(/differ from the guest's/);
     expect((await cmp1.getGuest(UUID_A))?.migration).toBeUndefined();
     await cmp2.rollbackLiveMigrationAtDestination(UUID_A);
     await cmp1.detachVolume(UUID_A, '/dev/vdb');
-    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL }, cfg1);
-    await cmp1.liveMigration(UUID_A, cfg2);
+    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL }, 'cmp1');
+    await cmp1.liveMigration(UUID_A, 'cmp2');
     await expect(cmp2.rollbackLiveMigrationAtDestination(UUID_A)).rejects.toThrow(/switched over/);
-    await expect(cmp2.preLiveMigration({ uuid: UUID_B, flavor: SMALL }, cfg1)).rejects.toThrow(/not defined on cmp1/);
+    await expect(cmp2.preLiveMigration({ uuid: UUID_B, flavor: SMALL }, 'cmp1')).rejects.toThrow(/not defined on cmp1/);
   });
 
   it('migrates a volume-backed guest: no disk, the boot volume reconnects on the destination', async () => {
@@ -636,8 +530,8 @@ describe('live migration', () => {
     const progress: MigrationProgress[] = [];
 
     // Act
-    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL, blockDevices: [{ mountpoint: '/dev/vda', connectionInfo: bootDst }] }, cfg1);
-    await cmp1.liveMigration(UUID_A, cfg2, { onProgress: (p) => progress.push(p) });
+    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: SMALL, blockDevices: [{ mountpoint: '/dev/vda', connectionInfo: bootDst }] }, 'cmp1');
+    await cmp1.liveMigration(UUID_A, 'cmp2', { onProgress: (p) => progress.push(p) });
     await cmp1.postLiveMigration(UUID_A);
 
     // Assess
@@ -658,12 +552,12 @@ describe('evacuate', () => {
     const rootSha = sha(await readFile(diskPath('cmp1', UUID_A)));
     const dst = await exportVolume(VOL_1, 'cmp2');
     const spec = { uuid: UUID_A, flavor: SMALL, blockDevices: [{ mountpoint: '/dev/vdb', connectionInfo: dst }] };
-    await expect(cmp2.spawnEvacuated(spec, cfg1)).rejects.toThrow(/source host cmp1 is up/);
+    await expect(cmp2.spawnEvacuated(spec, { host: 'cmp1' })).rejects.toThrow(/source host cmp1 is up/);
 
     // Act
     await setHostDown(cfg1, true);
-    const rebuilt = await cmp2.spawnEvacuated(spec, cfg1);
-    const again = await cmp2.spawnEvacuated(spec, cfg1);
+    const rebuilt = await cmp2.spawnEvacuated(spec, { host: 'cmp1' });
+    const again = await cmp2.spawnEvacuated(spec, { host: 'cmp1' });
 
     // Assess
     expect(rebuilt).toMatchObject({ defined: true, evacuatedFrom: 'cmp1', imageRef: 'img-1', powerState: POWER_STATE.RUNNING });
@@ -690,8 +584,8 @@ describe('evacuate', () => {
     const cmp3 = new LocalComputeDriver(hostConfig('cmp3'));
 
     // Act
-    await expect(cmp2.spawnEvacuated({ uuid: UUID_A, flavor: SMALL }, cfg1)).rejects.toThrow(/unreadable and no image/);
-    const withImage = await cmp3.spawnEvacuated({ uuid: UUID_A, flavor: SMALL, image: { data: image } }, { ...cfg1, down: true });
+    await expect(cmp2.spawnEvacuated({ uuid: UUID_A, flavor: SMALL }, { host: 'cmp1' })).rejects.toThrow(/unreadable and no image/);
+    const withImage = await cmp3.spawnEvacuated({ uuid: UUID_A, flavor: SMALL, image: { data: image } }, { host: 'cmp1', down: true });
 
     // Assess
     expect(withImage.defined).toBe(true);
@@ -732,21 +626,22 @@ describe('registry and fault injection', () => {
     const d1 = computeDriverFor(cfg1);
     const d2 = computeDriverFor(cfg2);
     await d1.spawn({ uuid: UUID_A, flavor: SMALL, image: { path: imagePath } });
-    await d2.preLiveMigration({ uuid: UUID_A, flavor: SMALL }, cfg1);
+    await d2.preLiveMigration({ uuid: UUID_A, flavor: SMALL }, 'cmp1');
     injectFault({ kind: 'compute', backend: 'cmp1', method: 'liveMigration', mode: 'fail-after', times: 1 });
 
     // Act
-    await expect(d1.liveMigration(UUID_A, cfg2)).rejects.toThrow(/injected fault: compute.liveMigration on cmp1/);
+    await expect(d1.liveMigration(UUID_A, 'cmp2')).rejects.toThrow(/injected fault: compute.liveMigration on cmp1/);
 
     // Assess
     expect((await d2.getGuest(UUID_A))?.defined).toBe(true);
     expect((await d1.getGuest(UUID_A))?.defined).toBe(false);
-    await expect(d1.liveMigration(UUID_A, cfg2)).resolves.toBeUndefined();
+    await expect(d1.liveMigration(UUID_A, 'cmp2')).resolves.toBeUndefined();
   });
 
   it('an unknown driver kind is refused', () => {
     // Act / Assess
     expect(() => computeDriverFor({ ...cfg1, driver: 'libvirt' as 'local' })).toThrow(/unknown compute driver/);
+    expect(() => computeDriverFor({ ...cfg1, driver: 'libvirt' as 'local' })).toThrow(ConfigurationError);
   });
 });
 

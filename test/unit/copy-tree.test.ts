@@ -7,12 +7,13 @@ import { createHash } from 'node:crypto';
 import { chmodSync, chownSync, existsSync, linkSync, lutimesSync, mkdirSync, readdirSync, readFileSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, test } from 'vitest';
+import { eventually } from '../support/poll.js';
 import { CopyVerificationFailed } from '../../functions/copy/errors.js';
 import { journalName } from '../../functions/copy/journal.js';
 import type { CopyProgress, ProgressSink } from '../../functions/copy/progress.js';
 import { copyTree } from '../../functions/copy/worker.js';
 import { clearFault, clearFaults, injectFault } from '../../functions/core/faults.js';
-import { bigStat, content, sameTime, tempDir, treeDigest, writeManyFiles } from './copy-fixtures.js';
+import { bigStat, content, sameTime, tempDir, treeDigest, writeManyFiles } from '../support/copy-fixtures.js';
 
 const cleanups: (() => void)[] = [];
 afterEach(() => {
@@ -212,10 +213,9 @@ describe('the copy_file fault point', () => {
 
     // Act
     const running = copyTree({ source: src, destination: dst, operationId: 'fault-hang', threads: 2 });
-    const deadline = Date.now() + 10_000;
     const copied = () => (existsSync(dst) ? readdirSync(dst, { recursive: true }).filter((f) => String(f).endsWith('.bin')).length : 0);
     // The first batch waits behind the held file; the second batch (other lanes) goes through.
-    while (copied() < 5 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    await eventually((note) => note(copied()) >= 5 || undefined, 'five files copied while held.bin is held', { timeoutMs: 10_000, intervalMs: 10 });
     const heldWhileHanging = existsSync(join(dst, 'held.bin'));
     clearFault(id);
     const result = await running;

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { eventually } from '../support/poll.js';
 import { DriverError } from '../../functions/core/errors.js';
 import {
   FAULTS_ENV,
@@ -113,7 +114,7 @@ describe('withFaults', () => {
 
     // Act
     const pending = wrapped.create('v1');
-    await vi.waitFor(() => expect(faultCalls()[0]?.hanging).toBe(true));
+    await eventually((note) => note(faultCalls()[0])?.hanging === true || undefined, 'the first call to hang');
     const ranWhileHeld = [...backend.ran];
     clearFault(id);
     const name = await pending;
@@ -152,7 +153,7 @@ describe('withFaults', () => {
     const calls = [wrapped.create('v1'), wrapped.create('v2')];
 
     // Act
-    await vi.waitFor(() => expect(faultCalls().filter((c) => c.hanging)).toHaveLength(2));
+    await eventually((note) => note(faultCalls().filter((c) => c.hanging)).length === 2 || undefined, 'both calls to hang');
     clearFaults();
 
     // Assess

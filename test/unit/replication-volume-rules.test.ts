@@ -2,7 +2,8 @@
  * The per-volume failover rules of VolumeManager.failover (reference §2.4), as pure functions.
  */
 import { describe, expect, test } from 'vitest';
-import { applyFailoverUpdate, doneBy, isReplicatedVolume, markNotCapable } from '../../functions/replication/volume-rules.js';
+import { applyFailoverUpdate, doneBy, markNotCapable } from '../../functions/replication/volume-rules.js';
+import { isReplicatedVolume } from '../../functions/volumes/capabilities.js';
 import type { Volume } from '../../functions/volumes/model.js';
 
 const AT = '2024-05-01T00:00:00.000Z';

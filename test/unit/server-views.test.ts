@@ -7,17 +7,15 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, test } from 'vitest';
 import { ApiVersion } from '../../functions/core/microversion.js';
-import { statusFromState, type BlockDeviceMapping, type Instance, type InstanceAction, type Migration, type Port, type TaskState, type VmState } from '../../functions/servers/model.js';
+import type { BlockDeviceMapping, Instance, InstanceAction, Migration, Port, TaskState, VmState } from '../../functions/servers/model.js';
+import { instanceActionDetailView, instanceActionView, migrationView, serverMigrationView } from '../../functions/servers/history-views.js';
 import {
   generateHostId,
-  instanceActionDetailView,
-  instanceActionView,
   isoTime,
-  migrationView,
   sanitizeHostname,
   serverDetail,
-  serverMigrationView,
   serverSummary,
+  statusFromState,
   subsecondTime,
   volumeAttachmentCreateView,
   volumeAttachmentView,

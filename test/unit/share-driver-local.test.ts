@@ -3,64 +3,61 @@ import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, test } from 'vitest';
-import { DriverError } from '../../functions/core/errors.js';
-import type { ShareBackendConfig } from '../../functions/drivers/share/driver.js';
+import { ConfigurationError } from '../../functions/core/errors.js';
+import type { LocalShareBackendConfig } from '../../functions/drivers/share/driver.js';
 import { LocalShareDriver } from '../../functions/drivers/share/local.js';
 import { filterAndWeighShares, type SharePoolState } from '../../functions/shares/scheduler.js';
 
 let root: string;
 const name = 'share-11111111-1111-4111-a111-111111111111';
-const cfg = (host: string, driver: 'local-a' | 'local-b'): ShareBackendConfig => ({ host, driver, root: join(root, host), pools: [{ name: 'pool0', totalCapacityGb: 10 }], shareBackendName: host.split('@')[1]!, protocols: ['NFS', 'CIFS'] });
+const cfg = (host: string, driver: 'local-a' | 'local-b'): LocalShareBackendConfig => ({ host, driver, root: join(root, host), pools: [{ name: 'pool0', totalCapacityGb: 10 }], shareBackendName: host.split('@')[1]!, protocols: ['NFS', 'CIFS'] });
 
 beforeEach(async () => {
   root = await mkdtemp(join(tmpdir(), 'ferry-share-driver-'));
 });
 afterEach(async () => rm(root, { recursive: true, force: true }));
 
+// What every share driver does (idempotency, not found, update_access, refusals, migration by
+// declaration) is the contract suite: test/contracts/share-driver.ts, run by share-driver-contract.test.ts.
 describe('local share driver', () => {
-  test('create is a directory whose path is the export; idempotent; delete removes it and its rules', async () => {
+  test('the export is the directory; rules are recorded beside it; all-ro rules make it read-only, any rw writable', async () => {
     const d = new LocalShareDriver(cfg('ferry@nfs-a', 'local-a'));
     const made = await d.createShare({ name, sizeGb: 1, proto: 'NFS', pool: 'pool0' });
-    expect(made.exportPath).toBe(join(root, 'ferry@nfs-a', name));
-    expect(await d.createShare({ name, sizeGb: 1, proto: 'NFS', pool: 'pool0' })).toEqual(made);
-    await writeFile(join(made.exportPath, 'f'), 'data');
-    expect(await d.listShares()).toEqual([made]);
+    expect(made.exportLocation).toBe(join(root, 'ferry@nfs-a', name));
+    await writeFile(join(made.exportLocation, 'f'), 'data');
     await d.updateAccess(name, [{ id: 'r1', accessType: 'ip', accessTo: '10.0.0.1', accessLevel: 'ro' }]);
-    expect((await stat(made.exportPath)).mode & 0o777).toBe(0o555);
-    expect(JSON.parse(await readFile(made.exportPath + '.access.json', 'utf8'))).toHaveLength(1);
+    expect((await stat(made.exportLocation)).mode & 0o777).toBe(0o555);
+    expect(JSON.parse(await readFile(made.exportLocation + '.access.json', 'utf8'))).toHaveLength(1);
     await d.updateAccess(name, [{ id: 'r1', accessType: 'ip', accessTo: '10.0.0.1', accessLevel: 'ro' }, { id: 'r2', accessType: 'user', accessTo: 'alice', accessLevel: 'rw' }]);
-    expect((await stat(made.exportPath)).mode & 0o777).toBe(0o755);
+    expect((await stat(made.exportLocation)).mode & 0o777).toBe(0o755);
+    // A read-only share (and its contents) is removed too.
+    await d.updateAccess(name, [{ id: 'r1', accessType: 'ip', accessTo: '10.0.0.1', accessLevel: 'ro' }]);
     await d.deleteShare(name);
-    expect(await d.getShare(name)).toBeUndefined();
-    expect(await d.getAccess(name)).toEqual([]);
-    await d.deleteShare(name);
+    await expect(stat(made.exportLocation)).rejects.toMatchObject({ code: 'ENOENT' });
+    await expect(stat(made.exportLocation + '.access.json')).rejects.toMatchObject({ code: 'ENOENT' });
   });
 
-  test('refuses names that are not share-<uuid>, unknown pools and protocols', async () => {
-    const d = new LocalShareDriver(cfg('ferry@nfs-a', 'local-a'));
-    await expect(d.createShare({ name: '../etc', sizeGb: 1, proto: 'NFS', pool: 'pool0' })).rejects.toBeInstanceOf(DriverError);
-    await expect(d.createShare({ name, sizeGb: 1, proto: 'NFS', pool: 'nope' })).rejects.toBeInstanceOf(DriverError);
-    await expect(d.createShare({ name, sizeGb: 1, proto: 'CEPHFS', pool: 'pool0' })).rejects.toBeInstanceOf(DriverError);
+  test('a backend record without its directory is a configuration error, not a share error', () => {
+    const broken = { ...cfg('ferry@nfs-a', 'local-a'), root: '' };
+    expect(() => new LocalShareDriver(broken)).toThrow(ConfigurationError);
   });
 
-  test('migration compatibility: local-a to another local-a only; a start needs the source share', async () => {
+  test('migration compatibility by kind: local-a to another local-a only', async () => {
     const a = new LocalShareDriver(cfg('ferry@nfs-a', 'local-a'));
-    const req = (dest: ShareBackendConfig) => ({ source: { name, sizeGb: 1, proto: 'NFS' }, destination: { name, host: `${dest.host}#pool0`, backend: dest } });
+    const req = (dest: LocalShareBackendConfig) => ({ source: { name, sizeGb: 1, proto: 'NFS' }, destination: { name, host: `${dest.host}#pool0`, backend: dest } });
     expect(await a.migrationCheckCompatibility(req(cfg('ferry@nfs-b', 'local-a')))).toMatchObject({ compatible: true, writable: true, preserve_metadata: true });
     expect((await a.migrationCheckCompatibility(req(cfg('ferry@nfs-c', 'local-b')))).compatible).toBe(false);
     expect((await a.migrationCheckCompatibility(req(cfg('ferry@nfs-a', 'local-a')))).compatible).toBe(false);
     const c = new LocalShareDriver(cfg('ferry@nfs-c', 'local-b'));
     expect((await c.migrationCheckCompatibility(req(cfg('ferry@nfs-a', 'local-a')))).compatible).toBe(false);
     await expect(a.migrationStart(req(cfg('ferry@nfs-b', 'local-a')))).rejects.toThrow(/does not exist/);
-    expect(await a.migrationGetProgress(req(cfg('ferry@nfs-b', 'local-a')))).toMatchObject({ total_progress: 0 });
-    expect((await a.connectionGetInfo(name)).access_mapping).toEqual({ ip: ['nfs'], user: ['cifs'] });
   });
 });
 
 describe('share scheduler filters', () => {
   const pool = (host: string, backend: string, allocatedGb: number): SharePoolState => ({
     host: `${host}#pool0`,
-    backend: { host, driver: 'local-a', root: '/x', pools: [], shareBackendName: backend, protocols: ['NFS'] },
+    backend: { host, driver: 'local-a', pools: [], shareBackendName: backend, protocols: ['NFS'] },
     caps: { pool: 'pool0', totalCapacityGb: 10, driverHandlesShareServers: false, storageProtocol: 'NFS', vendorName: 'Ferry', driverVersion: '1', snapshotSupport: false },
     allocatedGb,
   });

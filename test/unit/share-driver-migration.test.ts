@@ -31,7 +31,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { afterEach, beforeEach, describe, expect, test, vi } from 'vitest';
 import { DriverError } from '../../functions/core/errors.js';
-import type { MigrationProgress, MigrationRequest, ShareBackendConfig } from '../../functions/drivers/share/driver.js';
+import type { LocalShareBackendConfig, MigrationProgress, MigrationRequest } from '../../functions/drivers/share/driver.js';
 import { LocalShareDriver } from '../../functions/drivers/share/local.js';
 
 const SRC = 'share-11111111-1111-4111-a111-111111111111';
@@ -40,7 +40,7 @@ const BIG = 6 * 1024 * 1024;
 const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
 
 let root: string;
-const cfg = (host: string, driver: 'local-a' | 'local-b' = 'local-a'): ShareBackendConfig => ({
+const cfg = (host: string, driver: 'local-a' | 'local-b' = 'local-a'): LocalShareBackendConfig => ({
   host,
   driver,
   root: join(root, host),
@@ -48,13 +48,13 @@ const cfg = (host: string, driver: 'local-a' | 'local-b' = 'local-a'): ShareBack
   shareBackendName: host.split('@')[1]!,
   protocols: ['NFS', 'CIFS'],
 });
-const request = (dest: ShareBackendConfig, destName = DST, srcName = SRC): MigrationRequest => ({
+const request = (dest: LocalShareBackendConfig, destName = DST, srcName = SRC): MigrationRequest => ({
   source: { name: srcName, sizeGb: 1, proto: 'NFS' },
   destination: { name: destName, host: `${dest.host}#pool0`, backend: dest },
 });
 
-let a: ShareBackendConfig;
-let b: ShareBackendConfig;
+let a: LocalShareBackendConfig;
+let b: LocalShareBackendConfig;
 let srcDir: string;
 let dstDir: string;
 let statePath: string;
@@ -355,12 +355,12 @@ describe('local share driver: driver-assisted migration', () => {
     expect(copiedBefore).toBeGreaterThan(0);
   });
 
-  test('complete refuses before phase 1 is done; continue and complete refuse before start', async () => {
+  // Refusals before start, of bad names, to the same backend, and by a kind that declares no
+  // driver-assisted migration are the contract's (test/contracts/share-driver.ts).
+  test('complete refuses before phase 1 is done', async () => {
     await buildSourceShare();
     const driver = new LocalShareDriver(a);
     const req = request(b);
-    await expect(driver.migrationContinue(req)).rejects.toBeInstanceOf(DriverError);
-    await expect(driver.migrationComplete(req)).rejects.toBeInstanceOf(DriverError);
     await driver.migrationStart(req);
     await expect(driver.migrationComplete(req)).rejects.toThrow(/phase 1/);
     expect(await driver.migrationContinue(req)).toBe(false);
@@ -398,25 +398,13 @@ describe('local share driver: driver-assisted migration', () => {
     expect(readStateFile()).toMatchObject({ status: 'copying', bytesCopied: 0 });
   });
 
-  test('refusals: local-b, incompatible destinations, bad names, a destination holding data, another migration state', async () => {
+  test('refusals: another kind, a destination holding data, another migration state', async () => {
     await buildSourceShare();
     const driver = new LocalShareDriver(a);
     const c = cfg('ferry@nfs-c', 'local-b');
-    const fromB = new LocalShareDriver(c);
-    const reqB = request(a);
-    for (const call of [
-      () => fromB.migrationStart(reqB),
-      () => fromB.migrationContinue(reqB),
-      () => fromB.migrationComplete(reqB),
-      () => fromB.migrationCancel(reqB),
-      () => fromB.migrationGetProgress(reqB),
-    ]) {
-      await expect(call()).rejects.toBeInstanceOf(DriverError);
-    }
     await expect(driver.migrationStart(request(c))).rejects.toBeInstanceOf(DriverError); // other kind
     await expect(driver.migrationStart(request(cfg('ferry@nfs-a')))).rejects.toBeInstanceOf(DriverError); // same host
     await expect(driver.migrationStart(request(b, '../escape'))).rejects.toBeInstanceOf(DriverError);
-    await expect(driver.migrationStart(request(b, DST, '../../etc'))).rejects.toBeInstanceOf(DriverError);
     expect(existsSync(b.root)).toBe(false); // nothing was written anywhere
     // Cancel and progress of a migration that could never start: nothing to do, so no error (a rollback may ask).
     await driver.migrationCancel(request(c));

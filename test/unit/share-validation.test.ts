@@ -1,7 +1,7 @@
 /** Manila request validation rows: create body, access rules, extra specs. */
 import { describe, expect, test } from 'vitest';
 import { ApiVersion } from '../../functions/core/microversion.js';
-import { parseCreateShare } from '../../functions/shares/routes.js';
+import { parseCreateShare } from '../../functions/shares/create.js';
 import { validateExtraSpecs } from '../../functions/shares/types.js';
 import { accessRuleOf, sizeOf, strictBool } from '../../functions/shares/validation.js';
 

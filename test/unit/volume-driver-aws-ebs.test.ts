@@ -7,14 +7,14 @@ import {
   DetachVolumeCommand,
   EC2Client,
   ModifyVolumeCommand,
-  type Filter,
-  type Volume,
 } from '@aws-sdk/client-ec2';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DriverError } from '../../functions/core/errors.js';
+import { ConfigurationError, DriverError } from '../../functions/core/errors.js';
+import { driverFor } from '../../functions/drivers/volume/registry.js';
 import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
 import { AwsEbsVolumeDriver, clientTokenFor, regionOfAvailabilityZone } from '../../functions/drivers/volume/aws-ebs.js';
+import { awsError, FakeEc2, wireFakeEc2 } from '../support/fake-ec2.js';
 
 const config: BackendConfig = {
   host: 'ferry@ebs-a',
@@ -29,115 +29,6 @@ const config: BackendConfig = {
   volumeBackendName: 'ebs-a',
 };
 
-const awsError = (name: string, message = name) => Object.assign(new Error(message), { name, $fault: 'client' });
-
-/**
- * A small EC2 model behind the mocked client: volumes become available, attachments attached and
- * detachments done one DescribeVolumes after the request, as on EC2 where they take a moment.
- */
-class FakeEc2 {
-  volumes = new Map<string, Volume>();
-  tokens = new Map<string, string>();
-  devices = new Map<string, string[]>([['i-1', ['/dev/sda1']]]);
-  pageSize = 2;
-  private next = 1;
-
-  add(backendName: string, sizeGb: number, pool = 'gp', extra: Partial<Volume> = {}): Volume {
-    const v: Volume = {
-      VolumeId: `vol-${this.next++}`,
-      Size: sizeGb,
-      State: 'available',
-      Attachments: [],
-      Tags: [
-        { Key: 'Name', Value: backendName },
-        { Key: 'ferry:backend-name', Value: backendName },
-        { Key: 'ferry:backend', Value: config.host },
-        { Key: 'ferry:pool', Value: pool },
-      ],
-      ...extra,
-    };
-    this.volumes.set(v.VolumeId!, v);
-    return v;
-  }
-
-  private settle(v: Volume): void {
-    if (v.State === 'creating') v.State = 'available';
-    v.Attachments = (v.Attachments ?? []).filter((a) => a.State !== 'detaching').map((a) => (a.State === 'attaching' ? { ...a, State: 'attached' } : a));
-    if (v.State === 'available' || v.State === 'in-use') v.State = v.Attachments.length ? 'in-use' : 'available';
-  }
-
-  describeVolumes(input: { VolumeIds?: string[]; Filters?: Filter[]; NextToken?: string }) {
-    let found: Volume[];
-    if (input.VolumeIds) {
-      found = input.VolumeIds.map((id) => {
-        const v = this.volumes.get(id);
-        if (!v) throw awsError('InvalidVolume.NotFound', `The volume '${id}' does not exist.`);
-        return v;
-      });
-    } else {
-      found = [...this.volumes.values()].filter((v) =>
-        (input.Filters ?? []).every((f) => f.Values!.includes(v.Tags?.find((t) => `tag:${t.Key}` === f.Name)?.Value ?? '')),
-      );
-    }
-    found.forEach((v) => this.settle(v));
-    const start = Number(input.NextToken ?? 0);
-    const page = found.slice(start, start + this.pageSize);
-    const more = start + this.pageSize < found.length;
-    return { Volumes: structuredClone(page), NextToken: more ? String(start + this.pageSize) : undefined };
-  }
-
-  createVolume(input: { Size: number; ClientToken: string; TagSpecifications: { Tags: { Key: string; Value: string }[] }[] }) {
-    const known = this.tokens.get(input.ClientToken);
-    if (known) {
-      const v = this.volumes.get(known)!;
-      if (v.Size !== input.Size) throw awsError('IdempotentParameterMismatch');
-      return structuredClone(v);
-    }
-    const tags = input.TagSpecifications[0].Tags;
-    const v = this.add(tags.find((t) => t.Key === 'ferry:backend-name')!.Value, input.Size, tags.find((t) => t.Key === 'ferry:pool')!.Value, { State: 'creating' });
-    this.tokens.set(input.ClientToken, v.VolumeId!);
-    return structuredClone(v);
-  }
-
-  attachVolume(input: { VolumeId: string; InstanceId: string; Device: string }) {
-    const v = this.volumes.get(input.VolumeId)!;
-    if ((this.devices.get(input.InstanceId) ?? []).includes(input.Device)) throw awsError('InvalidParameterValue', `device ${input.Device} in use`);
-    v.Attachments!.push({ VolumeId: v.VolumeId, InstanceId: input.InstanceId, Device: input.Device, State: 'attaching' });
-    this.devices.set(input.InstanceId, [...(this.devices.get(input.InstanceId) ?? []), input.Device]);
-    return { State: 'attaching' };
-  }
-
-  detachVolume(input: { VolumeId: string; InstanceId: string }) {
-    const v = this.volumes.get(input.VolumeId);
-    if (!v) throw awsError('InvalidVolume.NotFound');
-    const a = v.Attachments!.find((x) => x.InstanceId === input.InstanceId && x.State !== 'detaching');
-    if (!a) throw awsError('IncorrectState', `Volume '${input.VolumeId}' is in the 'available' state.`);
-    a.State = 'detaching';
-    this.devices.set(input.InstanceId, (this.devices.get(input.InstanceId) ?? []).filter((d) => d !== a.Device));
-    return { State: 'detaching' };
-  }
-
-  deleteVolume(input: { VolumeId: string }) {
-    const v = this.volumes.get(input.VolumeId);
-    if (!v) throw awsError('InvalidVolume.NotFound');
-    if (v.Attachments!.length) throw awsError('VolumeInUse');
-    this.volumes.delete(input.VolumeId);
-    return {};
-  }
-
-  modifyVolume(input: { VolumeId: string; Size: number }) {
-    this.volumes.get(input.VolumeId)!.Size = input.Size;
-    return { VolumeModification: { VolumeId: input.VolumeId, TargetSize: input.Size, ModificationState: 'modifying' } };
-  }
-
-  describeInstances(input: { InstanceIds: string[] }) {
-    const id = input.InstanceIds[0];
-    const devices = this.devices.get(id);
-    if (!devices) throw awsError('InvalidInstanceID.NotFound');
-    return { Reservations: [{ Instances: [{ InstanceId: id, BlockDeviceMappings: devices.map((d) => ({ DeviceName: d })) }] }] };
-  }
-}
-
 const client = new EC2Client({ region: 'eu-west-1' });
 const ec2 = mockClient(client);
 let fake: FakeEc2;
@@ -150,13 +41,7 @@ const sentWrites = () => sent().filter((n) => !n.startsWith('Describe'));
 beforeEach(() => {
   fake = new FakeEc2();
   ec2.reset();
-  ec2.on(DescribeVolumesCommand).callsFake((i) => fake.describeVolumes(i));
-  ec2.on(CreateVolumeCommand).callsFake((i) => fake.createVolume(i));
-  ec2.on(AttachVolumeCommand).callsFake((i) => fake.attachVolume(i));
-  ec2.on(DetachVolumeCommand).callsFake((i) => fake.detachVolume(i));
-  ec2.on(DeleteVolumeCommand).callsFake((i) => fake.deleteVolume(i));
-  ec2.on(ModifyVolumeCommand).callsFake((i) => fake.modifyVolume(i));
-  ec2.on(DescribeInstancesCommand).callsFake((i) => fake.describeInstances(i));
+  wireFakeEc2(ec2, fake);
   driver = new AwsEbsVolumeDriver(config, { client, pollIntervalMs: 0, pollAttempts: 5 });
 });
 
@@ -202,23 +87,6 @@ describe('createVolume', () => {
     // Assess
     expect(providerLocation).toBe('vol-1');
     expect(ec2.commandCalls(CreateVolumeCommand)).toHaveLength(0);
-  });
-
-  it('finds the volume made by a try whose reply was lost', async () => {
-    // Prepare
-    ec2.on(CreateVolumeCommand).callsFakeOnce((i) => {
-      fake.createVolume(i);
-      throw awsError('RequestTimeout');
-    });
-    const lost = await driver.createVolume({ backendName: 'volume-1', sizeGb: 8, pool: 'gp' }).catch((e: unknown) => e);
-
-    // Act
-    const retried = await driver.createVolume({ backendName: 'volume-1', sizeGb: 8, pool: 'gp' });
-
-    // Assess
-    expect(lost).toBeInstanceOf(DriverError);
-    expect(retried.providerLocation).toBe('vol-1');
-    expect(fake.volumes.size).toBe(1);
   });
 
   it('refuses an existing name with a different size', async () => {
@@ -495,5 +363,14 @@ describe('listing and capabilities', () => {
     // Act / Assess
     expect(regionOfAvailabilityZone('eu-west-1a')).toBe('eu-west-1');
     expect(regionOfAvailabilityZone('us-gov-west-1b')).toBe('us-gov-west-1');
+  });
+});
+
+describe('registry', () => {
+  it('checks an aws-ebs backend\'s replication_devices like any other kind', () => {
+    // Act / Assess
+    expect(() => driverFor({ ...config, replicationDevices: [{ backend_id: 'default' }] })).toThrow(ConfigurationError);
+    expect(() => driverFor({ ...config, replicationDevices: [{ backend_id: 'site-b' }, { backend_id: 'site-b' }] })).toThrow(/site-b is configured twice/);
+    expect(() => driverFor({ ...config, replicationDevices: [{ backend_id: '' }] })).toThrow(/has no backend_id/);
   });
 });

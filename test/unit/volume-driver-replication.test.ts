@@ -6,10 +6,13 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { DriverError } from '../../functions/core/errors.js';
 import type { BackendConfig, ReplicatedVolumeRef } from '../../functions/drivers/volume/driver.js';
 import { InvalidReplicationTarget, LocalVolumeDriver, connectionPath } from '../../functions/drivers/volume/local.js';
-import { REPLICATION_CHUNK_BYTES, replicationDecision, replicationEngineFor, startReplicationLoop } from '../../functions/drivers/volume/local-replication.js';
+import { replicationEngineFor } from '../../functions/drivers/volume/local-replication.js';
+import { REPLICATION_CHUNK_BYTES } from '../../functions/drivers/volume/sparse-copy.js';
+import { replicationDecision, startReplicationLoop } from '../../infra/local/replicator.js';
 import { clearDriverCache, driverFor, replicationDriverFor } from '../../functions/drivers/volume/registry.js';
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { readAt, writeAt } from '../support/files.js';
+import { eventually } from '../support/poll.js';
 
 const MIB = 1024 * 1024;
 const VOLUME_BYTES = 64 * MIB;
@@ -263,7 +266,7 @@ describe('asynchronous replication', () => {
 
     // Act
     const loop = startReplicationLoop({ intervalMs: 5, backends: async () => [{ config, activeBackendId: '' }] });
-    await vi.waitFor(async () => expect(await readAt(replicaFile(siteB, 'vol-1'), 0, 7)).toBe('by-loop'), { timeout: 20_000, interval: 20 });
+    await eventually(async (note) => note(await readAt(replicaFile(siteB, 'vol-1'), 0, 7)) === 'by-loop' || undefined, 'the loop to copy the write to site B', { timeoutMs: 20_000, intervalMs: 20 });
     await loop.stop();
 
     // Assess

@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'vitest';
 import { BadRequest } from '../../functions/core/errors.js';
-import { MULTIATTACH_REMOVED, parseCreateBody } from '../../functions/volumes/routes.js';
+import { MULTIATTACH_REMOVED, parseCreateBody } from '../../functions/volumes/create.js';
 
 function refusal(body: unknown): string {
   try {

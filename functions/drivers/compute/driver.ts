@@ -40,7 +40,10 @@ export interface ComputeHostConfig {
   /** The compute service host (also the hypervisor hostname), e.g. `cmp1`. One path component. */
   host: string;
   driver: 'local';
-  /** Directory holding every local host: this host lives in `<root>/<host>`. */
+  /**
+   * Directory holding every local host: this host lives in `<root>/<host>`, and the hosts it
+   * migrates to or evacuates from live beside it (one root is one shared storage domain).
+   */
   root: string;
   /** Configured capacity (what the resource provider inventory says). */
   vcpus: number;
@@ -55,12 +58,32 @@ export interface ComputeHostConfig {
   allowedVolumeRoots?: string[];
 }
 
-/** Another host a migration reaches: its name and the root it lives under (a ComputeHostConfig fits). */
-export interface ComputeHostRef {
+/**
+ * The source of an evacuation. The host is named only: where it lives is the driver's business
+ * (a local driver finds it beside its own host under the same root).
+ */
+export interface EvacuationSource {
+  /** The compute service host the guest is evacuated from. */
   host: string;
-  root: string;
-  /** Configured down (an evacuation source); the flag file counts too. */
+  /**
+   * The control plane established that the source is down (its compute service is down or forced
+   * down: the operator fencing it), so the driver need not see it down itself. Unset: the driver
+   * refuses unless it sees the source down.
+   */
   down?: boolean;
+}
+
+/**
+ * What a driver can do, declared up front so the API refuses an operation before anything starts
+ * (the driver still refuses deep inside as a safety net).
+ */
+export interface ComputeDriverCapabilities {
+  /** The `driver_volume_type` values of Cinder's connection_info this host can connect (local driver: `local`). */
+  readonly volumeTypes: readonly string[];
+  /** Whether it live-migrates (preLiveMigration/liveMigration); false: those calls fail with a DriverError. */
+  readonly liveMigration: boolean;
+  /** Whether a guest's volume can be swapped under it (Nova's swap_volume: attach the new one, copy, detach the old one). */
+  readonly swapVolume: boolean;
 }
 
 export interface Flavor {
@@ -228,6 +251,9 @@ export interface CanConnect {
 export interface ComputeDriver {
   readonly host: string;
 
+  /** Constant for a driver instance; answers without touching the host (also when it is down). */
+  capabilities(): ComputeDriverCapabilities;
+
   // ---- host ---------------------------------------------------------------------------------
   /** Capacity as configured plus the guests that exist; never fails for a down host (up: false). */
   getHostInfo(): Promise<HostInfo>;
@@ -264,11 +290,12 @@ export interface ComputeDriver {
   /** Opens a guest's device: ROOT_DEVICE_NAME (local root disk or boot volume) or an attached mountpoint. */
   openGuestDevice(uuid: string, device: string): Promise<BlockHandle>;
 
-  // ---- cold migration / resize (same host root) ---------------------------------------------
+  // ---- cold migration / resize --------------------------------------------------------------
+  // The peer host is passed by name: the driver resolves where it lives from its own configuration.
   /** Source: powers off, copies the root disk to the destination, disconnects volumes, keeps the disks here until confirm/revert. */
-  migrateDiskAndPowerOff(uuid: string, dest: ComputeHostRef, flavor: Flavor): Promise<void>;
+  migrateDiskAndPowerOff(uuid: string, destHost: string, flavor: Flavor): Promise<void>;
   /** Destination: defines the guest on the copied disk (grown to the new flavor), connects the new block devices. */
-  finishMigration(spec: Omit<GuestSpec, 'image'>, source: ComputeHostRef): Promise<GuestInfo>;
+  finishMigration(spec: Omit<GuestSpec, 'image'>, sourceHost: string): Promise<GuestInfo>;
   /** Source: removes the kept disks (also cross-cell confirm). Refuses while the guest is defined here. */
   confirmMigration(uuid: string): Promise<void>;
   /** Source: defines the guest again on its kept disks (old flavor) with the given (or recorded) volumes. */
@@ -276,9 +303,9 @@ export interface ComputeDriver {
 
   // ---- live migration -----------------------------------------------------------------------
   /** Destination: connects the destination's block devices and prepares to receive the guest. */
-  preLiveMigration(spec: Omit<GuestSpec, 'image'>, source: ComputeHostRef): Promise<LiveMigrateData>;
+  preLiveMigration(spec: Omit<GuestSpec, 'image'>, sourceHost: string): Promise<LiveMigrateData>;
   /** Source: copies the root disk with progress, then switches the guest over to the destination. */
-  liveMigration(uuid: string, dest: ComputeHostRef, options?: LiveMigrationOptions): Promise<void>;
+  liveMigration(uuid: string, destHost: string, options?: LiveMigrationOptions): Promise<void>;
   /** Source, after success: disconnects the source's volumes and removes the source's disks. */
   postLiveMigration(uuid: string): Promise<void>;
   /** Destination, after success: clears the migration mark. */
@@ -289,9 +316,9 @@ export interface ComputeDriver {
   // ---- evacuate -----------------------------------------------------------------------------
   /**
    * Nova's rebuild(recreate=True) on this (destination) host: the source must be down. The root
-   * disk is copied from the source host's directory when it is readable (shared storage), else
+   * disk is copied from the source host's disk when it is readable (shared storage), else
    * built from `spec.image`; volume-backed guests need neither. The source is left as it is: when
    * it comes back, `destroy` there removes the stale guest.
    */
-  spawnEvacuated(spec: GuestSpec, source: ComputeHostRef): Promise<GuestInfo>;
+  spawnEvacuated(spec: GuestSpec, source: EvacuationSource): Promise<GuestInfo>;
 }

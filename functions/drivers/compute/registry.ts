@@ -3,6 +3,7 @@
  * (`withFaults('compute', host, ...)`: a fault names the compute host as its `backend`), cached per
  * host and keyed by the configuration it was built from, like the volume and share registries.
  */
+import { ConfigurationError } from '../../core/errors.js';
 import { withFaults } from '../../core/faults.js';
 import type { ComputeDriver, ComputeHostConfig } from './driver.js';
 import { LocalComputeDriver } from './local.js';
@@ -16,7 +17,7 @@ function build(config: ComputeHostConfig): ComputeDriver {
     case 'local':
       return new LocalComputeDriver(config);
     default:
-      throw new Error(`compute host ${config.host}: unknown compute driver ${JSON.stringify((config as { driver: unknown }).driver)} (expected 'local')`);
+      throw new ConfigurationError(`compute host ${config.host}: unknown compute driver ${JSON.stringify((config as { driver: unknown }).driver)} (expected 'local')`);
   }
 }
 

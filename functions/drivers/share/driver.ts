@@ -3,6 +3,13 @@
  * migration methods the migration work calls (M/share/driver.py migration_*, connection_get_info,
  * update_access). A share on a backend is named `share-<instance id>` (Manila's
  * share_name_template), stable for the instance's life.
+ *
+ * What flows see is kind-neutral: a backend's common record (ShareBackendConfig), share names,
+ * export locations (opaque strings that only the driver and the data node resolve) and what each
+ * driver declares it can do (ShareDriverFeatures). Where a backend keeps its shares (a directory
+ * for the local kinds, a file system for the EFS kind of the next issue) is in the kind's own
+ * configuration type, which only its driver reads. The contract every driver keeps is
+ * docs/drivers.md "Share drivers", checked by test/contracts/share-driver.ts.
  */
 
 export type ShareDriverKind = 'local-a' | 'local-b';
@@ -12,19 +19,28 @@ export interface SharePoolConfig {
   totalCapacityGb: number;
 }
 
-/** A share backend (a manila-share service `host@backend`) as recorded in the share table. */
+/**
+ * A share backend (a manila-share service `host@backend`) as recorded in the share table: what
+ * every kind has. The kind's own settings ride along on the same record (LocalShareBackendConfig)
+ * and are read by its driver only.
+ */
 export interface ShareBackendConfig {
   /** `ferry@nfs-a` */
   host: string;
   driver: ShareDriverKind;
-  /** Directory holding the backend's shares (local kinds). */
-  root: string;
   pools: SharePoolConfig[];
   /** What a share type's `share_backend_name` extra spec matches. */
   shareBackendName: string;
   availabilityZone?: string;
   /** Protocols the backend exports. */
   protocols: string[];
+}
+
+/** A backend of the local kinds: its shares are directories under `root` on this machine. */
+export interface LocalShareBackendConfig extends ShareBackendConfig {
+  driver: 'local-a' | 'local-b';
+  /** Directory holding the backend's shares. */
+  root: string;
 }
 
 export interface SharePoolCapabilities {
@@ -40,8 +56,11 @@ export interface SharePoolCapabilities {
 export interface BackendShare {
   /** `share-<instance id>` */
   name: string;
-  /** Absolute path of the export. */
-  exportPath: string;
+  /**
+   * Where clients mount the share, as the API shows it (export_locations). Opaque to flows: they
+   * store and show it, and hand it to the data node (the copy worker), which mounts it.
+   */
+  exportLocation: string;
 }
 
 export interface DriverAccessRule {
@@ -58,6 +77,19 @@ export interface MigrationCompatibility {
   preserve_metadata: boolean;
   nondisruptive: boolean;
   preserve_snapshots: boolean;
+}
+
+/**
+ * What a driver declares it can do, before any call: the migrations it does by itself
+ * (driver-assisted) and what such a migration keeps. migration_check_compatibility answers from
+ * it for one destination; a driver that declares no destination kind refuses every migration
+ * method with a DriverError (the migration falls back to host-assisted).
+ */
+export interface ShareDriverFeatures {
+  /** Destination driver kinds this driver migrates to by itself (another backend only); empty: none. */
+  driverAssistedMigrationTo: readonly ShareDriverKind[];
+  /** The promises of its driver-assisted migration (Manila's migration_check_compatibility flags). */
+  migrationKeeps: { writable: boolean; preserveMetadata: boolean; nondisruptive: boolean; preserveSnapshots: boolean };
 }
 
 /** Manila's connection_get_info: mount templates and the access mapping (protocol per access type). */
@@ -85,11 +117,13 @@ export interface MigrationProgress {
 
 export interface ShareDriver {
   readonly kind: ShareDriverKind;
+  readonly features: ShareDriverFeatures;
   capabilities(): Promise<SharePoolCapabilities[]>;
   /** Idempotent: a share already there is returned as it is. */
   createShare(req: { name: string; sizeGb: number; proto: string; pool: string }): Promise<BackendShare>;
   /** Idempotent: a share not there is fine. */
   deleteShare(name: string): Promise<void>;
+  /** undefined when the backend has no such share (never for a failed read: that throws). */
   getShare(name: string): Promise<BackendShare | undefined>;
   listShares(): Promise<BackendShare[]>;
   /** Replaces the share's whole rule set (Manila's update_access with access_rules = all). */
@@ -101,7 +135,7 @@ export interface ShareDriver {
   migrationStart(req: MigrationRequest): Promise<void>;
   /** True when phase 1 is done. */
   migrationContinue(req: MigrationRequest): Promise<boolean>;
-  /** Returns the destination's export paths. */
+  /** Returns the destination's export locations. */
   migrationComplete(req: MigrationRequest): Promise<string[]>;
   migrationCancel(req: MigrationRequest): Promise<void>;
   migrationGetProgress(req: MigrationRequest): Promise<MigrationProgress>;

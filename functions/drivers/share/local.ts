@@ -2,42 +2,41 @@
  * The local share driver: a share is a directory `<root>/<name>` whose absolute path is its export
  * location, so an operator can put data in and read it back. Access rules are recorded beside it
  * in `<root>/<name>.access.json`; a share whose rules are all `ro` is made read-only (mode 0555),
- * any `rw` rule (or none) makes it writable again (0755).
+ * any `rw` rule (or none) makes it writable again (0755). The directory is this kind's own setting
+ * (LocalShareBackendConfig.root); nothing outside the driver reads it.
  *
- * Kinds: `local-a` backends support driver-assisted migration between each other
- * (migration_check_compatibility says so); `local-b` supports none, and its migration steps throw
- * a DriverError. The migration steps (M/share/driver.py migration_start, _continue, _complete,
- * _cancel, _get_progress) are built on local-migration.ts: the state is kept on the destination
- * backend in `<destRoot>/<destName>.migration.json`, migration_continue copies for a bounded time
+ * Kinds: `local-a` backends support driver-assisted migration between each other (declared in
+ * `features`, which migration_check_compatibility answers from); `local-b` supports none, and its
+ * migration steps throw a DriverError. The migration steps (M/share/driver.py migration_start,
+ * _continue, _complete, _cancel, _get_progress) are built on local-migration-state.ts and
+ * local-migration-copy.ts: the state is kept on the destination backend in
+ * `<destRoot>/<destName>.migration.json`, migration_continue copies for a bounded time
  * (FERRY_SHARE_MIGRATION_SLICE_MS, default 2000 ms) and resumes from that state in any process,
  * migration_complete does a final sync, then removes the source share and its rules.
  */
 import { chmod, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join, resolve, sep } from 'node:path';
-import { DriverError, isFerryError } from '../../core/errors.js';
+import { ConfigurationError, DriverError } from '../../core/errors.js';
 import type {
   BackendShare,
   ConnectionInfo,
   DriverAccessRule,
+  LocalShareBackendConfig,
   MigrationCompatibility,
   MigrationProgress,
   MigrationRequest,
   ShareBackendConfig,
   ShareDriver,
+  ShareDriverFeatures,
   ShareDriverKind,
   SharePoolCapabilities,
 } from './driver.js';
+import { copyPass, directoryExists, isEmptyDirectory, pathExists, planSource, removeTree } from './local-migration-copy.js';
 import {
-  copyPass,
-  directoryExists,
-  isEmptyDirectory,
   newState,
-  pathExists,
-  planSource,
   progressOf,
   readState,
   removeState,
-  removeTree,
   sameMigration,
   serialized,
   sliceBudgetMs,
@@ -45,15 +44,41 @@ import {
   writeState,
   type MigrationEndpoints,
   type MigrationState,
-} from './local-migration.js';
+} from './local-migration-state.js';
 
 const NAME_RE = /^share-[0-9a-f-]{36}$/;
 const RULES_SUFFIX = '.access.json';
 
+/** A local kind's record, checked: its directory is set. Only local drivers read it. */
+export function localShareBackend(config: ShareBackendConfig): LocalShareBackendConfig {
+  const root = (config as Partial<LocalShareBackendConfig>).root;
+  if ((config.driver !== 'local-a' && config.driver !== 'local-b') || typeof root !== 'string' || root === '') {
+    throw new ConfigurationError(`share backend ${config.host} (${config.driver}) is not a local backend with a root directory.`);
+  }
+  return config as LocalShareBackendConfig;
+}
+
+/** What each local kind declares (ShareDriverFeatures). */
+const FEATURES: Record<LocalShareBackendConfig['driver'], ShareDriverFeatures> = {
+  // Whole-tree copy by the driver between two local-a backends: the source stays writable until the
+  // final sync, owners, modes and times are kept; phase 2 is disruptive; shares have no snapshots
+  // (so keeping "all" of them is a promise kept).
+  'local-a': { driverAssistedMigrationTo: ['local-a'], migrationKeeps: { writable: true, preserveMetadata: true, nondisruptive: false, preserveSnapshots: true } },
+  'local-b': { driverAssistedMigrationTo: [], migrationKeeps: { writable: false, preserveMetadata: false, nondisruptive: false, preserveSnapshots: false } },
+};
+
+function errnoCode(e: unknown): string | undefined {
+  return (e as NodeJS.ErrnoException)?.code;
+}
+
 export class LocalShareDriver implements ShareDriver {
   readonly kind: ShareDriverKind;
-  constructor(private readonly config: ShareBackendConfig) {
+  readonly features: ShareDriverFeatures;
+  private readonly config: LocalShareBackendConfig;
+  constructor(config: LocalShareBackendConfig) {
+    this.config = localShareBackend(config);
     this.kind = config.driver;
+    this.features = FEATURES[config.driver];
   }
 
   private path(name: string): string {
@@ -79,13 +104,17 @@ export class LocalShareDriver implements ShareDriver {
     const path = this.path(req.name);
     await mkdir(this.config.root, { recursive: true });
     await mkdir(path, { recursive: true, mode: 0o755 });
-    return { name: req.name, exportPath: path };
+    return { name: req.name, exportLocation: path };
   }
 
   async deleteShare(name: string): Promise<void> {
     const path = this.path(name);
     // A read-only export (0555) is made writable first, so its contents can be removed by a non-root user.
-    await chmod(path, 0o755).catch(() => undefined);
+    try {
+      await chmod(path, 0o755);
+    } catch (e) {
+      if (errnoCode(e) !== 'ENOENT') throw e;
+    }
     await rm(path, { recursive: true, force: true });
     await rm(path + RULES_SUFFIX, { force: true });
   }
@@ -93,9 +122,10 @@ export class LocalShareDriver implements ShareDriver {
   async getShare(name: string): Promise<BackendShare | undefined> {
     const path = this.path(name);
     try {
-      return (await stat(path)).isDirectory() ? { name, exportPath: path } : undefined;
-    } catch {
-      return undefined;
+      return (await stat(path)).isDirectory() ? { name, exportLocation: path } : undefined;
+    } catch (e) {
+      if (errnoCode(e) === 'ENOENT' || errnoCode(e) === 'ENOTDIR') return undefined;
+      throw e;
     }
   }
 
@@ -104,10 +134,10 @@ export class LocalShareDriver implements ShareDriver {
     try {
       entries = await readdir(this.config.root, { withFileTypes: true });
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new DriverError(`Backend root ${this.config.root} of ${this.config.host} does not exist.`);
+      if (errnoCode(e) === 'ENOENT') throw new DriverError(`Backend root ${this.config.root} of ${this.config.host} does not exist.`);
       throw e;
     }
-    return entries.filter((e) => e.isDirectory() && NAME_RE.test(e.name)).map((e) => ({ name: e.name, exportPath: join(this.config.root, e.name) }));
+    return entries.filter((e) => e.isDirectory() && NAME_RE.test(e.name)).map((e) => ({ name: e.name, exportLocation: join(this.config.root, e.name) }));
   }
 
   async updateAccess(name: string, rules: DriverAccessRule[]): Promise<void> {
@@ -122,15 +152,22 @@ export class LocalShareDriver implements ShareDriver {
     try {
       return JSON.parse(await readFile(this.path(name) + RULES_SUFFIX, 'utf8')) as DriverAccessRule[];
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      if (errnoCode(e) === 'ENOENT') return [];
       throw e;
     }
   }
 
   async migrationCheckCompatibility(req: MigrationRequest): Promise<MigrationCompatibility> {
     const dest = req.destination.backend;
-    const compatible = this.kind === 'local-a' && dest.driver === 'local-a' && dest.host !== this.config.host && dest.protocols.includes(req.source.proto);
-    return { compatible, writable: compatible, preserve_metadata: compatible, nondisruptive: false, preserve_snapshots: compatible };
+    const keeps = this.features.migrationKeeps;
+    const compatible = this.features.driverAssistedMigrationTo.includes(dest.driver) && dest.host !== this.config.host && dest.protocols.includes(req.source.proto);
+    return {
+      compatible,
+      writable: compatible && keeps.writable,
+      preserve_metadata: compatible && keeps.preserveMetadata,
+      nondisruptive: compatible && keeps.nondisruptive,
+      preserve_snapshots: compatible && keeps.preserveSnapshots,
+    };
   }
 
   /**
@@ -139,8 +176,8 @@ export class LocalShareDriver implements ShareDriver {
    * names are share names, and the two share directories are distinct and not nested.
    */
   private async migrationEndpoints(req: MigrationRequest, method: string, requireCompatible: boolean): Promise<MigrationEndpoints> {
-    const dest = req.destination.backend;
-    if (this.kind !== 'local-a') throw new DriverError(`${method}: the ${this.kind} share driver (${this.config.host}) supports no driver-assisted migration.`);
+    if (this.features.driverAssistedMigrationTo.length === 0) throw new DriverError(`${method}: the ${this.kind} share driver (${this.config.host}) supports no driver-assisted migration.`);
+    const dest = localShareBackend(req.destination.backend);
     const sourceDir = this.path(req.source.name);
     if (!NAME_RE.test(req.destination.name)) throw new DriverError(`Invalid destination share name ${JSON.stringify(req.destination.name)} on ${dest.host}.`);
     if (requireCompatible && !(await this.migrationCheckCompatibility(req)).compatible) {
@@ -170,7 +207,7 @@ export class LocalShareDriver implements ShareDriver {
       try {
         return await run(ep);
       } catch (e) {
-        if (isFerryError(e)) throw e;
+        if (e instanceof DriverError) throw e;
         throw new DriverError(`${method} of ${ep.sourceName} (${ep.sourceHost}) to ${ep.destName} (${ep.destHost}) failed: ${(e as Error)?.message ?? e}`, { cause: e });
       }
     });

@@ -58,6 +58,12 @@ export interface BackendConnection {
 export interface VolumeDriver {
   /** `host@backend`, e.g. `ferry@lvm-a`. */
   readonly backendHost: string;
+  /**
+   * The `driver_volume_type` of every connection_info this driver returns (os-brick's connector
+   * protocol: 'local', 'aws_ebs', ...). Declared, so a compute driver's support for it can be
+   * checked before an attach starts rather than discovered when the connect fails.
+   */
+  readonly driverVolumeType: string;
   capabilities(): Promise<PoolCapabilities[]>;
   createVolume(req: { backendName: string; sizeGb: number; pool: string }): Promise<{ providerLocation: string }>;
   deleteVolume(backendName: string): Promise<void>;
@@ -98,6 +104,27 @@ export interface BackendConfig {
 export interface ReplicationDevice {
   backend_id: string;
   [key: string]: string;
+}
+
+/** `failover_host(..., 'default')` means fail back (upstream `VolumeManager.FAILBACK_SENTINEL`): no replication_device may be named so. */
+export const FAILBACK_SENTINEL = 'default';
+
+/**
+ * What is wrong with a backend's replication_device entries, whatever its driver (reference §2.6):
+ * each needs a backend_id, never the failback sentinel, and no two alike. Empty when they are fine.
+ * The registry refuses to build a driver for a backend with a problem; drivers add their own keys' checks.
+ */
+export function replicationDeviceProblems(config: BackendConfig): string[] {
+  const problems: string[] = [];
+  const seen = new Set<string>();
+  for (const d of config.replicationDevices ?? []) {
+    const id = d.backend_id;
+    if (typeof id !== 'string' || id === '') problems.push(`backend ${config.host}: a replication_device has no backend_id`);
+    else if (id === FAILBACK_SENTINEL) problems.push(`backend ${config.host}: replication_device backend_id must not be "${FAILBACK_SENTINEL}" (it means fail back to the primary)`);
+    else if (seen.has(id)) problems.push(`backend ${config.host}: replication_device backend_id ${id} is configured twice`);
+    if (typeof id === 'string') seen.add(id);
+  }
+  return problems;
 }
 
 /** The service-level replication state of a backend (reference §2.3), persisted beside its config. */

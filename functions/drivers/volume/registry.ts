@@ -1,18 +1,17 @@
 /**
  * The one place that turns a backend's configuration into its driver (wrapped for fault
- * injection). Callers: volume steps, attachments, the audit.
+ * injection). It takes the configuration as input and reads no table: volumes/backends.ts
+ * (`driverForHost`) reads the backend record and calls `driverFor`; so does the audit.
  *
  * Drivers are cached per backend host, keyed also by the configuration they were built from: an
  * operator's changed record (a new pool, a bigger capacity) takes effect on the next call.
  */
-import type { BackendConfig, ReplicationDriver, SnapshotDriver, VolumeDriver } from './driver.js';
-import { getBackendRecord } from '../../volumes/backends.js';
+import { replicationDeviceProblems, type BackendConfig, type ReplicationDriver, type SnapshotDriver, type VolumeDriver } from './driver.js';
+import { ConfigurationError } from '../../core/errors.js';
 import { withFaults } from '../../core/faults.js';
 import { LocalVolumeDriver } from './local.js';
 import { AwsEbsVolumeDriver } from './aws-ebs.js';
 import { clearReplicationEngines } from './local-replication.js';
-
-export { InvalidReplicationTarget } from './local-replication.js';
 
 const cache = new Map<string, { configKey: string; driver: VolumeDriver }>();
 
@@ -29,13 +28,17 @@ function stableKey(value: unknown): string {
 }
 
 function build(config: BackendConfig, activeBackendId: string): VolumeDriver {
+  // Every kind's replication_devices are checked here, so a misnamed target of an aws-ebs backend is
+  // refused as surely as a local one (whose driver checks its own `root` key besides).
+  const problems = replicationDeviceProblems(config);
+  if (problems.length > 0) throw new ConfigurationError(problems.join('; '), { context: { host: config.host } });
   switch (config.driver) {
     case 'local':
       return new LocalVolumeDriver(config, { activeBackendId });
     case 'aws-ebs':
       return new AwsEbsVolumeDriver(config);
     default:
-      throw new Error(`backend ${config.host}: unknown volume driver ${JSON.stringify((config as { driver: unknown }).driver)} (expected 'local' or 'aws-ebs')`);
+      throw new ConfigurationError(`backend ${config.host}: unknown volume driver ${JSON.stringify((config as { driver: unknown }).driver)} (expected 'local' or 'aws-ebs')`);
   }
 }
 
@@ -51,12 +54,6 @@ export function driverFor(config: BackendConfig, activeBackendId = ''): VolumeDr
   const driver = withFaults('volume', config.host, build(config, activeBackendId));
   cache.set(config.host, { configKey, driver });
   return driver;
-}
-
-/** Driver for a volume's `host` (`host@backend#pool`) or a backend `host@backend`. */
-export async function driverForHost(host: string): Promise<VolumeDriver> {
-  const record = await getBackendRecord(host);
-  return driverFor(record.config, record.service.activeBackendId);
 }
 
 /** Forgets every cached driver and the local replication engines' caches (tests that rebuild backends between cases). */

@@ -1,0 +1,41 @@
+/** Bytes through a file: a guest's root disk, or the volume file a connection points at. */
+import type { FileHandle } from 'node:fs/promises';
+import { DriverError } from '../../../core/errors.js';
+import type { BlockHandle } from '../driver.js';
+import { writeFully } from './files.js';
+
+export class FileBlockHandle implements BlockHandle {
+  constructor(
+    private readonly fh: FileHandle,
+    readonly sizeBytes: number,
+    private readonly what: string,
+  ) {}
+
+  private check(position: number, length: number): void {
+    if (!Number.isInteger(position) || !Number.isInteger(length) || position < 0 || length < 0 || position + length > this.sizeBytes) {
+      throw new DriverError(`${this.what}: ${length} bytes at ${position} is outside the device (${this.sizeBytes} bytes)`, { context: { position, length } });
+    }
+  }
+
+  async read(position: number, length: number): Promise<Buffer> {
+    this.check(position, length);
+    const buf = Buffer.alloc(length);
+    let got = 0;
+    while (got < length) {
+      const { bytesRead } = await this.fh.read(buf, got, length - got, position + got);
+      if (bytesRead === 0) break;
+      got += bytesRead;
+    }
+    return buf;
+  }
+
+  async write(position: number, data: Uint8Array): Promise<void> {
+    this.check(position, data.length);
+    await writeFully(this.fh, data, position);
+    await this.fh.datasync();
+  }
+
+  async close(): Promise<void> {
+    await this.fh.close();
+  }
+}

@@ -1,0 +1,336 @@
+/**
+ * The aws-ebs volume driver's volumes and host connections (its snapshots: aws-ebs.ts, which
+ * extends this). A Ferry volume is an EBS volume found by its tags, a host connection an EBS
+ * attachment to the EC2 instance named by `connector.host`.
+ */
+import {
+  AttachVolumeCommand,
+  CreateVolumeCommand,
+  DeleteVolumeCommand,
+  DescribeInstancesCommand,
+  DescribeVolumesCommand,
+  DetachVolumeCommand,
+  EC2Client,
+  ModifyVolumeCommand,
+  type Filter,
+  type Volume,
+  type VolumeAttachment,
+  type VolumeType,
+} from '@aws-sdk/client-ec2';
+import { DriverError } from '../../core/errors.js';
+import type { BackendConfig, BackendConnection, BackendVolume, ConnectionProperties, Connector, PoolCapabilities, VolumeDriver } from './driver.js';
+import {
+  CONNECTED_STATES,
+  DEFAULT_EBS_VOLUME_TYPE,
+  DEFAULT_POLL_ATTEMPTS,
+  DEFAULT_POLL_INTERVAL_MS,
+  EBS_DEVICE_NAMES,
+  EBS_DRIVER_VERSION,
+  GONE_STATES,
+  MULTIATTACH_TYPES,
+  NOT_ATTACHED_CODES,
+  NOT_FOUND_CODES,
+  TAG_BACKEND,
+  TAG_BACKEND_NAME,
+  TAG_NAME,
+  TAG_POOL,
+  clientTokenFor,
+  errorCode,
+  regionOfAvailabilityZone,
+  sleep,
+  tagOf,
+  type AwsEbsDriverOptions,
+} from './aws-ebs-ec2.js';
+
+/** How many checks right after CreateVolume may find the new id unknown before it counts as gone. */
+export const NEW_VOLUME_UNSEEN_CHECKS = 3;
+
+export class AwsEbsVolumeStore implements VolumeDriver {
+  readonly backendHost: string;
+  /** An EBS volume attached to an EC2 instance (connection_info `volume_id`, `instance_id`, `device`). */
+  readonly driverVolumeType = 'aws_ebs';
+  protected readonly client: EC2Client;
+  protected readonly pollIntervalMs: number;
+  protected readonly pollAttempts: number;
+
+  constructor(
+    protected readonly config: BackendConfig,
+    options: AwsEbsDriverOptions = {},
+  ) {
+    this.backendHost = config.host;
+    this.client = options.client ?? new EC2Client(config.availabilityZone ? { region: regionOfAvailabilityZone(config.availabilityZone) } : {});
+    this.pollIntervalMs = options.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS;
+    this.pollAttempts = options.pollAttempts ?? DEFAULT_POLL_ATTEMPTS;
+  }
+
+  protected fail(message: string, context: Record<string, unknown> = {}, cause?: unknown): DriverError {
+    return new DriverError(`backend ${this.backendHost}: ${message}`, { cause, context: { host: this.backendHost, ...context } });
+  }
+
+  protected awsFail(operation: string, e: unknown, context: Record<string, unknown>): DriverError {
+    return this.fail(`EBS ${operation} failed: ${errorCode(e)}: ${(e as Error)?.message ?? String(e)}`, { operation, code: errorCode(e), ...context }, e);
+  }
+
+  protected async send<T>(operation: string, context: Record<string, unknown>, call: () => Promise<T>): Promise<T> {
+    try {
+      return await call();
+    } catch (e) {
+      throw this.awsFail(operation, e, context);
+    }
+  }
+
+  /** Every live volume matching the filters, across pages. */
+  private async describe(filters: Filter[]): Promise<Volume[]> {
+    const out: Volume[] = [];
+    let NextToken: string | undefined;
+    do {
+      const page = await this.send('DescribeVolumes', { filters }, () =>
+        this.client.send(new DescribeVolumesCommand({ Filters: filters, NextToken })),
+      );
+      for (const v of page.Volumes ?? []) if (!GONE_STATES.has(v.State ?? '')) out.push(v);
+      NextToken = page.NextToken;
+    } while (NextToken);
+    return out;
+  }
+
+  private backendVolumes(): Promise<Volume[]> {
+    return this.describe([{ Name: `tag:${TAG_BACKEND}`, Values: [this.backendHost] }]);
+  }
+
+  protected async find(backendName: string): Promise<Volume | undefined> {
+    const found = await this.describe([
+      { Name: `tag:${TAG_BACKEND}`, Values: [this.backendHost] },
+      { Name: `tag:${TAG_BACKEND_NAME}`, Values: [backendName] },
+    ]);
+    if (found.length > 1) throw this.fail(`${found.length} EBS volumes carry backend name ${backendName}`, { backendName, volumeIds: found.map((v) => v.VolumeId) });
+    return found[0];
+  }
+
+  private async describeById(volumeId: string): Promise<Volume | undefined> {
+    try {
+      const out = await this.client.send(new DescribeVolumesCommand({ VolumeIds: [volumeId] }));
+      return out.Volumes?.[0];
+    } catch (e) {
+      if (NOT_FOUND_CODES.has(errorCode(e))) return undefined;
+      throw this.awsFail('DescribeVolumes', e, { volumeId });
+    }
+  }
+
+  /** Polls one volume until `done` holds (undefined = the volume is gone). */
+  private async waitFor(volumeId: string, what: string, done: (v: Volume | undefined) => boolean): Promise<Volume | undefined> {
+    for (let attempt = 0; attempt < this.pollAttempts; attempt++) {
+      const v = await this.describeById(volumeId);
+      if (done(v)) return v;
+      if (v?.State === 'error') throw this.fail(`EBS volume ${volumeId} went into state error while waiting for it to be ${what}`, { volumeId });
+      await sleep(this.pollIntervalMs);
+    }
+    throw this.fail(`EBS volume ${volumeId} was not ${what} after ${this.pollAttempts} checks`, { volumeId });
+  }
+
+  private async usedGb(pool: string): Promise<number> {
+    return (await this.backendVolumes()).filter((v) => tagOf(v, TAG_POOL) === pool).reduce((sum, v) => sum + (v.Size ?? 0), 0);
+  }
+
+  async capabilities(): Promise<PoolCapabilities[]> {
+    const volumes = await this.backendVolumes();
+    const multiattach = MULTIATTACH_TYPES.has(this.config.ebsVolumeType ?? DEFAULT_EBS_VOLUME_TYPE);
+    return this.config.pools.map((pool) => {
+      const used = volumes.filter((v) => tagOf(v, TAG_POOL) === pool.name).reduce((sum, v) => sum + (v.Size ?? 0), 0);
+      return {
+        pool: pool.name,
+        totalCapacityGb: pool.totalCapacityGb,
+        freeCapacityGb: Math.max(0, pool.totalCapacityGb - used),
+        multiattach,
+        sharedTargets: false,
+        storageProtocol: 'aws_ebs',
+        volumeBackendName: this.config.volumeBackendName,
+        driverVersion: EBS_DRIVER_VERSION,
+        vendorName: 'Ferry',
+        replicationEnabled: false,
+      };
+    });
+  }
+
+  async createVolume(req: { backendName: string; sizeGb: number; pool: string }): Promise<{ providerLocation: string }> {
+    const { backendName, sizeGb, pool } = req;
+    const poolConf = this.config.pools.find((p) => p.name === pool);
+    if (!poolConf) throw this.fail(`no pool ${pool}`, { pool });
+    if (!this.config.availabilityZone) throw this.fail('the aws-ebs driver needs config.availabilityZone');
+    if (!Number.isInteger(sizeGb) || sizeGb <= 0) throw this.fail(`invalid size ${sizeGb} GiB for ${backendName}`, { backendName, sizeGb });
+
+    let volume = await this.find(backendName);
+    if (volume) {
+      this.checkSame(volume, req);
+    } else {
+      const free = poolConf.totalCapacityGb - (await this.usedGb(pool));
+      if (sizeGb > free) throw this.fail(`pool ${pool} has ${free} GiB free, ${sizeGb} GiB requested for ${backendName}`, { pool, freeGb: free, sizeGb });
+      const tags = [
+        { Key: TAG_NAME, Value: backendName },
+        { Key: TAG_BACKEND_NAME, Value: backendName },
+        { Key: TAG_BACKEND, Value: this.backendHost },
+        { Key: TAG_POOL, Value: pool },
+      ];
+      const created = await this.send('CreateVolume', { backendName }, () =>
+        this.client.send(
+          new CreateVolumeCommand({
+            Size: sizeGb,
+            AvailabilityZone: this.config.availabilityZone,
+            VolumeType: (this.config.ebsVolumeType ?? DEFAULT_EBS_VOLUME_TYPE) as VolumeType,
+            ClientToken: clientTokenFor(this.backendHost, backendName),
+            TagSpecifications: [{ ResourceType: 'volume', Tags: tags }],
+          }),
+        ),
+      );
+      if (!created.VolumeId) throw this.fail(`CreateVolume returned no volume id for ${backendName}`, { backendName });
+      volume = created;
+    }
+    // Cinder's create ends with the volume available: attach and extend need it so.
+    const volumeId = volume.VolumeId!;
+    if (volume.State !== 'available' && volume.State !== 'in-use') {
+      let unseen = 0;
+      await this.waitFor(volumeId, 'available', (v) => {
+        // EC2 is eventually consistent: right after CreateVolume, DescribeVolumes may not know the
+        // id yet (InvalidVolume.NotFound). Only a volume still unknown after a few checks, or one
+        // deleting, is gone: EC2 answers a reused ClientToken with the volume it first made, even
+        // if that was deleted since.
+        if (!v && ++unseen <= NEW_VOLUME_UNSEEN_CHECKS) return false;
+        if (!v || GONE_STATES.has(v.State ?? '')) throw this.fail(`EBS volume ${volumeId} for ${backendName} is gone (deleted, or its create token was used before)`, { backendName, volumeId });
+        return v.State === 'available' || v.State === 'in-use';
+      });
+    }
+    return { providerLocation: volumeId };
+  }
+
+  private checkSame(volume: Volume, req: { backendName: string; sizeGb: number; pool: string }): void {
+    const pool = tagOf(volume, TAG_POOL);
+    if (volume.Size !== req.sizeGb || pool !== req.pool) {
+      throw this.fail(`volume ${req.backendName} already exists with ${volume.Size} GiB in pool ${pool}`, {
+        backendName: req.backendName,
+        volumeId: volume.VolumeId,
+        existingSizeGb: volume.Size,
+        existingPool: pool,
+      });
+    }
+  }
+
+  async deleteVolume(backendName: string): Promise<void> {
+    const volume = await this.find(backendName);
+    if (!volume) return;
+    const volumeId = volume.VolumeId!;
+    const attachments = (volume.Attachments ?? []).filter((a) => CONNECTED_STATES.has(a.State ?? ''));
+    for (const a of attachments) await this.detach(volumeId, a.InstanceId!, backendName);
+    if (attachments.length > 0 || volume.State === 'in-use') {
+      await this.waitFor(volumeId, 'detached', (v) => v === undefined || v.State === 'available' || v.State === 'error' || GONE_STATES.has(v.State ?? ''));
+    }
+    try {
+      await this.client.send(new DeleteVolumeCommand({ VolumeId: volumeId }));
+    } catch (e) {
+      if (NOT_FOUND_CODES.has(errorCode(e))) return;
+      throw this.awsFail('DeleteVolume', e, { backendName, volumeId });
+    }
+  }
+
+  async extendVolume(backendName: string, newSizeGb: number): Promise<void> {
+    const volume = await this.find(backendName);
+    if (!volume) throw this.fail(`volume ${backendName} not found`, { backendName });
+    const size = volume.Size ?? 0;
+    // After ModifyVolume, DescribeVolumes already reports the target size: a retry ends here.
+    if (newSizeGb === size) return;
+    if (!Number.isInteger(newSizeGb) || newSizeGb < size) throw this.fail(`cannot shrink ${backendName} from ${size} GiB to ${newSizeGb} GiB`, { backendName, sizeGb: size, newSizeGb });
+    const pool = tagOf(volume, TAG_POOL);
+    const poolConf = this.config.pools.find((p) => p.name === pool);
+    if (poolConf) {
+      const free = poolConf.totalCapacityGb - (await this.usedGb(poolConf.name));
+      if (newSizeGb - size > free) throw this.fail(`pool ${pool} has ${free} GiB free, ${backendName} needs ${newSizeGb - size} GiB more`, { pool, freeGb: free });
+    }
+    await this.send('ModifyVolume', { backendName, volumeId: volume.VolumeId }, () =>
+      this.client.send(new ModifyVolumeCommand({ VolumeId: volume.VolumeId, Size: newSizeGb })),
+    );
+  }
+
+  async initializeConnection(backendName: string, connector: Connector): Promise<ConnectionProperties> {
+    const instanceId = this.instanceOf(connector);
+    const volume = await this.find(backendName);
+    if (!volume) throw this.fail(`volume ${backendName} not found`, { backendName, instanceId });
+    const volumeId = volume.VolumeId!;
+    let attachment = this.attachmentTo(volume, instanceId);
+    if (!attachment) {
+      const device = typeof connector.mountpoint === 'string' && connector.mountpoint ? connector.mountpoint : await this.freeDevice(instanceId, backendName);
+      try {
+        await this.client.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: instanceId, Device: device }));
+      } catch (e) {
+        // The attach may have happened with its reply lost (or a racing call did it): look before
+        // failing. If the look fails too, the attach's own error is the one to report (a retry looks again).
+        let now: Volume | undefined;
+        try {
+          now = await this.describeById(volumeId);
+        } catch (lookError) {
+          throw this.awsFail('AttachVolume', e, { backendName, volumeId, instanceId, device, lookError: (lookError as Error).message });
+        }
+        if (!now || !this.attachmentTo(now, instanceId)) throw this.awsFail('AttachVolume', e, { backendName, volumeId, instanceId, device });
+      }
+    }
+    if (attachment?.State !== 'attached') {
+      const v = await this.waitFor(volumeId, `attached to ${instanceId}`, (v) => this.attachmentTo(v, instanceId)?.State === 'attached');
+      attachment = this.attachmentTo(v, instanceId);
+    }
+    return { driverVolumeType: this.driverVolumeType, data: { volume_id: volumeId, instance_id: instanceId, device: attachment?.Device } };
+  }
+
+  async terminateConnection(backendName: string, connector: Connector): Promise<void> {
+    const instanceId = this.instanceOf(connector);
+    const volume = await this.find(backendName);
+    if (!volume || !this.attachmentTo(volume, instanceId)) return;
+    await this.detach(volume.VolumeId!, instanceId, backendName);
+    await this.waitFor(volume.VolumeId!, `detached from ${instanceId}`, (v) => !this.attachmentTo(v, instanceId));
+  }
+
+  private async detach(volumeId: string, instanceId: string, backendName: string): Promise<void> {
+    try {
+      await this.client.send(new DetachVolumeCommand({ VolumeId: volumeId, InstanceId: instanceId }));
+    } catch (e) {
+      const code = errorCode(e);
+      if (NOT_ATTACHED_CODES.has(code) || NOT_FOUND_CODES.has(code)) return;
+      throw this.awsFail('DetachVolume', e, { backendName, volumeId, instanceId });
+    }
+  }
+
+  /** The live attachment of the volume to the instance (attaching, attached or busy), if any. */
+  private attachmentTo(volume: Volume | undefined, instanceId: string): VolumeAttachment | undefined {
+    return volume?.Attachments?.find((a) => a.InstanceId === instanceId && CONNECTED_STATES.has(a.State ?? ''));
+  }
+
+  private instanceOf(connector: Connector): string {
+    if (!connector || typeof connector.host !== 'string' || !connector.host) throw this.fail('connector has no host (the EC2 instance id)', { connector });
+    return connector.host;
+  }
+
+  private async freeDevice(instanceId: string, backendName: string): Promise<string> {
+    const out = await this.send('DescribeInstances', { instanceId }, () => this.client.send(new DescribeInstancesCommand({ InstanceIds: [instanceId] })));
+    const instance = out.Reservations?.flatMap((r) => r.Instances ?? []).find((i) => i.InstanceId === instanceId);
+    if (!instance) throw this.fail(`EC2 instance ${instanceId} not found`, { instanceId, backendName });
+    // /dev/sdf and /dev/xvdf name the same slot on Xen instances: a taken one takes both.
+    const used = new Set((instance.BlockDeviceMappings ?? []).map((m) => (m.DeviceName ?? '').replace(/^\/dev\/xvd/, '/dev/sd')));
+    const device = EBS_DEVICE_NAMES.find((d) => !used.has(d));
+    if (!device) throw this.fail(`EC2 instance ${instanceId} has no free device in /dev/sdf../dev/sdp`, { instanceId, backendName });
+    return device;
+  }
+
+  async listVolumes(): Promise<BackendVolume[]> {
+    return (await this.backendVolumes()).map((v) => ({ backendName: tagOf(v, TAG_BACKEND_NAME) ?? v.VolumeId!, sizeGb: v.Size ?? 0 }));
+  }
+
+  async listConnections(): Promise<BackendConnection[]> {
+    const out: BackendConnection[] = [];
+    for (const v of await this.backendVolumes()) {
+      const backendName = tagOf(v, TAG_BACKEND_NAME) ?? v.VolumeId!;
+      for (const a of v.Attachments ?? []) if (a.InstanceId && CONNECTED_STATES.has(a.State ?? '')) out.push({ backendName, host: a.InstanceId });
+    }
+    return out;
+  }
+
+  async getVolume(backendName: string): Promise<BackendVolume | undefined> {
+    const v = await this.find(backendName);
+    return v && { backendName, sizeGb: v.Size ?? 0 };
+  }
+}

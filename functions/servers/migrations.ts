@@ -1,0 +1,85 @@
+/**
+ * Persistence of migrations (Nova's Migration records) in their cell's table: the integer id from
+ * an atomic per-cell counter, puts conditional on creation or on the status they leave, and field
+ * updates conditional on the `updatedAt` read (a lost race re-reads and re-applies).
+ */
+import { GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import type { CellMapping } from '../compute/model.js';
+import { cellTable, fromItem, listCells, type TransactItem } from '../compute/repo.js';
+import { db, isConditionFailure, queryAll, withRetries } from '../core/db.js';
+import { NotFound } from '../core/errors.js';
+import { migrationCounterKey, migrationKey, SERVER_GSI, type Migration } from './model.js';
+
+const now = () => new Date().toISOString();
+
+function migrationItem(m: Migration): Record<string, unknown> {
+  return { ...migrationKey(m.uuid), gsi1pk: SERVER_GSI.migrations, gsi1sk: `${m.createdAt}#${m.uuid}`, ...m };
+}
+
+/** The next integer migration id of the cell (Nova's autoincrement; an atomic counter). */
+export async function nextMigrationId(cell: CellMapping): Promise<number> {
+  const out = await db().send(
+    new UpdateCommand({
+      TableName: cellTable(cell),
+      Key: migrationCounterKey(),
+      UpdateExpression: 'ADD #n :one',
+      ExpressionAttributeNames: { '#n': 'next' },
+      ExpressionAttributeValues: { ':one': 1 },
+      ReturnValues: 'UPDATED_NEW',
+    }),
+  );
+  return Number(out.Attributes?.next);
+}
+
+export async function getMigration(cell: CellMapping, uuid: string): Promise<Migration | undefined> {
+  const out = await db().send(new GetCommand({ TableName: cellTable(cell), Key: migrationKey(uuid), ConsistentRead: true }));
+  return out.Item ? fromItem<Migration>(out.Item) : undefined;
+}
+
+export function migrationPutItem(cell: CellMapping, m: Migration, options: { create?: boolean; expectedStatus?: string } = {}): TransactItem {
+  return {
+    Put: {
+      TableName: cellTable(cell),
+      Item: migrationItem(m),
+      ...(options.create
+        ? { ConditionExpression: 'attribute_not_exists(pk)' }
+        : options.expectedStatus
+          ? { ConditionExpression: '#s = :s', ExpressionAttributeNames: { '#s': 'status' }, ExpressionAttributeValues: { ':s': options.expectedStatus } }
+          : {}),
+    },
+  };
+}
+
+/** Sets fields of a migration (its status among them); a status move is idempotent when already there. */
+export async function updateMigration(cell: CellMapping, uuid: string, patch: Partial<Migration>): Promise<Migration> {
+  return withRetries(
+    async () => {
+      const current = await getMigration(cell, uuid);
+      if (!current) throw new NotFound(`Migration ${uuid} could not be found.`);
+      const next: Migration = { ...current, ...patch, updatedAt: now() };
+      await db().send(
+        new PutCommand({
+          TableName: cellTable(cell),
+          Item: migrationItem(next),
+          ConditionExpression: 'updatedAt = :u',
+          ExpressionAttributeValues: { ':u': current.updatedAt },
+        }),
+      );
+      return next;
+    },
+    { retryable: (e) => isConditionFailure(e) },
+  );
+}
+
+export async function listMigrations(): Promise<{ cell: CellMapping; migration: Migration }[]> {
+  const cells = await listCells();
+  const per = await Promise.all(
+    cells.map(async (cell) =>
+      (await queryAll({ TableName: cellTable(cell), IndexName: 'gsi1', KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': SERVER_GSI.migrations } })).map((i) => ({
+        cell,
+        migration: fromItem<Migration>(i),
+      })),
+    ),
+  );
+  return per.flat();
+}

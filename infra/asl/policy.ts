@@ -1,0 +1,187 @@
+/**
+ * The one retry, catch and timeout policy of Ferry's state machines. The ASL files in
+ * statemachines/ stay what CDK deploys and what the local interpreter runs; this module says what
+ * their Retry, Catch and TimeoutSeconds fields must be, `npm run asl:policy` writes it into them
+ * (infra/asl/write-policy.ts), and test/infra/asl.test.ts fails when a file drifts from it.
+ *
+ * - Every Task has exactly one retrier, one of RETRIERS. A machine names the retrier of its
+ *   Lambda Tasks (`retrier`) and the Tasks that take another one (`tasks`); a Task running the
+ *   copy worker (ecs:runTask.sync) always takes `copyTaskLaunch` and COPY_TASK_TIMEOUT_SECONDS.
+ * - Every Lambda Task has its own TimeoutSeconds (the step's budget), at most its function's
+ *   timeout plus LAMBDA_INVOKE_MARGIN_SECONDS: past that the function has already stopped.
+ * - A Catch has one catcher: every error, into `$.error` (where the compensation step reads it),
+ *   or `$.rollbackError` from a compensation.
+ * - Every machine has an overall TimeoutSeconds, at least the longest a legitimate run can take
+ *   with every Task at its timeout on every retry (infra/asl/check.ts worstCaseSeconds). An
+ *   execution that hits it stops WITHOUT running any Catch, so no compensation runs: the overall
+ *   timeout is a backstop against a wedged execution, never a way for an operation to end.
+ */
+import type { StateMachineName } from '../../functions/core/machines.js';
+
+/** One ASL retrier, as it appears in a Task's `Retry`. */
+export interface Retrier {
+  readonly ErrorEquals: readonly string[];
+  readonly IntervalSeconds: number;
+  readonly MaxAttempts: number;
+  readonly BackoffRate: number;
+}
+
+/**
+ * Errors that say "try again, nothing was decided": DynamoDB throttles and transaction conflicts,
+ * Ferry's own ConcurrentModification (a conditional write lost a race), and Lambda's service-side
+ * failures to run the function at all (AWS's advice: always retry these).
+ */
+export const TRANSIENT_ERRORS = [
+  'ConcurrentModification',
+  'TransactionConflictException',
+  'ProvisionedThroughputExceededException',
+  'ThrottlingException',
+  'Lambda.ServiceException',
+  'Lambda.AWSLambdaException',
+  'Lambda.SdkClientException',
+  'Lambda.TooManyRequestsException',
+] as const;
+
+/**
+ * The RunTask failures that mean the copy worker never started: no Fargate capacity (Step Functions
+ * reports it as ECS.AmazonECSException), an ECS server error, a throttled API call. A worker that
+ * ran and stopped (States.TaskFailed) or ran out of time (States.Timeout) is NOT retried here: the
+ * Catch hands it to the step after the copy, which reads the operation record and counts attempts.
+ */
+export const COPY_TASK_LAUNCH_ERRORS = ['ECS.AmazonECSException', 'ECS.ServerException', 'ECS.ThrottlingException'] as const;
+
+export const RETRIERS = {
+  /**
+   * A step whose driver error must reach its Catch at once: the server flows roll a failed driver
+   * call back rather than repeat it. Waits 1, 2, 4 s: a throttle or a lost race clears in seconds.
+   */
+  transient: { ErrorEquals: [...TRANSIENT_ERRORS], IntervalSeconds: 1, MaxAttempts: 3, BackoffRate: 2 },
+  /**
+   * A step that also repeats a DriverError: storage driver calls are idempotent under a retried id
+   * (docs/drivers.md), and the compensation steps of the server flows must get through.
+   */
+  transientOrDriver: { ErrorEquals: ['DriverError', ...TRANSIENT_ERRORS], IntervalSeconds: 1, MaxAttempts: 3, BackoffRate: 2 },
+  /**
+   * Undoing a share migration: retried on anything, longer (2, 4, 8, 16 s), because giving up
+   * leaves a half-migrated share for an operator; its Catch then records what is left.
+   */
+  cleanup: { ErrorEquals: ['States.ALL'], IntervalSeconds: 2, MaxAttempts: 4, BackoffRate: 2 },
+  /**
+   * Starting the copy worker's Fargate task (see COPY_TASK_LAUNCH_ERRORS): capacity comes back in
+   * minutes, not seconds, so 30, 60, 120, 240 s (7.5 minutes in all) before the copy counts as failed.
+   */
+  copyTaskLaunch: { ErrorEquals: [...COPY_TASK_LAUNCH_ERRORS], IntervalSeconds: 30, MaxAttempts: 4, BackoffRate: 2 },
+} as const satisfies Record<string, Retrier>;
+
+export type RetrierName = keyof typeof RETRIERS;
+
+/**
+ * A Catch is one catcher of every error (`States.ALL`), writing it where the next step reads it:
+ * `$.error` from a step, `$.rollbackError` from a step that is itself undoing an `$.error` (a
+ * compensation whose own failure must not overwrite the error it was undoing).
+ */
+export const CATCH_ERRORS = ['States.ALL'] as const;
+export const CATCH_RESULT_PATHS = ['$.error', '$.rollbackError'] as const;
+
+/** The Step Functions integration that runs the copy worker and waits for it to stop. */
+export const COPY_TASK_RESOURCE = 'arn:aws:states:::ecs:runTask.sync';
+
+const HOUR = 3600;
+const DAY = 24 * HOUR;
+
+/**
+ * One run of the copy worker: 5 days, about 40 TiB at 100 MiB/s, or tens of millions of small files
+ * on EFS. A run that times out is not lost: the next attempt resumes from the worker's journal.
+ * No HeartbeatSeconds: the worker gets no task token to heartbeat with (Step Functions would time
+ * a healthy copy out), and the local interpreter ignores the field (infra/asl/subset.ts).
+ */
+export const COPY_TASK_TIMEOUT_SECONDS = 5 * DAY;
+
+/** How much longer than its function a Lambda Task may wait: the invoke itself, a cold start. */
+export const LAMBDA_INVOKE_MARGIN_SECONDS = 10;
+
+/** What the policy says of one machine. */
+export interface MachinePolicy {
+  /** The overall TimeoutSeconds of the machine; why this much is said where it is set. */
+  readonly timeoutSeconds: number;
+  /** The retrier of every Lambda Task the machine does not list in `tasks`. */
+  readonly retrier: RetrierName;
+  /** Tasks (by state name) that take another retrier. */
+  readonly tasks?: Readonly<Record<string, RetrierName>>;
+  /**
+   * What the worst-case bound cannot read from the ASL: how often a state in a loop may run
+   * (`runs`), and how many items a Map is sized for (`mapItems`).
+   */
+  readonly sizing?: { readonly runs?: Readonly<Record<string, number>>; readonly mapItems?: Readonly<Record<string, number>> };
+}
+
+/**
+ * Machines made of Lambda steps without loops: their worst case, every Task at its timeout on every
+ * attempt, is at most 2.7 hours (server-resize); one day leaves eightfold room and still ends
+ * a wedged execution the same day.
+ */
+const STEPS_TIMEOUT_SECONDS = 1 * DAY;
+
+/** The server flows: a driver error is rolled back, only the rollback repeats it. */
+const serverFlow = (compensation: string): MachinePolicy => ({
+  timeoutSeconds: STEPS_TIMEOUT_SECONDS,
+  retrier: 'transient',
+  tasks: { [compensation]: 'transientOrDriver' },
+});
+
+/** The volume and share flows: every step repeats driver errors. */
+const storageFlow: MachinePolicy = { timeoutSeconds: STEPS_TIMEOUT_SECONDS, retrier: 'transientOrDriver' };
+
+/** The volumes a failover is sized for, and the volumes per Map item (functions/replication/repo.ts FAILOVER_BATCH_SIZE). */
+export const FAILOVER_SIZED_FOR_VOLUMES = 10_000;
+export const FAILOVER_BATCH_SIZE = 200;
+/** The copy runs of one migration (functions/migration/flow.ts MAX_COPY_ATTEMPTS). */
+export const MIGRATION_COPY_RUNS = 3;
+/** migration_continue polls of one driver-assisted migration (functions/migration/flow.ts maxDriverPolls()). */
+export const MIGRATION_DRIVER_POLLS = 2000;
+
+export const MACHINE_POLICIES: Readonly<Record<StateMachineName, MachinePolicy>> = {
+  'volume-create': storageFlow,
+  'volume-delete': storageFlow,
+  /**
+   * 10,000 volumes are 50 batches, 13 rounds of 4 at MaxConcurrency 4; with every batch at its
+   * 600 s timeout on all 4 attempts that is 9.2 hours in all. Three days: room for eight times
+   * that, so a failover of a large fleet on a slow target still ends by itself, with its Fail
+   * step, and never half-done by the overall timeout.
+   */
+  'volume-failover': {
+    timeoutSeconds: 3 * DAY,
+    retrier: 'transientOrDriver',
+    tasks: { Finish: 'transient', Fail: 'transient' },
+    sizing: { mapItems: { Batches: Math.ceil(FAILOVER_SIZED_FOR_VOLUMES / FAILOVER_BATCH_SIZE) } },
+  },
+  'share-create': storageFlow,
+  'share-delete': storageFlow,
+  /**
+   * Phase 1 of a host-assisted migration is up to MIGRATION_COPY_RUNS copy runs of up to five days
+   * each (15.1 days with every step at its timeout on every attempt); a driver-assisted one is up to
+   * MIGRATION_DRIVER_POLLS polls (12.3 days if every poll used its whole budget). Twenty days
+   * covers the longer path and stays under the 24.8 days a local timer can count.
+   */
+  'share-migration-start': {
+    timeoutSeconds: 20 * DAY,
+    retrier: 'transientOrDriver',
+    tasks: { Cancel: 'cleanup', Rollback: 'cleanup' },
+    sizing: { runs: { CopyData: MIGRATION_COPY_RUNS, CopyEnded: MIGRATION_COPY_RUNS, WaitForDriver: MIGRATION_DRIVER_POLLS, DriverContinue: MIGRATION_DRIVER_POLLS } },
+  },
+  'share-migration-complete': { ...storageFlow, tasks: { DeleteRetired: 'cleanup', Rollback: 'cleanup' } },
+  'share-migration-cancel': { ...storageFlow, tasks: { Cancel: 'cleanup' } },
+  'server-create': serverFlow('BuildFailed'),
+  'server-delete': serverFlow('DeleteFailed'),
+  'server-power': serverFlow('PowerFailed'),
+  'server-attach-volume': serverFlow('AttachFailed'),
+  'server-detach-volume': serverFlow('DetachFailed'),
+  'server-evacuate': serverFlow('Rollback'),
+  'server-shelve': serverFlow('Rollback'),
+  'server-unshelve': serverFlow('Rollback'),
+  'server-swap-volume': serverFlow('SwapFailed'),
+  'server-live-migrate': serverFlow('RollbackLiveMigration'),
+  'server-resize': serverFlow('Rollback'),
+  'server-confirm-resize': serverFlow('Rollback'),
+  'server-revert-resize': serverFlow('Rollback'),
+};

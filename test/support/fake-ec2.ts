@@ -1,0 +1,180 @@
+/**
+ * A small EC2 model behind aws-sdk-client-mock, for the aws-ebs volume driver's tests and its run
+ * of the volume driver contract suite (test/contracts/volume-driver.ts). Replies are shaped like
+ * the EC2 API reference's (DescribeVolumes pages with NextToken, InvalidVolume.NotFound for an
+ * unknown id, a ClientToken answered with the volume it first made).
+ */
+import {
+  AttachVolumeCommand,
+  CreateSnapshotCommand,
+  CreateVolumeCommand,
+  DeleteSnapshotCommand,
+  DeleteVolumeCommand,
+  DescribeInstancesCommand,
+  DescribeSnapshotsCommand,
+  DescribeVolumesCommand,
+  DetachVolumeCommand,
+  ModifyVolumeCommand,
+  type EC2Client,
+  type Filter,
+  type Snapshot,
+  type Volume,
+} from '@aws-sdk/client-ec2';
+import type { AwsClientStub } from 'aws-sdk-client-mock';
+
+/** The backend host whose tags the fake's `add` puts on a volume. */
+export const FAKE_EC2_BACKEND = 'ferry@ebs-a';
+
+export const awsError = (name: string, message = name) => Object.assign(new Error(message), { name, $fault: 'client' });
+
+/**
+ * A small EC2 model behind the mocked client: volumes become available, attachments attached and
+ * detachments done one DescribeVolumes after the request, as on EC2 where they take a moment.
+ */
+export class FakeEc2 {
+  volumes = new Map<string, Volume>();
+  snapshots = new Map<string, Snapshot>();
+  private nextSnapshot = 1;
+
+  constructor(readonly backend: string = FAKE_EC2_BACKEND) {}
+
+  tokens = new Map<string, string>();
+  devices = new Map<string, string[]>([['i-1', ['/dev/sda1']]]);
+  pageSize = 2;
+  private next = 1;
+
+  add(backendName: string, sizeGb: number, pool = 'gp', extra: Partial<Volume> = {}): Volume {
+    const v: Volume = {
+      VolumeId: `vol-${this.next++}`,
+      Size: sizeGb,
+      State: 'available',
+      Attachments: [],
+      Tags: [
+        { Key: 'Name', Value: backendName },
+        { Key: 'ferry:backend-name', Value: backendName },
+        { Key: 'ferry:backend', Value: this.backend },
+        { Key: 'ferry:pool', Value: pool },
+      ],
+      ...extra,
+    };
+    this.volumes.set(v.VolumeId!, v);
+    return v;
+  }
+
+  private settle(v: Volume): void {
+    if (v.State === 'creating') v.State = 'available';
+    v.Attachments = (v.Attachments ?? []).filter((a) => a.State !== 'detaching').map((a) => (a.State === 'attaching' ? { ...a, State: 'attached' } : a));
+    if (v.State === 'available' || v.State === 'in-use') v.State = v.Attachments.length ? 'in-use' : 'available';
+  }
+
+  describeVolumes(input: { VolumeIds?: string[]; Filters?: Filter[]; NextToken?: string }) {
+    let found: Volume[];
+    if (input.VolumeIds) {
+      found = input.VolumeIds.map((id) => {
+        const v = this.volumes.get(id);
+        if (!v) throw awsError('InvalidVolume.NotFound', `The volume '${id}' does not exist.`);
+        return v;
+      });
+    } else {
+      found = [...this.volumes.values()].filter((v) =>
+        (input.Filters ?? []).every((f) => f.Values!.includes(v.Tags?.find((t) => `tag:${t.Key}` === f.Name)?.Value ?? '')),
+      );
+    }
+    found.forEach((v) => this.settle(v));
+    const start = Number(input.NextToken ?? 0);
+    const page = found.slice(start, start + this.pageSize);
+    const more = start + this.pageSize < found.length;
+    return { Volumes: structuredClone(page), NextToken: more ? String(start + this.pageSize) : undefined };
+  }
+
+  createVolume(input: { Size: number; ClientToken: string; TagSpecifications: { Tags: { Key: string; Value: string }[] }[] }) {
+    const known = this.tokens.get(input.ClientToken);
+    if (known) {
+      const v = this.volumes.get(known)!;
+      if (v.Size !== input.Size) throw awsError('IdempotentParameterMismatch');
+      return structuredClone(v);
+    }
+    const tags = input.TagSpecifications[0].Tags;
+    const v = this.add(tags.find((t) => t.Key === 'ferry:backend-name')!.Value, input.Size, tags.find((t) => t.Key === 'ferry:pool')!.Value, { State: 'creating' });
+    this.tokens.set(input.ClientToken, v.VolumeId!);
+    return structuredClone(v);
+  }
+
+  attachVolume(input: { VolumeId: string; InstanceId: string; Device: string }) {
+    const v = this.volumes.get(input.VolumeId)!;
+    if ((this.devices.get(input.InstanceId) ?? []).includes(input.Device)) throw awsError('InvalidParameterValue', `device ${input.Device} in use`);
+    v.Attachments!.push({ VolumeId: v.VolumeId, InstanceId: input.InstanceId, Device: input.Device, State: 'attaching' });
+    this.devices.set(input.InstanceId, [...(this.devices.get(input.InstanceId) ?? []), input.Device]);
+    return { State: 'attaching' };
+  }
+
+  detachVolume(input: { VolumeId: string; InstanceId: string }) {
+    const v = this.volumes.get(input.VolumeId);
+    if (!v) throw awsError('InvalidVolume.NotFound');
+    const a = v.Attachments!.find((x) => x.InstanceId === input.InstanceId && x.State !== 'detaching');
+    if (!a) throw awsError('IncorrectState', `Volume '${input.VolumeId}' is in the 'available' state.`);
+    a.State = 'detaching';
+    this.devices.set(input.InstanceId, (this.devices.get(input.InstanceId) ?? []).filter((d) => d !== a.Device));
+    return { State: 'detaching' };
+  }
+
+  deleteVolume(input: { VolumeId: string }) {
+    const v = this.volumes.get(input.VolumeId);
+    if (!v) throw awsError('InvalidVolume.NotFound');
+    if (v.Attachments!.length) throw awsError('VolumeInUse');
+    this.volumes.delete(input.VolumeId);
+    return {};
+  }
+
+  modifyVolume(input: { VolumeId: string; Size: number }) {
+    this.volumes.get(input.VolumeId)!.Size = input.Size;
+    return { VolumeModification: { VolumeId: input.VolumeId, TargetSize: input.Size, ModificationState: 'modifying' } };
+  }
+
+  describeInstances(input: { InstanceIds: string[] }) {
+    const id = input.InstanceIds[0];
+    const devices = this.devices.get(id);
+    if (!devices) throw awsError('InvalidInstanceID.NotFound');
+    return { Reservations: [{ Instances: [{ InstanceId: id, BlockDeviceMappings: devices.map((d) => ({ DeviceName: d })) }] }] };
+  }
+
+  createSnapshot(input: { VolumeId: string; TagSpecifications: { Tags: { Key: string; Value: string }[] }[] }): Snapshot {
+    if (!this.volumes.has(input.VolumeId)) throw awsError('InvalidVolume.NotFound', `The volume '${input.VolumeId}' does not exist.`);
+    const s: Snapshot = { SnapshotId: `snap-${this.nextSnapshot++}`, VolumeId: input.VolumeId, State: 'pending', Tags: input.TagSpecifications[0].Tags };
+    this.snapshots.set(s.SnapshotId!, s);
+    return structuredClone(s);
+  }
+
+  /** A new snapshot is pending until described once. */
+  describeSnapshots(input: { SnapshotIds?: string[]; Filters?: Filter[] }) {
+    const found = input.SnapshotIds
+      ? input.SnapshotIds.map((id) => {
+          const s = this.snapshots.get(id);
+          if (!s) throw awsError('InvalidSnapshot.NotFound', `The snapshot '${id}' does not exist.`);
+          return s;
+        })
+      : [...this.snapshots.values()].filter((s) => (input.Filters ?? []).every((f) => f.Values!.includes(s.Tags?.find((t) => `tag:${t.Key}` === f.Name)?.Value ?? '')));
+    const out = structuredClone(found);
+    for (const s of found) if (s.State === 'pending') s.State = 'completed';
+    return { Snapshots: out };
+  }
+
+  deleteSnapshot(input: { SnapshotId: string }) {
+    if (!this.snapshots.delete(input.SnapshotId)) throw awsError('InvalidSnapshot.NotFound', `The snapshot '${input.SnapshotId}' does not exist.`);
+    return {};
+  }
+}
+
+/** Routes every EC2 command the driver sends to the fake. */
+export function wireFakeEc2(ec2: AwsClientStub<EC2Client>, fake: FakeEc2): void {
+  ec2.on(DescribeVolumesCommand).callsFake((i) => fake.describeVolumes(i));
+  ec2.on(CreateVolumeCommand).callsFake((i) => fake.createVolume(i));
+  ec2.on(AttachVolumeCommand).callsFake((i) => fake.attachVolume(i));
+  ec2.on(DetachVolumeCommand).callsFake((i) => fake.detachVolume(i));
+  ec2.on(DeleteVolumeCommand).callsFake((i) => fake.deleteVolume(i));
+  ec2.on(ModifyVolumeCommand).callsFake((i) => fake.modifyVolume(i));
+  ec2.on(DescribeInstancesCommand).callsFake((i) => fake.describeInstances(i));
+  ec2.on(CreateSnapshotCommand).callsFake((i) => fake.createSnapshot(i));
+  ec2.on(DescribeSnapshotsCommand).callsFake((i) => fake.describeSnapshots(i));
+  ec2.on(DeleteSnapshotCommand).callsFake((i) => fake.deleteSnapshot(i));
+}
