@@ -138,3 +138,59 @@ export async function listKind(table: string, kind: { sk: string; pkPrefix: stri
     ? queryAll({ TableName: table, IndexName: 'gsi1', KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': kind.gsi1pk } })
     : scanAll({ TableName: table, FilterExpression: 'sk = :sk AND begins_with(pk, :prefix)', ExpressionAttributeValues: { ':sk': kind.sk, ':prefix': kind.pkPrefix } });
 }
+
+/** A further condition a versioned update must also meet (e.g. "no attachment in flight"). */
+export interface ExtraCondition {
+  expression: string;
+  names?: Record<string, string>;
+  values?: Record<string, unknown>;
+}
+
+/** An Update for a transaction or alone: what TransactWriteItems and UpdateCommand both take. */
+export interface VersionedUpdate {
+  TableName: string;
+  Key: Record<string, unknown>;
+  UpdateExpression: string;
+  ConditionExpression: string;
+  ExpressionAttributeNames: Record<string, string>;
+  ExpressionAttributeValues: Record<string, unknown>;
+}
+
+/**
+ * The Update that turns the item `before` into `after`: SET for each changed top-level attribute,
+ * REMOVE for each that became undefined, `version` bumped, conditioned on the version read (and
+ * on `extra`). Attributes that did not change are not touched, so writers of other attributes of
+ * the same item (the attachments API on a volume) never lose their writes.
+ */
+export function versionedUpdate<T extends { id: string; version: number }>(
+  target: { TableName: string; Key: Record<string, unknown> },
+  before: T,
+  after: T,
+  extra?: ExtraCondition,
+): VersionedUpdate {
+  const names: Record<string, string> = { '#version': 'version', ...(extra?.names ?? {}) };
+  const values: Record<string, unknown> = { ':expected': before.version, ':next': before.version + 1, ...(extra?.values ?? {}) };
+  const sets: string[] = ['#version = :next'];
+  const removes: string[] = [];
+  let i = 0;
+  for (const k of new Set([...Object.keys(before), ...Object.keys(after)])) {
+    if (k === 'version' || k === 'id') continue;
+    const a = (before as Record<string, unknown>)[k];
+    const b = (after as Record<string, unknown>)[k];
+    if (JSON.stringify(a) === JSON.stringify(b)) continue;
+    names[`#a${i}`] = k;
+    if (b === undefined) removes.push(`#a${i}`);
+    else {
+      values[`:a${i}`] = b;
+      sets.push(`#a${i} = :a${i}`);
+    }
+    i++;
+  }
+  return {
+    ...target,
+    UpdateExpression: `SET ${sets.join(', ')}${removes.length ? ` REMOVE ${removes.join(', ')}` : ''}`,
+    ConditionExpression: `#version = :expected${extra ? ` AND (${extra.expression})` : ''}`,
+    ExpressionAttributeNames: names,
+    ExpressionAttributeValues: values,
+  };
+}

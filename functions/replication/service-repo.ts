@@ -71,6 +71,35 @@ export async function ensureServiceState(item: BackendItem): Promise<void> {
   );
 }
 
+/** What a request changes on the backend item, and the condition under which the backend accepts it. */
+interface BackendUpdate {
+  UpdateExpression: string;
+  ConditionExpression: string;
+  ExpressionAttributeNames?: Record<string, string>;
+  ExpressionAttributeValues: Record<string, unknown>;
+}
+
+/**
+ * The backend item's update and the new operation's record in one transaction, so an operation
+ * exists exactly when its backend accepted it. When the backend's condition refuses, `refused`
+ * throws the reason (it gets the transaction's error to rethrow when it has none better).
+ */
+async function updateWithOperation(host: string, update: BackendUpdate, operation: Record<string, unknown> & { id: string }, refused: (e: unknown) => Promise<never>): Promise<void> {
+  try {
+    await db().send(
+      new TransactWriteCommand({
+        TransactItems: [
+          { Update: { TableName: tableName('volume'), Key: backendKey(host), ...update } },
+          { Put: { TableName: tableName('volume'), Item: { ...operationKey(operation.id), ...operation }, ConditionExpression: 'attribute_not_exists(pk)' } },
+        ],
+      }),
+    );
+  } catch (e) {
+    if (cancellationCodes(e)[0] === 'ConditionalCheckFailed') await refused(e);
+    throw e;
+  }
+}
+
 /**
  * API failover accepted: `failing-over`, conditional on replication_status being enabled or
  * failed-over (upstream's `_replication_db_change`), written with the operation record in one
@@ -78,100 +107,64 @@ export async function ensureServiceState(item: BackendItem): Promise<void> {
  */
 export async function beginFailover(item: BackendItem, op: ReplicationOperation): Promise<void> {
   const host = item.config.host;
-  try {
-    await db().send(
-      new TransactWriteCommand({
-        TransactItems: [
-          {
-            Update: {
-              TableName: tableName('volume'),
-              Key: backendKey(host),
-              UpdateExpression: 'SET #service.#rs = :failingOver, failoverOperationId = :op',
-              ConditionExpression: '#service.#rs IN (:from0, :from1)',
-              ExpressionAttributeNames: { '#service': 'service', '#rs': 'replicationStatus' },
-              ExpressionAttributeValues: { ':failingOver': REPLICATION.failingOver, ':op': op.id, ':from0': FAILOVER_FROM[0], ':from1': FAILOVER_FROM[1] },
-            },
-          },
-          { Put: { TableName: tableName('volume'), Item: { ...operationKey(op.id), ...op }, ConditionExpression: 'attribute_not_exists(pk)' } },
-        ],
-      }),
-    );
-  } catch (e) {
-    const codes = cancellationCodes(e);
-    if (codes[0] === 'ConditionalCheckFailed') {
-      const refused = serviceTransition(host, { ...item.service, replicationStatus: REPLICATION.failingOver }, { type: 'failover-requested' });
-      throw refused instanceof FerryError ? refused : e;
-    }
-    throw e;
-  }
+  await updateWithOperation(
+    host,
+    {
+      UpdateExpression: 'SET #service.#rs = :failingOver, failoverOperationId = :op',
+      ConditionExpression: '#service.#rs IN (:from0, :from1)',
+      ExpressionAttributeNames: { '#service': 'service', '#rs': 'replicationStatus' },
+      ExpressionAttributeValues: { ':failingOver': REPLICATION.failingOver, ':op': op.id, ':from0': FAILOVER_FROM[0], ':from1': FAILOVER_FROM[1] },
+    },
+    { ...op },
+    async (e) => {
+      const refusal = serviceTransition(host, { ...item.service, replicationStatus: REPLICATION.failingOver }, { type: 'failover-requested' });
+      throw refusal instanceof FerryError ? refusal : e;
+    },
+  );
 }
 
 /** Starts a drill: only from the primary (`enabled`) and only one drill per backend at a time. */
 export async function beginDrill(item: BackendItem, op: ReplicationOperation, target: string): Promise<void> {
   const host = item.config.host;
   const drill: DrillState = { operationId: op.id, target, status: 'starting' };
-  try {
-    await db().send(
-      new TransactWriteCommand({
-        TransactItems: [
-          {
-            Update: {
-              TableName: tableName('volume'),
-              Key: backendKey(host),
-              UpdateExpression: 'SET drill = :drill',
-              ConditionExpression: '#service.#rs = :enabled AND attribute_not_exists(drill)',
-              ExpressionAttributeNames: { '#service': 'service', '#rs': 'replicationStatus' },
-              ExpressionAttributeValues: { ':drill': drill, ':enabled': REPLICATION.enabled },
-              ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-            },
-          },
-          { Put: { TableName: tableName('volume'), Item: { ...operationKey(op.id), ...op, target }, ConditionExpression: 'attribute_not_exists(pk)' } },
-        ],
-      }),
-    );
-  } catch (e) {
-    const codes = cancellationCodes(e);
-    if (codes[0] === 'ConditionalCheckFailed') {
+  await updateWithOperation(
+    host,
+    {
+      UpdateExpression: 'SET drill = :drill',
+      ConditionExpression: '#service.#rs = :enabled AND attribute_not_exists(drill)',
+      ExpressionAttributeNames: { '#service': 'service', '#rs': 'replicationStatus' },
+      ExpressionAttributeValues: { ':drill': drill, ':enabled': REPLICATION.enabled },
+    },
+    { ...op, target },
+    async () => {
       const now = await getBackendItem(host);
       if (now.drill) throw new BadRequest(`Invalid input received: Backend ${host} already has a drill (${now.drill.status}, operation ${now.drill.operationId}); end it first with {"drill": "end"}.`);
       throw new BadRequest(`Invalid input received: A drill needs backend ${host} running on its primary with replication_status enabled; it is ${now.service.replicationStatus}.`);
-    }
-    throw e;
-  }
+    },
+  );
 }
 
 /** Starts removing a drill's copies: the drill must be active or failed (a failed one may have made some). */
 export async function beginDrillEnd(item: BackendItem, op: ReplicationOperation): Promise<void> {
   const host = item.config.host;
-  try {
-    await db().send(
-      new TransactWriteCommand({
-        TransactItems: [
-          {
-            Update: {
-              TableName: tableName('volume'),
-              Key: backendKey(host),
-              UpdateExpression: 'SET drill.#status = :ending, drill.endOperationId = :op',
-              ConditionExpression: 'drill.#status IN (:active, :failed)',
-              ExpressionAttributeNames: { '#status': 'status' },
-              ExpressionAttributeValues: { ':ending': 'ending', ':op': op.id, ':active': 'active', ':failed': 'failed' },
-            },
-          },
-          { Put: { TableName: tableName('volume'), Item: { ...operationKey(op.id), ...op }, ConditionExpression: 'attribute_not_exists(pk)' } },
-        ],
-      }),
-    );
-  } catch (e) {
-    if (cancellationCodes(e)[0] === 'ConditionalCheckFailed') {
+  await updateWithOperation(
+    host,
+    {
+      UpdateExpression: 'SET drill.#status = :ending, drill.endOperationId = :op',
+      ConditionExpression: 'drill.#status IN (:active, :failed)',
+      ExpressionAttributeNames: { '#status': 'status' },
+      ExpressionAttributeValues: { ':ending': 'ending', ':op': op.id, ':active': 'active', ':failed': 'failed' },
+    },
+    { ...op },
+    async () => {
       const now = await getBackendItem(host);
       throw new BadRequest(
         now.drill
           ? `Invalid input received: The drill on backend ${host} is ${now.drill.status}; it can be ended once it is active or failed.`
           : `Invalid input received: Backend ${host} has no drill to end.`,
       );
-    }
-    throw e;
-  }
+    },
+  );
 }
 
 /** The drill's next status, conditional on the operation still owning it. `undefined` removes the drill. */

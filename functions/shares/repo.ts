@@ -6,7 +6,7 @@
  */
 import { GetCommand, TransactWriteCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
 import type { AuthContext } from '../core/auth.js';
-import { cancellationCodes, db, isConditionFailure, queryAll, scanAll, withRetries } from '../core/db.js';
+import { cancellationCodes, db, isConditionFailure, queryAll, scanAll, versionedUpdate, withRetries } from '../core/db.js';
 import { ConcurrentModification, FerryError, NotFound } from '../core/errors.js';
 import { GSI1, tableName } from '../core/tables.js';
 import type { ShareBackendConfig } from '../drivers/share/driver.js';
@@ -58,32 +58,7 @@ export async function listShares(projectId?: string): Promise<Share[]> {
 }
 
 export function shareUpdate(before: Share, after: Share): NonNullable<TransactItem['Update']> {
-  const names: Record<string, string> = { '#version': 'version' };
-  const values: Record<string, unknown> = { ':expected': before.version, ':next': before.version + 1 };
-  const sets: string[] = ['#version = :next'];
-  const removes: string[] = [];
-  let i = 0;
-  for (const k of new Set([...Object.keys(before), ...Object.keys(after)])) {
-    if (k === 'version' || k === 'id') continue;
-    const a = (before as unknown as Record<string, unknown>)[k];
-    const b = (after as unknown as Record<string, unknown>)[k];
-    if (JSON.stringify(a) === JSON.stringify(b)) continue;
-    names[`#a${i}`] = k;
-    if (b === undefined) removes.push(`#a${i}`);
-    else {
-      values[`:a${i}`] = b;
-      sets.push(`#a${i} = :a${i}`);
-    }
-    i++;
-  }
-  return {
-    TableName: tableName('share'),
-    Key: shareKey(before.id),
-    UpdateExpression: `SET ${sets.join(', ')}${removes.length ? ` REMOVE ${removes.join(', ')}` : ''}`,
-    ConditionExpression: '#version = :expected',
-    ExpressionAttributeNames: names,
-    ExpressionAttributeValues: values,
-  };
+  return versionedUpdate({ TableName: tableName('share'), Key: shareKey(before.id) }, before, after);
 }
 
 const written = (before: Share, after: Share): Share => ({ ...after, version: before.version + 1 });

@@ -11,7 +11,7 @@
  */
 import { GetCommand, TransactWriteCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
 import type { AuthContext } from '../core/auth.js';
-import { cancellationCodes, db, isConditionFailure, listKind, queryAll, withRetries } from '../core/db.js';
+import { cancellationCodes, db, isConditionFailure, listKind, queryAll, versionedUpdate, withRetries, type ExtraCondition } from '../core/db.js';
 import { BadRequest, ConcurrentModification, Conflict, FerryError, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import { backendOf } from './backends.js';
@@ -60,45 +60,14 @@ export async function getVolumeScoped(auth: AuthContext, id: string): Promise<Vo
 }
 
 /**
- * The Update (for a transaction or alone) that turns `before` into `after`: SET for each changed
- * top-level attribute, REMOVE for each that became undefined, `version` bumped, condition on the
- * version read. Attributes not changed (attachments, instances, connections, which the attachments
- * API maintains) are not touched.
+ * The Update (for a transaction or alone) that turns `before` into `after` under a condition on
+ * the version read (core/db.ts versionedUpdate). Attributes not changed (attachments, instances,
+ * connections, which the attachments API maintains) are not touched.
  */
-export interface ExtraCondition {
-  expression: string;
-  names?: Record<string, string>;
-  values?: Record<string, unknown>;
-}
+export type { ExtraCondition };
 
 export function volumeUpdate(before: Volume, after: Volume, extraCondition?: ExtraCondition): NonNullable<TransactItem['Update']> {
-  const names: Record<string, string> = { '#version': 'version', ...(extraCondition?.names ?? {}) };
-  const values: Record<string, unknown> = { ':expected': before.version, ':next': before.version + 1, ...(extraCondition?.values ?? {}) };
-  const sets: string[] = ['#version = :next'];
-  const removes: string[] = [];
-  const keys = new Set([...Object.keys(before), ...Object.keys(after)]);
-  let i = 0;
-  for (const k of keys) {
-    if (k === 'version' || k === 'id') continue;
-    const a = (before as unknown as Record<string, unknown>)[k];
-    const b = (after as unknown as Record<string, unknown>)[k];
-    if (JSON.stringify(a) === JSON.stringify(b)) continue;
-    names[`#a${i}`] = k;
-    if (b === undefined) removes.push(`#a${i}`);
-    else {
-      values[`:a${i}`] = b;
-      sets.push(`#a${i} = :a${i}`);
-    }
-    i++;
-  }
-  return {
-    TableName: tableName('volume'),
-    Key: volumeKey(before.id),
-    UpdateExpression: `SET ${sets.join(', ')}${removes.length ? ` REMOVE ${removes.join(', ')}` : ''}`,
-    ConditionExpression: `#version = :expected${extraCondition ? ` AND (${extraCondition.expression})` : ''}`,
-    ExpressionAttributeNames: names,
-    ExpressionAttributeValues: values,
-  };
+  return versionedUpdate({ TableName: tableName('volume'), Key: volumeKey(before.id) }, before, after, extraCondition);
 }
 
 /** `after` as it is stored once `volumeUpdate(before, after)` has been written. */
