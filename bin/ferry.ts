@@ -2,7 +2,7 @@
  * `ferry`: the operator's own tool beside the upstream OpenStack clients.
  *
  *   ferry token create --user U --project P [--admin] [--ttl-days N]
- *   ferry audit [--json]
+ *   ferry audit [--json] [--repair [--grace SECONDS]]
  *   ferry help
  *
  * Exit codes: 0 done (audit: clean), 1 the command ran and found a problem (audit findings),
@@ -15,14 +15,20 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { STATE_MACHINE_NAMES, stateMachineEnvName } from '../functions/core/machines.js';
+import { STEP_FUNCTIONS_PATH } from '../infra/local/http.js';
 
 export const USAGE = `usage:
   ferry token create --user USER --project PROJECT [--admin] [--ttl-days N]
       Mint an API token for the AWS deployment and print it (once: only its hash is stored).
       Uses DynamoDB Local when FERRY_DYNAMODB_ENDPOINT is set, else AWS with the table named by
       FERRY_TABLE_TOKENS (the stack output TableNameTokens).
-  ferry audit [--json]
+  ferry audit [--json] [--repair [--grace SECONDS]]
       Compare DynamoDB with what the drivers hold: exit 0 clean, 1 findings, 2 could not run.
+      --repair first finishes or undoes what crashed operations left, then repairs what is
+      provably safe (an export no attachment uses, an attachment no BDM or operation holds,
+      unchanged for --grace seconds, default 600), prints each repair (what it saw, what it did),
+      then the findings that remain for an operator: exit 0 when none remain, 1 when some do.
       Talks to the local stack of FERRY_DATA_DIR (default .ferry) unless FERRY_DYNAMODB_ENDPOINT
       or FERRY_TABLE_VOLUME (a deployed stack) is set.
   ferry watch OPERATION
@@ -85,17 +91,50 @@ async function tokenCreate(args: string[], io: Io): Promise<number> {
 }
 
 async function audit(args: string[], io: Io): Promise<number> {
-  const { values } = parseArgs({ args, strict: true, allowPositionals: false, options: { json: { type: 'boolean', default: false } } });
+  const { values } = parseArgs({
+    args,
+    strict: true,
+    allowPositionals: false,
+    options: { json: { type: 'boolean', default: false }, repair: { type: 'boolean', default: false }, grace: { type: 'string' } },
+  });
+  if (values.grace !== undefined && !values.repair) throw new UsageError('--grace goes with --repair');
+  const graceSeconds = values.grace === undefined ? undefined : Number(values.grace);
+  if (graceSeconds !== undefined && !(Number.isFinite(graceSeconds) && graceSeconds >= 0)) throw new UsageError(`--grace must be a number of seconds, not "${values.grace}"`);
   requireStack();
+  if (values.repair) {
+    requireMachines();
+    return auditRepair(graceSeconds, values.json ?? false, io);
+  }
   const { runAudit, formatAuditReport } = await import('../functions/audit/audit.js');
   let report;
   try {
     report = await runAudit();
   } catch (e) {
-    throw new CannotRun(`the audit could not read the stack (${where()}): ${(e as Error).name}: ${(e as Error).message}`);
+    throw cannotRead(e);
   }
   io.out(values.json ? JSON.stringify(report, null, 2) : formatAuditReport(report));
   return report.findings.length > 0 ? 1 : 0;
+}
+
+const cannotRead = (e: unknown) => new CannotRun(`the audit could not read the stack (${where()}): ${(e as Error).name}: ${(e as Error).message}`);
+
+/** `ferry audit --repair`: one reconciler pass; each repair printed as it is made, then what remains. */
+async function auditRepair(graceSeconds: number | undefined, json: boolean, io: Io): Promise<number> {
+  const { reconcile, RECONCILE_GRACE_SECONDS } = await import('../functions/audit/reconciler.js');
+  const { formatAuditReport } = await import('../functions/audit/audit.js');
+  const before = new Date(Date.now() - (graceSeconds ?? RECONCILE_GRACE_SECONDS) * 1000);
+  let result;
+  try {
+    result = await reconcile({ before, log: json ? undefined : (r) => io.out(`${r.outcome}\t${r.kind}\t${r.resource}\n  saw: ${r.saw}\n  did: ${r.did}`) });
+  } catch (e) {
+    throw cannotRead(e);
+  }
+  if (json) io.out(JSON.stringify(result, null, 2));
+  else {
+    io.out(`${result.repaired.length} repaired, ${result.left.length} left alone or failed`);
+    io.out(formatAuditReport({ checked: result.checked, findings: result.remaining }));
+  }
+  return result.remaining.length > 0 ? 1 : 0;
 }
 
 /**
@@ -106,9 +145,12 @@ export function useRunningLocalStack(): void {
   if (process.env.FERRY_DYNAMODB_ENDPOINT || process.env.FERRY_TABLE_VOLUME) return;
   const file = stackFile();
   if (!existsSync(file)) return;
-  const stack = JSON.parse(readFileSync(file, 'utf8')) as { dynamodbEndpoint?: string; s3Endpoint?: string };
+  const stack = JSON.parse(readFileSync(file, 'utf8')) as { url?: string; dynamodbEndpoint?: string; s3Endpoint?: string; sfnEndpoint?: string };
   if (stack.dynamodbEndpoint) process.env.FERRY_DYNAMODB_ENDPOINT = stack.dynamodbEndpoint;
   if (stack.s3Endpoint) process.env.FERRY_S3_ENDPOINT = stack.s3Endpoint;
+  // --repair asks Step Functions whether an operation's execution exists: the stack serves it under its URL.
+  const sfnEndpoint = stack.sfnEndpoint ?? (stack.url ? `${stack.url}${STEP_FUNCTIONS_PATH}` : undefined);
+  if (sfnEndpoint && !process.env.FERRY_SFN_ENDPOINT) process.env.FERRY_SFN_ENDPOINT = sfnEndpoint;
 }
 
 function stackFile(): string {
@@ -129,6 +171,19 @@ function requireStack(): void {
     `no local stack is running for FERRY_DATA_DIR=${process.env.FERRY_DATA_DIR ?? '.ferry'} (no ${stackFile()}): start one with \`npm start\`, ` +
       'set FERRY_DATA_DIR to its data directory, or set FERRY_TABLE_VOLUME (and AWS credentials) for a deployed stack',
   );
+}
+
+/**
+ * --repair asks Step Functions whether a server operation's execution exists before it abandons
+ * the operation: against a deployed stack it needs the machines' ARNs (the functions get them from
+ * CDK), never a guessed one that could answer "no such execution" for a live operation.
+ */
+function requireMachines(): void {
+  if (!process.env.FERRY_TABLE_VOLUME || process.env.FERRY_DYNAMODB_ENDPOINT) return;
+  const missing = STATE_MACHINE_NAMES.filter((m) => m.startsWith('server-')).map(stateMachineEnvName).filter((name) => !process.env[name]);
+  if (missing.length > 0) {
+    throw new CannotRun(`--repair against a deployed stack needs the server machines' ARNs: set ${missing.join(', ')} (or let the stack's reconciler function run it)`);
+  }
 }
 
 /** Runs one command line (without `node ferry`); resolves to the process exit code. */

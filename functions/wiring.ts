@@ -12,7 +12,8 @@ import { stateMachineEnvName, type StateMachineName } from './core/machines.js';
 
 export { stateMachineEnvName, type StateMachineName };
 
-export type FunctionKind = 'api' | 'authorizer' | 'step';
+/** api: behind the HTTP API; authorizer: its token check; step: a Task of state machines; scheduled: run by a schedule (EventBridge on AWS). */
+export type FunctionKind = 'api' | 'authorizer' | 'step' | 'scheduled';
 
 export interface FunctionWiring {
   name: string;
@@ -29,6 +30,10 @@ export interface FunctionWiring {
   tables: TableKey[];
   /** State machines this function starts (gets their ARNs in the environment and start permission). */
   starts?: StateMachineName[];
+  /** State machines whose executions this function only reads (gets their ARNs and DescribeExecution on their executions). */
+  describes?: StateMachineName[];
+  /** For `scheduled` functions: how often it runs, in minutes (an EventBridge rate on AWS). */
+  scheduleRateMinutes?: number;
   usesBucket?: boolean;
   /**
    * Calls share drivers on the share storage: on AWS the function runs in the VPC with the share
@@ -287,6 +292,23 @@ export const FUNCTIONS: FunctionWiring[] = [
     usesBucket: true,
     starts: ['volume-delete'],
     timeoutSeconds: 900,
+    memoryMb: 1024,
+  },
+  {
+    name: 'reconciler',
+    kind: 'scheduled',
+    entry: 'functions/audit/reconciler.ts',
+    export: 'handler',
+    description: 'The reconciler (ferry audit --repair on a schedule): finishes or undoes intents crashed calls left, abandons server operations whose machine never started, repairs what the audit proves safe (unused exports, attachments no BDM or operation holds) and logs the rest.',
+    // What the audit reads and the repairs write; the share backends are read on the share storage.
+    tables: ['volume', 'share', 'compute-api', 'cell1', 'cell2'],
+    // Whether a server operation's machine ever started; abandoning an offloaded detach deletes its delete_on_termination volume.
+    describes: STATE_MACHINES.map((m) => m.name).filter((m) => m.startsWith('server-')),
+    starts: ['volume-delete'],
+    mountsShareStorage: true,
+    scheduleRateMinutes: 5,
+    // Under the rate, so two passes do not overlap (overlapping ones would still be safe: every repair is conditional).
+    timeoutSeconds: 280,
     memoryMb: 1024,
   },
 ];

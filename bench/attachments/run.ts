@@ -122,6 +122,8 @@ function report(label: string, r: { rec: Recorder; seconds: number; ddbPerCall: 
 // The stack's replicator reads the backend records every second in this same process; it would
 // add its requests to the API's count. No replicated volume is involved here: let it sleep.
 process.env.FERRY_REPLICATION_INTERVAL_MS ??= String(24 * 3600_000);
+// The same for the reconciler's timer (its run at start comes before any count).
+process.env.FERRY_RECONCILE_INTERVAL ??= '0';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'ferry-bench-'));
 const stack = await startLocalStack({ dataDir, port: 0, quiet: true });

@@ -2,9 +2,11 @@
  * Host connections of attachments (reference §3.6, seed 004): the backend connection of (volume,
  * connector host) is shared by every attachment of the volume on that host and refcounted in the
  * volume item's `connections[host]`. Ordering, so a failure at any point leaks nothing:
- * - connect: driver.initializeConnection (idempotent), then the transaction that records the
- *   attachment as connected; if the connect finally fails and no attachment uses the host, the
- *   connection is terminated again.
+ * - connect: the connect intent (model.ts `pendingConnect`), then driver.initializeConnection
+ *   (idempotent), then the transaction that records the attachment as connected and clears the
+ *   intent; if the connect finally fails and no attachment uses the host, the connection is
+ *   terminated again and the intent cleared. A process that dies in between leaves the intent,
+ *   which recovery.ts undoes.
  * - release: terminateConnection only when no attachment uses the host, then a fence write.
  */
 import { isConditionFailure, isTransactionConflict, withRetries } from '../core/db.js';
@@ -13,8 +15,8 @@ import { logger } from '../core/logger.js';
 import type { Connector, VolumeDriver } from '../drivers/volume/driver.js';
 import { driverForHost } from '../volumes/backends.js';
 import type { Volume } from '../volumes/model.js';
-import type { Attachment } from './model.js';
-import { fenceHost, getAttachmentRecord, getVolumeRecord, writeVersioned, type LoadedVolume } from './repo.js';
+import { newConnectIntent, type Attachment, type ConnectIntent } from './model.js';
+import { clearConnectIntent, fenceHost, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeVersioned, type LoadedVolume } from './repo.js';
 import { assertAttachmentLive, checkConnect, connect, type ConnectOptions } from './transitions.js';
 
 /** Lost races (a reserve rule or version no longer holding, or a concurrent transaction) re-read and re-apply. */
@@ -26,7 +28,7 @@ export const now = () => new Date().toISOString();
 export const DRIVER_CACHE_MS = 10_000;
 const drivers = new Map<string, { driver: VolumeDriver; until: number }>();
 
-async function driverForVolume(volume: Volume): Promise<VolumeDriver> {
+export async function driverForVolume(volume: Volume): Promise<VolumeDriver> {
   if (!volume.host) throw new InvalidVolume(`Volume ${volume.id} has no host yet; it cannot be connected.`, { volumeId: volume.id });
   const cached = drivers.get(volume.host);
   if (cached && cached.until > Date.now()) return cached.driver;
@@ -43,68 +45,103 @@ export async function loadVolumeOf(attachment: Attachment): Promise<LoadedVolume
   return loaded;
 }
 
+/** A connect about to start: the attachment as its intent write returned it (intent included), and the volume if already read. */
+export interface ConnectStart {
+  attachment: Attachment;
+  intent: ConnectIntent;
+  volume?: LoadedVolume;
+}
+
 /**
- * initializeConnection, then the transaction recording it; on a lost race both again (a fence
- * write by a concurrent disconnect may have removed the connection in between). If the connect
- * finally fails, the connection is removed again unless another attachment uses the host.
+ * initializeConnection, then the transaction recording it (and ending the intent); on a lost
+ * race both again after a re-read (a fence write by a concurrent disconnect may have removed the
+ * connection in between). If the connect finally fails, the connection is removed again unless
+ * another attachment uses the host, then the intent is cleared.
  */
-export async function connectAttachment(
-  attachmentId: string,
-  connector: Connector,
-  options: ConnectOptions,
-  first: { attachment: Attachment; volume: LoadedVolume },
-): Promise<Attachment> {
-  let state: typeof first | undefined = first;
+export async function connectAttachment(attachmentId: string, connector: Connector, options: ConnectOptions, first: ConnectStart): Promise<Attachment> {
+  let state: ConnectStart | undefined = first;
+  const intent = first.intent;
   let connectedVolume: Volume | undefined;
   try {
     return await withRetries(async () => {
       if (!state) {
-        const attachment = await getAttachmentRecord(attachmentId);
+        let attachment = await getAttachmentRecord(attachmentId);
         assertAttachmentLive(attachment, attachmentId);
-        state = { attachment, volume: await loadVolumeOf(attachment) };
+        // Only a recovery pass that took this call for a dead one removes its intent: write it again.
+        if (!attachment.pendingConnect?.[intent.id]) attachment = await writeConnectIntent(attachmentId, intent);
+        assertAttachmentLive(attachment, attachmentId);
+        state = { attachment, intent };
       }
-      const { attachment, volume } = state;
+      const { attachment } = state;
+      const volume = state.volume ?? (await loadVolumeOf(attachment));
       state = undefined;
       checkConnect(volume.volume, attachment, options);
       const driver = await driverForVolume(volume.volume);
       connectedVolume = volume.volume;
       const connection = await driver.initializeConnection(volume.volume.backendName, connector);
-      const result = connect(volume.volume, attachment, { connector, connection, now: now() }, options);
-      await writeVersioned({ volume: volume.volume, attachment }, result);
-      if (result.releasedHost) {
-        // The attachment moved to another host; its old host's connection has no user left. The
-        // update itself succeeded, so a failure here is the audit's to report, not the caller's.
-        await releaseHost(result.volume, result.releasedHost, { knownUnused: true }).catch((e: unknown) =>
-          logger.error('could not remove the connection of a host the attachment left; the audit will list it', {
-            attachmentId,
-            host: result.releasedHost!.host,
-            error: e as Error,
-          }),
-        );
-      }
+      const result = connect(volume.volume, attachment, { connector, connection, now: now(), intentId: intent.id }, options);
+      // The attachment moved off a host nobody else uses: the same transaction records the intent
+      // of removing that host's connection, so a death before the removal leaves it to recovery.
+      const leaving = result.releasedHost ? newConnectIntent(result.releasedHost.connector, now()) : undefined;
+      await writeVersioned({ volume: volume.volume, attachment }, result, { endIntent: intent.id, addIntent: leaving });
+      if (result.releasedHost && leaving) await releaseLeftHost(attachmentId, result.volume, result.releasedHost, leaving);
       return result.attachment;
     }, RETRY);
   } catch (e) {
-    if (connectedVolume) await releaseHost(connectedVolume, { host: connector.host, connector }, { knownUnused: false }).catch((cleanupError: unknown) => {
-      logger.error('could not remove the backend connection of a failed connect; the audit will list it', {
-        volumeId: connectedVolume!.id,
-        host: connector.host,
-        error: cleanupError as Error,
-      });
-    });
+    await undoFailedConnect(attachmentId, connector, connectedVolume, intent);
     throw e;
   }
 }
+
+/** The old host of a moved attachment: its connection goes, then the intent. The update itself succeeded, so a failure is left to recovery, not thrown. */
+async function releaseLeftHost(attachmentId: string, volume: Volume, left: { host: string; connector: Connector }, intent: ConnectIntent): Promise<void> {
+  try {
+    await releaseHost(volume, left, { knownUnused: true });
+    await clearConnectIntent(attachmentId, intent.id);
+  } catch (e) {
+    logger.error('could not remove the connection of a host the attachment left; its intent stays for recovery to undo', { attachmentId, host: left.host, error: e as Error });
+  }
+}
+
+/**
+ * The cleanup of a failed connect: the connection it may have made goes unless another attachment
+ * uses the host, then its intent. If the connection could not be removed, the intent stays, so
+ * a recovery pass (recoverPendingConnects) removes it later instead of nobody.
+ */
+async function undoFailedConnect(attachmentId: string, connector: Connector, connectedVolume: Volume | undefined, intent: ConnectIntent): Promise<void> {
+  if (connectedVolume) {
+    try {
+      await releaseHost(connectedVolume, { host: connector.host, connector }, { knownUnused: false });
+    } catch (e) {
+      logger.error('could not remove the backend connection of a failed connect; its intent stays for recovery to undo', {
+        attachmentId,
+        volumeId: connectedVolume.id,
+        host: connector.host,
+        error: e as Error,
+      });
+      return;
+    }
+  }
+  try {
+    await clearConnectIntent(attachmentId, intent.id);
+  } catch (e) {
+    logger.error('could not clear the intent of a failed connect; a recovery pass clears it', { attachmentId, host: connector.host, error: e as Error });
+  }
+}
+
+/** What releaseHost did: removed the connection, left it (an attachment uses the host), or found no volume. */
+export type ReleaseOutcome = 'terminated' | 'in-use' | 'volume-gone';
 
 /**
  * Removes a host's backend connection if no attachment uses it, then fences: a connect that read
  * the volume before the fence must retry (and so reconnect). If an attachment recorded a
  * connection on the host meanwhile, the terminate may have removed it: connect it again.
  */
-export async function releaseHost(volume: Volume, target: { host: string; connector: Connector }, options: { knownUnused: boolean }): Promise<void> {
+export async function releaseHost(volume: Volume, target: { host: string; connector: Connector }, options: { knownUnused: boolean }): Promise<ReleaseOutcome> {
   if (!options.knownUnused) {
     const fresh = await getVolumeRecord(volume.id);
-    if (!fresh || (fresh.volume.connections[target.host]?.length ?? 0) > 0) return;
+    if (!fresh) return 'volume-gone';
+    if ((fresh.volume.connections[target.host]?.length ?? 0) > 0) return 'in-use';
   }
   const driver = await driverForVolume(volume);
   await driver.terminateConnection(volume.backendName, target.connector);
@@ -113,5 +150,7 @@ export async function releaseHost(volume: Volume, target: { host: string; connec
     const userId = latest?.volume.connections[target.host]?.[0];
     const user = userId ? await getAttachmentRecord(userId) : undefined;
     await driver.initializeConnection(volume.backendName, user?.connector ?? target.connector);
+    return 'in-use';
   }
+  return 'terminated';
 }

@@ -11,7 +11,16 @@
  * drops out of listings, and with `disconnect` when the delete was the last user of a host's
  * backend connection: a delete retried after a crash finds the tombstone and finishes the
  * disconnect. Tombstones expire through the table's TTL.
+ *
+ * `pendingConnect` holds the connect INTENTS of the synchronous connect (PUT /attachments/{id},
+ * create with a connector), one per call: written before the driver's
+ * initializeConnection and removed by the transaction that records the connection (or by the
+ * failed connect's cleanup), so a process that dies in between leaves an intent, never an export
+ * nothing knows about; recovery.ts undoes such intents. A tombstone keeps the intents of connects
+ * that were in flight when it was deleted, for the same reason.
  */
+import { randomUUID } from 'node:crypto';
+import { Conflict } from '../core/errors.js';
 import type { Connector } from '../drivers/volume/driver.js';
 import type { AttachMode } from '../volumes/model.js';
 
@@ -45,6 +54,48 @@ export interface Attachment {
   deleted?: boolean;
   /** Tombstone only: the host connection this delete must remove (it was the last user). */
   disconnect?: { host: string; connector: Connector } | null;
+  /** Connects in flight (or abandoned by a crash), by intent id. Absent on items written before intents existed. */
+  pendingConnect?: Record<string, ConnectIntent>;
+}
+
+/** A connect's intent: the backend connection it is about to make, and since when. */
+export interface ConnectIntent {
+  /** The intent's own key in `pendingConnect` (one per connect call; two calls for one host each have theirs). Names no effect. */
+  id: string;
+  /** The connector's host: the backend connection is that of (volume, host). */
+  host: string;
+  connector: Connector;
+  /** ISO-8601, when the intent was written. */
+  startedAt: string;
+  /** ISO-8601: a live connect has answered (or died) by then; a recovery pass treats it as abandoned after. */
+  expiresAt: string;
+}
+
+/** Longer than any synchronous API call may run (API Gateway answers by 29 s, the API Lambda stops at its timeout). */
+export const CONNECT_INTENT_TIMEOUT_MS = 5 * 60_000;
+
+export function newConnectIntent(connector: Connector, now: string): ConnectIntent {
+  return {
+    id: randomUUID(),
+    host: connector.host,
+    connector,
+    startedAt: now,
+    expiresAt: new Date(Date.parse(now) + CONNECT_INTENT_TIMEOUT_MS).toISOString(),
+  };
+}
+
+/**
+ * A create with a caller-chosen attachment id found that id taken by something it may not return
+ * as its own: a tombstone, or an attachment of another volume or instance. `existing` is the item
+ * the conditional put found (ALL_OLD), as Powertools' IdempotencyItemAlreadyExistsError carries it.
+ */
+export class AttachmentIdTaken extends Conflict {
+  readonly existing: Attachment;
+  constructor(existing: Attachment) {
+    const what = existing.deleted ? 'a deleted attachment' : `an attachment of volume ${existing.volumeId} for instance ${existing.instanceUuid ?? 'None'}`;
+    super(`Attachment id ${existing.id} is already used by ${what}.`, { attachmentId: existing.id, volumeId: existing.volumeId });
+    this.existing = existing;
+  }
 }
 
 export const attachmentKey = (id: string) => ({ pk: `ATT#${id}`, sk: 'ATT' });

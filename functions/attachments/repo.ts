@@ -10,15 +10,33 @@
  *   into version retries.
  */
 import { GetCommand, TransactWriteCommand, UpdateCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
+import { unmarshall } from '@aws-sdk/util-dynamodb';
 import { db, queryAll, scanAll } from '../core/db.js';
 import { GSI1, tableName } from '../core/tables.js';
 import { volumeKey, type Volume } from '../volumes/model.js';
-import { ATTACHMENT_SK, attachmentFromItem, attachmentKey, attachmentToItem, projectAttachmentsGsi1pk, type Attachment } from './model.js';
+import {
+  ATTACHMENT_SK,
+  attachmentFromItem,
+  attachmentKey,
+  AttachmentIdTaken,
+  attachmentToItem,
+  projectAttachmentsGsi1pk,
+  type Attachment,
+  type ConnectIntent,
+} from './model.js';
 import { MULTIATTACH_RESERVE_FROM, RESERVE_FROM, SAME_INSTANCE_RESERVE_FROM, type ReserveResult } from './transitions.js';
 
 type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
 
 const table = () => tableName('volume');
+
+/** Named condition clauses (Powertools' persistence layer builds its conditional put the same way). */
+const ATTACHMENT_ID_FREE = 'attribute_not_exists(pk)';
+const ATTACHMENT_EXISTS = 'attribute_exists(pk)';
+const ATTACHMENT_LIVE = 'attribute_not_exists(deleted)';
+const ATTACHMENT_IN_PROJECT = 'projectId = :project';
+const INTENTS_MAP_ABSENT = 'attribute_not_exists(#pc)';
+const INTENT_PRESENT = 'attribute_exists(#pc.#intent)';
 
 /** A volume as read, and whether its item already has the aggregate maps an additive update needs. */
 export interface LoadedVolume {
@@ -83,10 +101,10 @@ function versionedVolumeUpdate(before: Volume, after: Volume): TransactItem {
  */
 export async function writeReserve(before: LoadedVolume, result: ReserveResult): Promise<void> {
   const put: TransactItem = {
-    Put: { TableName: table(), Item: attachmentToItem(result.attachment), ConditionExpression: 'attribute_not_exists(pk)' },
+    Put: { TableName: table(), Item: attachmentToItem(result.attachment), ConditionExpression: ATTACHMENT_ID_FREE, ReturnValuesOnConditionCheckFailure: 'ALL_OLD' },
   };
   if (!before.hasMaps) {
-    await db().send(new TransactWriteCommand({ TransactItems: [put, versionedVolumeUpdate(before.volume, result.volume)] }));
+    await sendReserve([put, versionedVolumeUpdate(before.volume, result.volume)]);
     return;
   }
   const a = result.attachment;
@@ -125,24 +143,84 @@ export async function writeReserve(before: LoadedVolume, result: ReserveResult):
       ExpressionAttributeValues: values,
     },
   };
-  await db().send(new TransactWriteCommand({ TransactItems: [put, update] }));
+  await sendReserve([put, update]);
 }
 
-/** Connect, complete or delete: the attachment (or its tombstone) and the volume, each conditioned on the version read. */
-export async function writeVersioned(before: { volume: Volume; attachment: Attachment }, after: { volume: Volume; attachment: Attachment }): Promise<void> {
+/** The reserve transaction; when its put finds the id taken, AttachmentIdTaken with the item it found. */
+async function sendReserve(items: TransactItem[]): Promise<void> {
+  try {
+    await db().send(new TransactWriteCommand({ TransactItems: items }));
+  } catch (e) {
+    const [putReason] = (e as { CancellationReasons?: { Code?: string; Item?: Record<string, unknown> }[] }).CancellationReasons ?? [];
+    if ((e as { name?: string }).name === 'TransactionCanceledException' && putReason?.Code === 'ConditionalCheckFailed' && putReason.Item) {
+      // Errors are not translated by the document client: the old item comes in the wire format.
+      throw new AttachmentIdTaken(attachmentFromItem(unmarshall(putReason.Item as Parameters<typeof unmarshall>[0])));
+    }
+    throw e;
+  }
+}
+
+/**
+ * The attachment's side of a versioned write: every field of `after` set, the fields it dropped
+ * removed (a tombstone's GSI keys), conditioned on the version read. The connect intents are left
+ * alone but for the one this write ends: intents of concurrent connects, written after the read,
+ * survive it (their writes do not move the version, so they never make this one retry).
+ */
+function versionedAttachmentUpdate(before: Attachment, after: Attachment, intents: { endIntent?: string; addIntent?: ConnectIntent }): TransactItem {
+  const item = attachmentToItem(after);
+  const previous = attachmentToItem(before);
+  const untouched = new Set(['pk', 'sk', 'pendingConnect']);
+  const names: Record<string, string> = {};
+  const values: Record<string, unknown> = { ':version': before.version };
+  const sets: string[] = [];
+  const removes: string[] = [];
+  Object.entries(item).forEach(([field, value], i) => {
+    if (untouched.has(field) || value === undefined) return;
+    names[`#s${i}`] = field;
+    values[`:s${i}`] = value;
+    sets.push(`#s${i} = :s${i}`);
+  });
+  Object.keys(previous).forEach((field, i) => {
+    if (untouched.has(field) || item[field] !== undefined || previous[field] === undefined) return;
+    names[`#r${i}`] = field;
+    removes.push(`#r${i}`);
+  });
+  if (intents.endIntent !== undefined) {
+    names['#pc'] = 'pendingConnect';
+    names['#intent'] = intents.endIntent;
+    removes.push('#pc.#intent');
+  }
+  if (intents.addIntent) {
+    names['#pc'] = 'pendingConnect';
+    names['#added'] = intents.addIntent.id;
+    values[':added'] = intents.addIntent;
+    sets.push('#pc.#added = :added');
+  }
+  return {
+    Update: {
+      TableName: table(),
+      Key: attachmentKey(after.id),
+      UpdateExpression: `SET ${sets.join(', ')}${removes.length ? ` REMOVE ${removes.join(', ')}` : ''}`,
+      ConditionExpression: 'version = :version',
+      ExpressionAttributeNames: names,
+      ExpressionAttributeValues: values,
+    },
+  };
+}
+
+/**
+ * Connect, complete or delete: the attachment (or its tombstone) and the volume, each conditioned
+ * on the version read. A connect also ends its intent, and a connect that moves the attachment off
+ * a host adds the intent of removing that host's connection (`addIntent`: undone like any intent).
+ */
+export async function writeVersioned(
+  before: { volume: Volume; attachment: Attachment },
+  after: { volume: Volume; attachment: Attachment },
+  intents: { endIntent?: string; addIntent?: ConnectIntent } = {},
+): Promise<void> {
   await db().send(
     new TransactWriteCommand({
-      TransactItems: [
-        {
-          Put: {
-            TableName: table(),
-            Item: attachmentToItem(after.attachment),
-            ConditionExpression: 'version = :version',
-            ExpressionAttributeValues: { ':version': before.attachment.version },
-          },
-        },
-        versionedVolumeUpdate(before.volume, after.volume),
-      ],
+      TransactItems: [versionedAttachmentUpdate(before.attachment, after.attachment, intents), versionedVolumeUpdate(before.volume, after.volume)],
     }),
   );
 }
@@ -183,4 +261,108 @@ export async function queryProjectAttachments(projectId: string): Promise<Attach
 export async function scanAllAttachments(): Promise<Attachment[]> {
   const items = await scanAll({ TableName: table(), FilterExpression: 'sk = :sk AND attribute_not_exists(deleted)', ExpressionAttributeValues: { ':sk': ATTACHMENT_SK } });
   return items.map(attachmentFromItem);
+}
+
+const isNamed = (e: unknown, name: string) => (e as { name?: string })?.name === name;
+
+/**
+ * Records a connect intent on a live attachment (of `projectId`, when given) in ONE conditional
+ * update that also returns the attachment (ALL_NEW): the read the connect needs anyway. It adds
+ * its own key to the intents map and leaves the version alone, so concurrent connects neither
+ * erase each other's intents nor make each other retry. Undefined when there is no such live
+ * attachment.
+ */
+export async function writeConnectIntent(attachmentId: string, intent: ConnectIntent, projectId?: string): Promise<Attachment | undefined> {
+  const clauses = [ATTACHMENT_EXISTS, ATTACHMENT_LIVE, ...(projectId === undefined ? [] : [ATTACHMENT_IN_PROJECT])];
+  const project = projectId === undefined ? {} : { ':project': projectId };
+  // The intents map exists on items written since intents exist; an older item gets it whole.
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const whole = attempt % 2 === 1;
+    try {
+      const out = await db().send(
+        new UpdateCommand({
+          TableName: table(),
+          Key: attachmentKey(attachmentId),
+          UpdateExpression: whole ? 'SET #pc = :intents' : 'SET #pc.#intent = :intent',
+          ConditionExpression: (whole ? [...clauses, INTENTS_MAP_ABSENT] : clauses).join(' AND '),
+          ExpressionAttributeNames: whole ? { '#pc': 'pendingConnect' } : { '#pc': 'pendingConnect', '#intent': intent.id },
+          ExpressionAttributeValues: { ...project, ...(whole ? { ':intents': { [intent.id]: intent } } : { ':intent': intent }) },
+          ReturnValues: 'ALL_NEW',
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }),
+      );
+      return attachmentFromItem(out.Attributes!);
+    } catch (e) {
+      if (!whole && isNamed(e, 'ValidationException')) continue;
+      if (whole && isNamed(e, 'ConditionalCheckFailedException') && (e as { Item?: Record<string, unknown> }).Item?.pendingConnect) continue;
+      if (isNamed(e, 'ConditionalCheckFailedException')) return undefined;
+      throw e;
+    }
+  }
+  return undefined;
+}
+
+/** Removes a connect intent; 'gone' when it was not there any more (ended by its connect, or by another pass). */
+export async function clearConnectIntent(attachmentId: string, intentId: string): Promise<'cleared' | 'gone'> {
+  try {
+    await db().send(
+      new UpdateCommand({
+        TableName: table(),
+        Key: attachmentKey(attachmentId),
+        UpdateExpression: 'REMOVE #pc.#intent',
+        ConditionExpression: INTENT_PRESENT,
+        ExpressionAttributeNames: { '#pc': 'pendingConnect', '#intent': intentId },
+      }),
+    );
+    return 'cleared';
+  } catch (e) {
+    if (isNamed(e, 'ConditionalCheckFailedException')) return 'gone';
+    throw e;
+  }
+}
+
+/**
+ * Every attachment item (live or tombstone) holding a connect intent. A Scan with a filter: the
+ * volume table's only index (gsi1) keys the project listings, and intents are rare (only
+ * connects in flight or abandoned by a crash), so recovery passes pay one table read each.
+ */
+export async function scanConnectIntents(): Promise<Attachment[]> {
+  const items = await scanAll({
+    TableName: table(),
+    FilterExpression: 'sk = :sk AND size(pendingConnect) > :zero',
+    ExpressionAttributeValues: { ':sk': ATTACHMENT_SK, ':zero': 0 },
+    ConsistentRead: true,
+  });
+  return items.map(attachmentFromItem);
+}
+
+/** Every tombstone whose delete had to remove a host's connection and was not yet seen through by a recovery pass. */
+export async function scanPendingDisconnects(): Promise<Attachment[]> {
+  const items = await scanAll({
+    TableName: table(),
+    FilterExpression: 'sk = :sk AND deleted = :true AND attribute_type(#disconnect, :map)',
+    ExpressionAttributeNames: { '#disconnect': 'disconnect' },
+    ExpressionAttributeValues: { ':sk': ATTACHMENT_SK, ':true': true, ':map': 'M' },
+    ConsistentRead: true,
+  });
+  return items.map(attachmentFromItem);
+}
+
+/** A recovery pass saw the tombstone's disconnect through: later passes skip it (a retried delete then has nothing left to finish). */
+export async function markDisconnectDone(tombstone: Attachment): Promise<void> {
+  try {
+    await db().send(
+      new UpdateCommand({
+        TableName: table(),
+        Key: attachmentKey(tombstone.id),
+        UpdateExpression: 'SET #disconnect = :none ADD version :one',
+        ConditionExpression: 'deleted = :true AND #disconnect.#host = :host',
+        ExpressionAttributeNames: { '#disconnect': 'disconnect', '#host': 'host' },
+        ExpressionAttributeValues: { ':none': null, ':one': 1, ':true': true, ':host': tombstone.disconnect!.host },
+      }),
+    );
+  } catch (e) {
+    // Done by another pass (or the tombstone expired): nothing left to mark.
+    if (!isNamed(e, 'ConditionalCheckFailedException')) throw e;
+  }
 }

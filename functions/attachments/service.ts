@@ -6,16 +6,24 @@
  * Each operation reads the attachment and/or volume, applies a pure transition (transitions.ts),
  * and writes both in one transaction (repo.ts); a lost race re-reads and re-applies. Happy-path
  * DynamoDB requests: create 2 (get volume, transaction), create with connector 3, update 3
- * (get attachment, get volume, transaction), complete 3, delete 3 (+1 fence when it removes a
- * host's last connection), show 1.
+ * (connect-intent update returning the attachment, get volume, transaction; +2 when it moves the
+ * attachment off a host nobody else uses: the fence, and clearing the removal's intent), complete
+ * 3, delete 3 (+1 fence when it removes a host's last connection), show 1.
+ *
+ * A caller with an id of its own for the attachment (a Nova flow's step: core/intents.ts) passes
+ * `attachmentId`: the reserve puts the attachment only if the id is free, and a re-run finds the
+ * attachment the first run made instead of making a second one. The public API never lets a
+ * client choose the id.
  *
  * Host connections (reference §3.6, seed 004): the backend connection of (volume, connector host)
  * is shared by every attachment of the volume on that host and refcounted in the volume item's
  * `connections[host]`. Ordering, so a failure at any point leaks nothing and loses nothing:
- * - connect: driver.initializeConnection (idempotent), then the transaction that records the
- *   attachment as connected; if the connect finally fails and no attachment uses the host, the
- *   connection is terminated again. A process death between the two leaves a connection without
- *   record, which the audit reports and a retried update adopts.
+ * - connect: the connect intent on the attachment (written by the reserve for a create with a
+ *   connector, by the update that also reads the attachment for PUT), driver.initializeConnection
+ *   (idempotent), then the transaction that records the attachment as connected and clears the
+ *   intent; if the connect finally fails and no attachment uses the host, the connection is
+ *   terminated again and the intent cleared. A process death in between leaves the intent, which
+ *   recovery.ts undoes (at stack start, and by the reconciler).
  * - delete: the transaction (attachment -> tombstone, removed from `connections[host]`), then,
  *   if it was the last user, terminateConnection and a fence write. The tombstone remembers the
  *   pending disconnect, so a delete retried after a crash or a driver failure finishes it.
@@ -23,17 +31,17 @@
 import { randomUUID } from 'node:crypto';
 import type { AuthContext } from '../core/auth.js';
 import { withRetries } from '../core/db.js';
-import { BadRequest, Conflict, DriverError, FerryError } from '../core/errors.js';
+import { BadRequest, Conflict, DriverError, FerryError, InvalidVolume } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { authorize, registerPolicies } from '../core/policy.js';
 import type { Connector } from '../drivers/volume/driver.js';
 import type { AttachmentSummary } from '../volumes/model.js';
-import type { Attachment } from './model.js';
+import { AttachmentIdTaken, newConnectIntent, type Attachment, type ConnectIntent } from './model.js';
 import { getAttachmentUsers } from './ports.js';
-import { getAttachmentRecord, getVolumeRecord, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
-import { assertAttachmentLive, complete, needsMultiattachBootablePolicy, remove, reserve } from './transitions.js';
+import { clearConnectIntent, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
+import { assertAttachmentLive, complete, needsMultiattachBootablePolicy, remove, reserve, type ReserveResult } from './transitions.js';
 
-import { connectAttachment, loadVolumeOf, now, releaseHost, RETRY, volumeNotFound } from './connections.js';
+import { connectAttachment, loadVolumeOf, now, releaseHost, RETRY, volumeNotFound, type ConnectStart } from './connections.js';
 export const ATTACHMENT_POLICIES = {
   create: 'volume:attachment_create',
   update: 'volume:attachment_update',
@@ -76,38 +84,79 @@ export interface CreateAttachmentInput {
   /** null (or an empty connector, which the API maps to null) only reserves. */
   connector: Connector | null;
   mode?: 'rw' | 'ro';
+  /**
+   * The id of the attachment to make, derived by the caller from its operation and step
+   * (core/intents.ts); never from an API client. With it the create is idempotent: a re-run
+   * returns the attachment the first run made (connecting it if it is not yet connected to the
+   * connector's host), and a failed connect keeps the reservation (the caller knows its id: it
+   * retries or deletes it). An id used by a tombstone or by another volume or instance:
+   * AttachmentIdTaken. Without it, a fresh random id (the API).
+   */
+  attachmentId?: string;
 }
 
 /** POST /attachments: reserve, and connect when a connector is given. */
 export async function createAttachment(input: CreateAttachmentInput): Promise<Attachment> {
-  const { auth, volumeId, instanceUuid, connector } = input;
+  const { connector } = input;
   assertConnectorHost(connector);
-  const attachmentId = randomUUID();
-  const reserved = await withRetries(async () => {
-    const loaded = await loadVolume(auth, volumeId);
-    const volume = loaded.volume;
-    authorize(auth, ATTACHMENT_POLICIES.create, { projectId: volume.projectId });
-    if (needsMultiattachBootablePolicy(volume)) authorize(auth, ATTACHMENT_POLICIES.multiattachBootable, { projectId: volume.projectId });
-    const result = reserve(volume, { attachmentId, instanceUuid, mode: input.mode, now: now() });
-    await writeReserve(loaded, result);
-    return result;
-  }, RETRY);
-  if (!connector) return reserved.attachment;
+  let start: ConnectStart | Attachment;
+  try {
+    start = await reserveAttachment(input);
+  } catch (e) {
+    if (input.attachmentId === undefined) throw e;
+    // The id may be taken by the first run of this create; an InvalidVolume may be that run's
+    // attachment holding the volume (only then is the read worth it).
+    const existing = e instanceof AttachmentIdTaken ? e.existing : e instanceof InvalidVolume ? await getAttachmentRecord(input.attachmentId) : undefined;
+    if (!existing) throw e;
+    start = await adoptExisting(input, existing);
+  }
+  if (!connector || !('intent' in start)) return start as Attachment;
 
   try {
     // Create with a connector skips the duplicate-connector guard, as upstream (Nova's live
     // migration connects a second attachment of the same instance this way).
-    return await connectAttachment(reserved.attachment.id, connector, { checkDuplicates: false }, {
-      attachment: reserved.attachment,
-      volume: { volume: reserved.volume, hasMaps: true },
-    });
+    return await connectAttachment(start.attachment.id, connector, { checkDuplicates: false }, start);
   } catch (e) {
-    // The client never learns this attachment's id, so a failed connect must not leave the
+    // An API client never learns this attachment's id, so a failed connect must not leave the
     // reservation behind (upstream leaves it, and a non-multiattach volume stays reserved).
-    await removeQuietly(reserved.attachment.id);
+    if (input.attachmentId === undefined) await removeQuietly(start.attachment.id);
     if (e instanceof DriverError) throw new DriverError(`Unable to create attachment for volume (${e.message}).`, { cause: e });
     throw e;
   }
+}
+
+/** The reservation (with the connect intent when a connector is given, in the same put): what the connect starts from. */
+async function reserveAttachment(input: CreateAttachmentInput): Promise<ConnectStart | Attachment> {
+  const { auth, volumeId, instanceUuid, connector } = input;
+  const attachmentId = input.attachmentId ?? randomUUID();
+  const intent = connector ? newConnectIntent(connector, now()) : undefined;
+  const reserved: ReserveResult = await withRetries(async () => {
+    const loaded = await loadVolume(auth, volumeId);
+    const volume = loaded.volume;
+    authorize(auth, ATTACHMENT_POLICIES.create, { projectId: volume.projectId });
+    if (needsMultiattachBootablePolicy(volume)) authorize(auth, ATTACHMENT_POLICIES.multiattachBootable, { projectId: volume.projectId });
+    const pendingConnect: Record<string, ConnectIntent> = intent ? { [intent.id]: intent } : {};
+    const result = reserve(volume, { attachmentId, instanceUuid, mode: input.mode, now: now(), pendingConnect });
+    await writeReserve(loaded, result);
+    return result;
+  }, RETRY);
+  if (!intent) return reserved.attachment;
+  return { attachment: reserved.attachment, intent, volume: { volume: reserved.volume, hasMaps: true } };
+}
+
+/**
+ * A create re-run with its id found the attachment a first run made: it is the result if it is
+ * that create's (live, same volume and instance) and connected where asked; else it is connected
+ * now. Anything else under that id is refused, never replaced by a second attachment.
+ */
+async function adoptExisting(input: CreateAttachmentInput, existing: Attachment): Promise<ConnectStart | Attachment> {
+  if (existing.deleted || existing.volumeId !== input.volumeId || existing.instanceUuid !== input.instanceUuid) throw new AttachmentIdTaken(existing);
+  const connector = input.connector;
+  if (!connector || (existing.attachedHost === connector.host && existing.connectionInfo !== null)) return existing;
+  const intent = newConnectIntent(connector, now());
+  const attachment = await writeConnectIntent(existing.id, intent);
+  assertAttachmentLive(attachment, existing.id);
+  return { attachment, intent };
 }
 
 export interface UpdateAttachmentInput {
@@ -119,14 +168,45 @@ export interface UpdateAttachmentInput {
 /** PUT /attachments/{id}: connect the attachment to the connector's host. */
 export async function updateAttachment(input: UpdateAttachmentInput): Promise<Attachment> {
   assertConnectorHost(input.connector);
-  const attachment = await loadAttachment(input.auth, input.attachmentId, ATTACHMENT_POLICIES.update);
-  const volume = await loadVolumeOf(attachment);
+  const start = await startConnect(input.auth, input.attachmentId, input.connector);
   try {
-    return await connectAttachment(attachment.id, input.connector, { checkDuplicates: true }, { attachment, volume });
+    return await connectAttachment(input.attachmentId, input.connector, { checkDuplicates: true }, start);
   } catch (e) {
     if (e instanceof DriverError) throw new DriverError(`Unable to update attachment.(${e.message})`, { cause: e });
     throw e;
   }
+}
+
+/**
+ * The connect intent, written by the one conditional update that also reads the attachment (no
+ * separate GetItem). Visibility is its condition (live, and the caller's project unless admin),
+ * so answers stay as a read-first update gives them: 404 for what the caller cannot see, then the
+ * policy's 403.
+ */
+async function startConnect(auth: AuthContext, attachmentId: string, connector: Connector): Promise<ConnectStart> {
+  const action = ATTACHMENT_POLICIES.update;
+  if (!auth.isAdmin) {
+    // The condition limits the write to the caller's project, so this is the policy check
+    // against the attachment's project, made before anything is written.
+    try {
+      authorize(auth, action, { projectId: auth.projectId });
+    } catch (e) {
+      await loadAttachment(auth, attachmentId, action);
+      throw e;
+    }
+  }
+  const intent = newConnectIntent(connector, now());
+  const attachment = await writeConnectIntent(attachmentId, intent, auth.isAdmin ? undefined : auth.projectId);
+  assertAttachmentLive(attachment, attachmentId);
+  if (auth.isAdmin) {
+    try {
+      authorize(auth, action, { projectId: attachment.projectId });
+    } catch (e) {
+      await clearConnectIntent(attachmentId, intent.id);
+      throw e;
+    }
+  }
+  return { attachment, intent };
 }
 
 /** Rollback of a create whose connect failed: delete the reservation (its own connection, if any, was released already). */

@@ -10,7 +10,7 @@
 import { auditServers } from './servers.js';
 import { auditShares } from './shares.js';
 import { auditVolumes } from './volumes.js';
-import type { AuditFinding } from './findings.js';
+import type { AuditFinding, Find } from './findings.js';
 
 export type { AuditFinding } from './findings.js';
 
@@ -29,7 +29,7 @@ export async function runAudit(options: AuditOptions = {}): Promise<AuditReport>
   const now = (options.now ?? new Date()).getTime();
   const stuckMs = (options.stuckAfterSeconds ?? 3600) * 1000;
   const findings: AuditFinding[] = [];
-  const find = (kind: string, resource: string, detail: string) => findings.push({ kind, resource, detail });
+  const find: Find = (kind, resource, detail, ref) => findings.push({ kind, resource, detail, ...(ref ? { ref } : {}) });
 
   const volumes = await auditVolumes(now, stuckMs, find);
   const shareChecks = await auditShares(now, stuckMs, find);

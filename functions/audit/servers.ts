@@ -28,7 +28,7 @@ import { listCells, listComputeNodes } from '../compute/repo.js';
 import { computeDriverFor } from '../drivers/compute/registry.js';
 import { normalizeConnectionInfo } from '../drivers/compute/local.js';
 import type { Find } from './findings.js';
-import type { BlockDeviceMapping, Instance, InstanceMapping, Migration, Port } from '../servers/model.js';
+import { attachmentsNamedBy, type BlockDeviceMapping, type Instance, type InstanceMapping, type Migration, type Port } from '../servers/model.js';
 
 
 const strip = <T>(item: Record<string, unknown>): T => {
@@ -84,9 +84,10 @@ export async function auditServers(now: number, stuckMs: number, find: Find, liv
   // BDMs against attachments.
   const attachmentsUsed = new Set<string>();
   for (const inst of instances.values()) {
+    // Every attachment the operation's record names (intents included) is in use by that operation.
+    if (inst.operation) for (const id of attachmentsNamedBy(inst.operation)) attachmentsUsed.add(id);
     for (const b of bdmsOf.get(inst.uuid) ?? []) {
       if (b.attachmentId) attachmentsUsed.add(b.attachmentId);
-      for (const id of [...Object.values(inst.operation?.holds.newAttachments ?? {}), ...Object.values(inst.operation?.holds.oldAttachments ?? {})]) attachmentsUsed.add(id);
       if (busy(inst) || b.destinationType !== 'volume') continue;
       const resource = `bdm ${b.uuid} of server ${inst.uuid}`;
       if (!b.attachmentId) {
@@ -102,7 +103,9 @@ export async function auditServers(now: number, stuckMs: number, find: Find, liv
   for (const a of liveAttachments.values()) {
     if (!a.instanceUuid || !instances.has(a.instanceUuid)) continue; // not a Nova server's (cinder attach by hand)
     if (busy(instances.get(a.instanceUuid)!)) continue;
-    if (!attachmentsUsed.has(a.id)) find('attachment-without-bdm', `attachment ${a.id}`, `of volume ${a.volumeId} for server ${a.instanceUuid}, which has no BDM using it`);
+    if (!attachmentsUsed.has(a.id)) {
+      find('attachment-without-bdm', `attachment ${a.id}`, `of volume ${a.volumeId} for server ${a.instanceUuid}, which has no BDM using it`, { attachmentId: a.id, volumeId: a.volumeId, instanceUuid: a.instanceUuid, cellUuid: cellOf.get(a.instanceUuid)! });
+    }
   }
 
   // Compute hosts: guests, kept disks, connections.

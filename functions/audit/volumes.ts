@@ -226,7 +226,18 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
       // A later attachment connected on the same host uses the connection again: nothing pending.
       const reused = (v?.connections?.[a.disconnect.host] ?? []).length > 0;
       if (!reused && backend?.connections.some((c) => c.backendName === v!.backendName && c.host === a.disconnect!.host)) {
-        find('pending-disconnect', `attachment ${a.id}`, `deleted, but the connection on ${a.disconnect.host} it had to remove is still there`);
+        find('pending-disconnect', `attachment ${a.id}`, `deleted, but the connection on ${a.disconnect.host} it had to remove is still there`, { attachmentId: a.id, volumeId: a.volumeId, host: a.disconnect.host });
+      }
+    }
+  }
+
+  // Connect intents (attachments/model.ts): one past its expiry belongs to a call that died.
+  const connecting = new Set<string>();
+  for (const a of attachmentItems) {
+    for (const intent of Object.values(a.pendingConnect ?? {})) {
+      connecting.add(`${a.volumeId} ${intent.host}`);
+      if (Date.parse(intent.expiresAt) < now) {
+        find('pending-connect', `attachment ${a.id}`, `a connect to host ${intent.host} begun ${intent.startedAt} never finished (its intent expired ${intent.expiresAt})`, { attachmentId: a.id, volumeId: a.volumeId, host: intent.host });
       }
     }
   }
@@ -242,8 +253,10 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
     }
     for (const c of b.connections) {
       const v = volumes.find((x) => x.backendName === c.backendName && x.host && backendOf(x.host) === host);
+      // A connect's intent names the export it is making (or, expired, is reported above).
+      if (v && connecting.has(`${v.id} ${c.host}`)) continue;
       if (!v || (v.connections?.[c.host] ?? []).length === 0) {
-        find('orphan-host-connection', `${host} ${c.backendName}`, `connected to host ${c.host} with no attachment using it`);
+        find('orphan-host-connection', `${host} ${c.backendName}`, `connected to host ${c.host} with no attachment using it`, v ? { volumeId: v.id, host: c.host } : undefined);
       }
     }
   }

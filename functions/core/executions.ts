@@ -8,6 +8,7 @@
  * returns the existing execution.
  */
 import { SFNClient, StartExecutionCommand, DescribeExecutionCommand } from '@aws-sdk/client-sfn';
+import { DependencyError } from './errors.js';
 import { stateMachineEnvName, type StateMachineName } from './machines.js';
 
 let client: SFNClient | undefined;
@@ -61,4 +62,22 @@ export async function startExecution(machine: StateMachineName, name: string, in
 
 export async function describeExecution(executionArn: string) {
   return sfn().send(new DescribeExecutionCommand({ executionArn }));
+}
+
+export type ExecutionStatus = 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'TIMED_OUT' | 'ABORTED';
+
+/**
+ * The status of the machine's execution of that name, or undefined when no such execution exists
+ * (ExecutionDoesNotExist). Any other failure is a DependencyError: a Step Functions that cannot
+ * answer is no proof that the execution is absent.
+ */
+export async function executionStatus(machine: StateMachineName, name: string): Promise<ExecutionStatus | undefined> {
+  const executionArn = executionArnOf(machine, name);
+  try {
+    const out = await describeExecution(executionArn);
+    return out.status as ExecutionStatus;
+  } catch (e) {
+    if ((e as { name?: string }).name === 'ExecutionDoesNotExist') return undefined;
+    throw new DependencyError(`could not read execution ${executionArn}: ${(e as Error).message}`, { cause: e, context: { executionArn } });
+  }
 }

@@ -21,9 +21,18 @@ export const faultSpecSchema = z.object({
   backend: z.string().min(1).optional(),
   /** Method name, or `*` for every method. */
   method: z.string().min(1),
-  mode: z.enum(['fail', 'hang', 'fail-after']),
+  /**
+   * fail: refused before the real call; hang: held until the fault is cleared, then the real call
+   * runs; fail-after: the real call runs, then an error; crash: the process "dies" before the real
+   * call (the call never returns, even after the fault is cleared); crash-after: the real call
+   * runs, then the process "dies" (its effect is made, nothing after it runs). The crash modes
+   * model a kill -9 at that instant: a test stops the stack after one and starts it again.
+   */
+  mode: z.enum(['fail', 'hang', 'fail-after', 'crash', 'crash-after']),
   /** How many calls the fault applies to; unlimited when omitted. */
   times: z.number().int().positive().optional(),
+  /** How many matching calls pass untouched (and uncounted) before the fault applies: a crash test aims at the n-th call. */
+  skip: z.number().int().nonnegative().optional(),
   message: z.string().optional(),
 });
 
@@ -34,6 +43,8 @@ export interface Fault extends FaultSpec {
   id: string;
   /** Calls left before the fault removes itself; undefined = unlimited. */
   remaining?: number;
+  /** Matching calls still to let pass before the fault applies. */
+  skipping?: number;
 }
 
 export type FaultCallOutcome =
@@ -44,7 +55,9 @@ export type FaultCallOutcome =
   /** Refused by a 'fail' fault; the real method was not called. */
   | 'injected-fail'
   /** The real method ran and succeeded, then a 'fail-after' fault threw. */
-  | 'injected-fail-after';
+  | 'injected-fail-after'
+  /** A crash fault stopped the caller here for good (before the call, or after it for 'crash-after'). */
+  | 'crashed';
 
 export interface FaultCall {
   /** Order of the calls, strictly increasing (times can tie). */
@@ -71,7 +84,7 @@ let nextSeq = 1;
 export function injectFault(spec: FaultSpec): string {
   const parsed = faultSpecSchema.parse(spec);
   const id = randomUUID();
-  faults.push({ ...parsed, id, remaining: parsed.times });
+  faults.push({ ...parsed, id, remaining: parsed.times, skipping: parsed.skip });
   return id;
 }
 
@@ -105,7 +118,7 @@ export function clearFaultCalls(): void {
 /** The active faults as a FERRY_FAULTS value, to hand to a child process. */
 export function faultsForEnv(): string {
   return JSON.stringify(
-    faults.map(({ kind, backend, method, mode, remaining, message }) => ({ kind, backend, method, mode, times: remaining, message })),
+    faults.map(({ kind, backend, method, mode, remaining, skipping, message }) => ({ kind, backend, method, mode, times: remaining, skip: skipping, message })),
   );
 }
 
@@ -118,7 +131,7 @@ export function faultsOfKindForEnv(kind: string): string {
   return JSON.stringify(
     faults
       .filter((f) => f.kind === kind)
-      .map(({ kind, backend, method, mode, remaining, message }) => ({ kind, backend, method, mode, times: remaining, message })),
+      .map(({ kind, backend, method, mode, remaining, skipping, message }) => ({ kind, backend, method, mode, times: remaining, skip: skipping, message })),
   );
 }
 
@@ -134,6 +147,10 @@ function takeFault(kind: string, backend: string, method: string): Fault | undef
   );
   if (i < 0) return undefined;
   const fault = faults[i];
+  if (fault.skipping) {
+    fault.skipping -= 1;
+    return undefined;
+  }
   if (fault.remaining !== undefined) {
     fault.remaining -= 1;
     if (fault.remaining <= 0) faults.splice(i, 1);
@@ -181,6 +198,7 @@ async function callWithFault(
     entry.outcome = 'injected-fail';
     throw injectedError(kind, backend, method, fault);
   }
+  if (fault.mode === 'crash') return crashHere(entry);
   if (fault.mode === 'hang') {
     entry.hanging = true;
     await hangFor(fault.id);
@@ -197,8 +215,59 @@ async function callWithFault(
     entry.outcome = 'injected-fail-after';
     throw injectedError(kind, backend, method, fault);
   }
+  if (fault.mode === 'crash-after') return crashHere(entry);
   entry.outcome = 'ok';
   return result;
+}
+
+/** Crashes observed since the last clearFaultCalls(): what a crash test waits for before it restarts the stack. */
+export function crashedCalls(): FaultCall[] {
+  return calls.filter((c) => c.outcome === 'crashed').map((c) => ({ ...c }));
+}
+
+const crashListeners = new Set<(call: FaultCall) => void>();
+
+/**
+ * Calls `listener` synchronously, in the crashing caller's async context, whenever a crash fault
+ * stops a caller: the local Step Functions runner uses it to stop waiting for a step that will never
+ * return. Returns the function that removes the listener.
+ */
+export function onCrash(listener: (call: FaultCall) => void): () => void {
+  crashListeners.add(listener);
+  return () => crashListeners.delete(listener);
+}
+
+/** A promise that never settles: the caller is as dead as after kill -9 (nothing after this point runs). */
+function crashHere(entry: FaultCall): Promise<never> {
+  entry.outcome = 'crashed';
+  for (const listener of crashListeners) listener({ ...entry });
+  return new Promise<never>(() => undefined);
+}
+
+let tracingPoints = false;
+
+/**
+ * While on, every faultPoint passed is logged (outcome 'ok') even without a fault, as driver calls
+ * always are: a crash test's clean run records the points it can then crash at, one by one.
+ */
+export function tracePoints(on: boolean): void {
+  tracingPoints = on;
+}
+
+/**
+ * A named point outside any driver where a test can inject a fault (a step boundary of a state
+ * machine, an in-process call to another service): `await faultPoint('step', machine, state)`.
+ * Without a matching fault it returns at once and logs nothing (it is on hot paths) unless
+ * tracePoints(true).
+ */
+export async function faultPoint(kind: string, backend: string, method: string): Promise<void> {
+  const fault = hasFaultsOfKind(kind) ? takeFault(kind, backend, method) : undefined;
+  if (!fault) {
+    if (tracingPoints) logCall(kind, backend, method, undefined).outcome = 'ok';
+    return;
+  }
+  const entry = logCall(kind, backend, method, fault);
+  await callWithFault(kind, backend, method, fault, entry, () => undefined);
 }
 
 /**
@@ -252,7 +321,7 @@ function loadFaultsFromEnv(): void {
     throw new Error(`${FAULTS_ENV} is not valid JSON (expected an array of faults): ${(e as Error).message}`);
   }
   const parsed = z.array(faultSpecSchema).safeParse(specs);
-  if (!parsed.success) throw new Error(`${FAULTS_ENV} must be an array of {kind, backend?, method, mode, times?, message?}: ${parsed.error.message}`);
+  if (!parsed.success) throw new Error(`${FAULTS_ENV} must be an array of {kind, backend?, method, mode, times?, skip?, message?}: ${parsed.error.message}`);
   for (const spec of parsed.data) injectFault(spec);
 }
 

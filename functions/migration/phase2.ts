@@ -22,8 +22,12 @@ export async function driverComplete(input: MigrationStepInput): Promise<{ expor
   // Phase 2 is disruptive (nondisruptive is never reported): the source stops taking writes
   // before the driver's final sync, so nothing written during it is lost.
   if (!m.readOnlyCast) s = await apply(input, { type: 'read-only', at: now(), migrationId: m.id, cast: true });
-  await syncSourceRules(s);
-  const paths = await (await sourceDriver(s)).migrationComplete(migrationRequest(s, d, await getShareBackend(d.host)));
+  const driver = await sourceDriver(s);
+  // A re-run after a crash that followed the driver's migration_complete: the driver removed the
+  // source already (its migration_complete is idempotent and answers again); its rules have
+  // nowhere to go.
+  if (await driver.getShare(backendShareName(s.instanceId))) await syncSourceRules(s);
+  const paths = await driver.migrationComplete(migrationRequest(s, d, await getShareBackend(d.host)));
   s = await apply(input, { type: 'destination-update', at: now(), migrationId: m.id, changes: { exportLocations: paths } });
   return { exportLocations: paths };
 }

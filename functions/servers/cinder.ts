@@ -11,6 +11,7 @@
  */
 import type { AuthContext } from '../core/auth.js';
 import { NotFound } from '../core/errors.js';
+import { faultPoint } from '../core/faults.js';
 import { completeAttachment, createAttachment, deleteAttachment, getAttachment, updateAttachment } from '../attachments/service.js';
 import type { Attachment } from '../attachments/model.js';
 import { getVolume, updateVolume } from '../volumes/repo.js';
@@ -36,6 +37,9 @@ function note(call: CinderCall, id: string): void {
   if (calls.length > 100_000) calls.splice(0, calls.length - 100_000);
 }
 
+/** A crash point right after a call's effect (kind 'cinder', backend 'nova', method = the call): crash tests stop a flow there. */
+const after = (call: CinderCall) => faultPoint('cinder', 'nova', call);
+
 const at = () => new Date().toISOString();
 
 export interface NovaAttachment {
@@ -50,23 +54,32 @@ function view(a: Attachment): NovaAttachment {
   return { id: a.id, connectionInfo: info ? { ...info, serial: a.volumeId } : null, status: a.attachStatus };
 }
 
-/** POST /attachments: reserve (no connector), or reserve and connect. */
-export async function attachmentCreate(volumeId: string, instanceUuid: string, connector?: Connector | null, mountpoint?: string | null): Promise<NovaAttachment> {
+/**
+ * POST /attachments: reserve (no connector), or reserve and connect, under the id the flow derived
+ * from its operation and step and recorded before this call (core/intents.ts): a step re-run after
+ * a crash passes the same id and gets the attachment it made, never a second one.
+ */
+export async function attachmentCreate(attachmentId: string, volumeId: string, instanceUuid: string, connector?: Connector | null, mountpoint?: string | null): Promise<NovaAttachment> {
   note('attachment_create', volumeId);
   const c = connector ? { ...connector, ...(mountpoint ? { mountpoint } : {}) } : null;
-  return view(await createAttachment({ auth: NOVA, volumeId, instanceUuid, connector: c }));
+  const created = view(await createAttachment({ auth: NOVA, volumeId, instanceUuid, connector: c, attachmentId }));
+  await after('attachment_create');
+  return created;
 }
 
 /** PUT /attachments/{id} with the host's connector (mountpoint inside). */
 export async function attachmentUpdate(attachmentId: string, connector: Connector, mountpoint?: string | null): Promise<NovaAttachment> {
   note('attachment_update', attachmentId);
-  return view(await updateAttachment({ auth: NOVA, attachmentId, connector: { ...connector, ...(mountpoint ? { mountpoint } : {}) } }));
+  const updated = view(await updateAttachment({ auth: NOVA, attachmentId, connector: { ...connector, ...(mountpoint ? { mountpoint } : {}) } }));
+  await after('attachment_update');
+  return updated;
 }
 
 /** POST /attachments/{id}/action os-complete */
 export async function attachmentComplete(attachmentId: string): Promise<void> {
   note('attachment_complete', attachmentId);
   await completeAttachment({ auth: NOVA, attachmentId });
+  await after('attachment_complete');
 }
 
 /** DELETE /attachments/{id}; a missing attachment is done already (upstream logs and ignores 404). */
@@ -77,6 +90,7 @@ export async function attachmentDelete(attachmentId: string): Promise<void> {
   } catch (e) {
     if (!(e instanceof NotFound)) throw e;
   }
+  await after('attachment_delete');
 }
 
 export async function attachmentGet(attachmentId: string): Promise<NovaAttachment | undefined> {
@@ -98,12 +112,14 @@ export async function volumeGet(volumeId: string): Promise<Volume | undefined> {
 export async function beginDetaching(volumeId: string): Promise<void> {
   note('begin_detaching', volumeId);
   await updateVolume(volumeId, { type: 'begin-detaching', at: at() });
+  await after('begin_detaching');
 }
 
 /** os-roll_detaching: detaching -> in-use again. */
 export async function rollDetaching(volumeId: string): Promise<void> {
   note('roll_detaching', volumeId);
   await updateVolume(volumeId, { type: 'roll-detaching', at: at() });
+  await after('roll_detaching');
 }
 
 /** The connector a compute host presents to Cinder (os-brick's `get_connector_properties`). */

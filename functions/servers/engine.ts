@@ -15,11 +15,13 @@ import { getCell, listComputeNodes } from '../compute/repo.js';
 import type { AuthContext } from '../core/auth.js';
 import { Conflict, NotFound, reasonOf, type CaughtError } from '../core/errors.js';
 import { executionName, startExecution } from '../core/executions.js';
+import { intentId } from '../core/intents.js';
 import { logger } from '../core/logger.js';
 import type { ComputeDriver, GuestInfo } from '../drivers/compute/driver.js';
 import { computeDriverFor } from '../drivers/compute/registry.js';
 import type { StateMachineName } from '../core/machines.js';
 import type { BlockDeviceMapping, Instance, OperationHolds, OperationKind, ServerOperation, TaskState, VmState } from './model.js';
+import { abandonOperation } from './abandon.js';
 import { actionPutItem, finishEvent, newAction, startEvent } from './instance-actions.js';
 import { loadPartition, updateServer, type InstanceChange, type LoadedServer } from './repo.js';
 
@@ -60,10 +62,16 @@ export interface BeginOperation {
   change?: (instance: Instance, bdms: BlockDeviceMapping[]) => Omit<InstanceChange, 'instance'> & { instance?: Instance };
   /** Checks against fresh state inside the conditional write (throw a FerryError, e.g. BadRequest or Conflict, to refuse). */
   check?: (instance: Instance, bdms: BlockDeviceMapping[]) => void;
-  /** API work after the write and before the machine starts (Nova's attach: attachment_create). */
+  /**
+   * What `prepare` will make, recorded in the first write under deterministic ids (so a crash
+   * before the machine starts leaves a record that abandonOperation undoes exactly).
+   */
+  holds?: OperationHolds;
+  /**
+   * API work after the write and before the machine starts (Nova's attach: attachment_create),
+   * only effects the first write recorded. If it or the start fails, abandon.ts undoes them.
+   */
   prepare?: (instance: Instance) => Promise<void>;
-  /** Undoes `prepare`'s effects when the operation is abandoned (prepare or the start failed). */
-  abort?: () => Promise<void>;
   /** No machine: the API did all of it (offloaded attach/detach); the operation is ended after prepare. */
   apiOnly?: boolean;
 }
@@ -80,8 +88,10 @@ export function assertState(instance: Instance, action: string, vmStates: readon
 
 /**
  * The API half of an operation: one conditional write sets task_state, the operation record and
- * the instance action (and whatever `change` adds), then the machine starts. If the start fails the
- * operation is ended again so the server is not left in a task_state no machine will clear.
+ * the instance action (and whatever `change` adds), then `prepare`, then the machine starts. If
+ * prepare or the start fails, abandonOperation undoes what the record says the API made and ends
+ * the operation, so the server is not left in a task_state no machine will clear; a crash there
+ * leaves the same record for the reconciler, which calls the same function.
  */
 export async function beginOperation(b: BeginOperation): Promise<Instance> {
   const { cell } = b.server;
@@ -92,7 +102,7 @@ export async function beginOperation(b: BeginOperation): Promise<Instance> {
     executionName: execution,
     ...(b.migrationUuid ? { migrationUuid: b.migrationUuid } : {}),
     params: b.params ?? {},
-    holds: {},
+    holds: b.holds ?? {},
     startedAt: now(),
   };
   const written = await updateServer(cell, b.server.instance.uuid, ({ instance, bdms }) => {
@@ -108,27 +118,26 @@ export async function beginOperation(b: BeginOperation): Promise<Instance> {
       extra: [...(extra.extra ?? []), actionPutItem(cell, action)],
     };
   });
-  const endIt = (change?: (i: Instance) => Instance) =>
+  const endIt = () =>
     updateServer(cell, b.server.instance.uuid, ({ instance }) => ({
-      instance: instance.operation?.requestId === b.requestId ? { ...(change ? change(instance) : instance), operation: null, taskState: null } : instance,
+      instance: instance.operation?.requestId === b.requestId ? { ...instance, operation: null, taskState: null } : instance,
     }));
   try {
     await b.prepare?.(written.instance);
     if (b.apiOnly) return (await endIt()).instance;
     await startExecution(b.machine, execution, { serverId: b.server.instance.uuid, requestId: b.requestId, cellUuid: cell.uuid });
   } catch (e) {
-    logger.error('the operation could not start; ending it', { serverId: b.server.instance.uuid, machine: b.machine, error: e as Error });
-    await b.abort?.().catch((abortError: unknown) => logger.error('could not undo the API part of an abandoned operation', { error: abortError as Error }));
-    // The caller gets the start's error. If the operation cannot be ended either (its write already
-    // retries races), the server is left in its task_state with no machine behind it: say which, so
-    // an operator (or the audit's stuck-server-operation finding) can clear it.
-    await endIt().catch((endError: unknown) =>
-      logger.error('could not end an operation that never started; the server keeps its task_state until it is cleared', {
+    logger.error('the operation could not start; abandoning it', { serverId: b.server.instance.uuid, machine: b.machine, error: e as Error });
+    // The caller gets the start's error. If the abandon fails too, the record stays as it is: the
+    // reconciler finds the operation without an execution and abandons it again (the audit lists
+    // it as stuck-server-operation meanwhile).
+    await abandonOperation(cell.uuid, b.server.instance.uuid, b.requestId).catch((abandonError: unknown) =>
+      logger.error('could not abandon an operation that never started; the reconciler retries it', {
         serverId: b.server.instance.uuid,
         requestId: b.requestId,
         kind: b.kind,
         taskState: b.taskState ?? null,
-        error: endError as Error,
+        error: abandonError as Error,
       }),
     );
     throw e;
@@ -171,6 +180,28 @@ export async function updateOp(s: Pick<StepState, 'cell' | 'instance' | 'op'>, c
 /** Records holds on the operation BEFORE the thing they name is made (so a rollback knows of it). */
 export async function recordHolds(s: StepState, holds: (current: OperationHolds) => OperationHolds): Promise<StepState> {
   return updateOp(s, ({ instance, op }) => ({ instance: { ...instance, operation: { ...op, holds: holds(op.holds) } } }));
+}
+
+type AttachmentIntents = 'newAttachments' | 'rollbackAttachments';
+
+/**
+ * The intent of each attachment a step will make, one per BDM: the id `intentId(request, step,
+ * bdm)`, recorded in `holds[field]` (with the attachment each BDM has now, which it replaces) in
+ * ONE write before any is made. BDMs with an id recorded already keep it (a re-run), and when all
+ * have one nothing is written. Returns the state and the ids by BDM uuid.
+ */
+export async function recordAttachmentIntents(s: StepState, field: AttachmentIntents, step: string, bdmUuids: readonly string[]): Promise<{ s: StepState; ids: Record<string, string> }> {
+  const missing = bdmUuids.filter((u) => !s.op.holds[field]?.[u]);
+  let state = s;
+  if (missing.length) {
+    const made = Object.fromEntries(missing.map((u) => [u, intentId(s.op.requestId, step, u)]));
+    const replaced = Object.fromEntries(missing.flatMap((u) => {
+      const current = s.bdms.find((b) => b.uuid === u)?.attachmentId;
+      return current ? [[made[u]!, current]] : [];
+    }));
+    state = await recordHolds(s, (h) => ({ ...h, [field]: { ...h[field], ...made }, replacedAttachments: { ...h.replacedAttachments, ...replaced } }));
+  }
+  return { s: state, ids: Object.fromEntries(bdmUuids.map((u) => [u, state.op.holds[field]![u]!])) };
 }
 
 /** Ends the operation: the final instance fields, operation cleared. */

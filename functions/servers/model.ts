@@ -65,10 +65,18 @@ export interface InstanceFault {
   created: string;
 }
 
-/** What an operation in flight has made so far, so a rollback undoes exactly that (recorded before it is made). */
+/**
+ * What an operation in flight has made so far, so a rollback undoes exactly that. Recorded BEFORE
+ * it is made, under ids derived from the request and the step (core/intents.ts): a step re-run
+ * after a crash finds the same id here and makes the effect idempotently under it.
+ */
 export interface OperationHolds {
-  /** Attachments created by this operation, by BDM uuid (destination or placeholder attachments). */
+  /** Attachments this operation makes (or made), by BDM uuid (destination or placeholder attachments). */
   newAttachments?: Record<string, string>;
+  /** Attachments a rollback makes in place of the operation's ones (empty placeholders), by BDM uuid. */
+  rollbackAttachments?: Record<string, string>;
+  /** For an attachment made in place of a BDM's attachment: the one it replaces (deleted once the BDM switched), by the new id. */
+  replacedAttachments?: Record<string, string>;
   /** The attachment each BDM had before the operation, by BDM uuid (what a rollback restores). */
   oldAttachments?: Record<string, string>;
   /** Connection info each BDM had before the operation, by BDM uuid. */
@@ -83,6 +91,13 @@ export interface OperationHolds {
   bdmUuid?: string;
   /** Host-level volume connections this operation made outside a guest (swap's new volume), to disconnect on rollback. */
   hostConnections?: { host: string; connectionInfo: Record<string, unknown> }[];
+}
+
+/** Every attachment id an operation's record names (made, to be made, replaced or restored): none of them is an orphan while it runs. */
+export function attachmentsNamedBy(op: Pick<ServerOperation, 'holds'>): string[] {
+  const h = op.holds;
+  const ids = [h.newAttachments, h.rollbackAttachments, h.oldAttachments, h.replacedAttachments].flatMap((m) => Object.values(m ?? {}));
+  return [...new Set(ids.filter((id) => id !== ''))];
 }
 
 /** The operation an instance is in (one at a time, gated by task_state like Nova's expected_task_state). */

@@ -50,7 +50,7 @@ export function acknowledgeFunction(scope: AcknowledgementScope, fn: IFunction, 
       reason: `Queries on the ${key} table's GSI (${GSI1}); grantReadWriteData scopes it to this table's indexes only.`,
     });
   }
-  for (const machine of f.starts ?? []) {
+  for (const machine of new Set([...(f.starts ?? []), ...(f.describes ?? [])])) {
     v.acknowledge({
       id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:${scope.stateMachineName(machine)}:*]`,
       reason: `DescribeExecution on executions of ${machine} only; execution names are per operation and not known at deploy time.`,

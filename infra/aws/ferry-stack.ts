@@ -16,6 +16,8 @@ import { fileURLToPath } from 'node:url';
 import { App, ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack, Validations, type StackProps } from 'aws-cdk-lib';
 import type { HttpApi } from 'aws-cdk-lib/aws-apigatewayv2';
 import { AttributeType, BillingMode, Table, TableEncryption } from 'aws-cdk-lib/aws-dynamodb';
+import { Rule, Schedule } from 'aws-cdk-lib/aws-events';
+import { LambdaFunction } from 'aws-cdk-lib/aws-events-targets';
 import { PolicyStatement } from 'aws-cdk-lib/aws-iam';
 import { Architecture, Runtime, Tracing, type IFunction } from 'aws-cdk-lib/aws-lambda';
 import { NodejsFunction, OutputFormat } from 'aws-cdk-lib/aws-lambda-nodejs';
@@ -168,7 +170,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     }
     const environment: Record<string, string> = { NODE_OPTIONS: '--enable-source-maps', POWERTOOLS_SERVICE_NAME: `ferry-${f.name}` };
     for (const key of f.tables) environment[tableEnvName(key)] = this.table(key, f.name).tableName;
-    for (const machine of f.starts ?? []) environment[stateMachineEnvName(machine)] = this.stateMachineArn(machine);
+    for (const machine of [...(f.starts ?? []), ...(f.describes ?? [])]) environment[stateMachineEnvName(machine)] = this.stateMachineArn(machine);
     if (f.usesBucket) environment[BUCKET_ENV] = this.bucket.bucketName;
     if (f.kind === 'authorizer') environment[AUTH_MODE_ENV] = 'token';
     const copyWorker = f.mountsShareStorage ? this.requireCopyWorker(`function ${f.name} has mountsShareStorage`) : undefined;
@@ -212,8 +214,26 @@ export class FerryStack extends Stack implements AcknowledgementScope {
       fn.addToRolePolicy(new PolicyStatement({ actions: ['states:StartExecution'], resources: starts.map((m) => this.stateMachineArn(m)) }));
       fn.addToRolePolicy(new PolicyStatement({ actions: ['states:DescribeExecution'], resources: starts.map((m) => this.executionArns(m)) }));
     }
+    const described = (f.describes ?? []).filter((m) => !starts.includes(m));
+    if (described.length) fn.addToRolePolicy(new PolicyStatement({ actions: ['states:DescribeExecution'], resources: described.map((m) => this.executionArns(m)) }));
+    if (f.kind === 'scheduled') this.addSchedule(f, fn, id);
     acknowledgeFunction(this, fn, f);
     return fn;
+  }
+
+  /**
+   * A `scheduled` function runs from an EventBridge rule at its rate. A failed run is not retried
+   * (the next one comes within the rate, and a run that failed on a dependency would likely fail
+   * again): its error shows in the function's Errors metric and its log.
+   */
+  private addSchedule(f: FunctionWiring, fn: NodejsFunction, id: string): void {
+    if (!f.scheduleRateMinutes) throw new Error(`functions/wiring.ts: scheduled function ${f.name} needs scheduleRateMinutes.`);
+    fn.configureAsyncInvoke({ retryAttempts: 0 });
+    new Rule(this, `${id}Schedule`, {
+      description: `Runs ${f.name} every ${f.scheduleRateMinutes} minutes`,
+      schedule: Schedule.rate(Duration.minutes(f.scheduleRateMinutes)),
+      targets: [new LambdaFunction(fn, { retryAttempts: 0 })],
+    });
   }
 
   private addStateMachine(m: StateMachineWiring): StateMachine {

@@ -7,26 +7,31 @@
  * functions read on AWS (FERRY_DYNAMODB_ENDPOINT, FERRY_S3_ENDPOINT, FERRY_BUCKET,
  * FERRY_SFN_ENDPOINT), so the handlers run unchanged.
  */
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
 import { setDb } from '../../functions/core/db.js';
+import { ConfigurationError } from '../../functions/core/errors.js';
 import { setSfn } from '../../functions/core/executions.js';
 import { setS3 } from '../../functions/core/s3.js';
+import { reconcile } from '../../functions/audit/reconciler.js';
 import { getBackendRecord, listBackends } from '../../functions/volumes/backends.js';
 import { FUNCTIONS, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
+import { acquireDataDirLock, removeOwnStackFile, writeStackFile, type DataDirLock } from './data-dir-lock.js';
 import { startDynamo } from './dynamo.js';
 import { STEP_FUNCTIONS_PATH, startHttpServer } from './http.js';
 import { startReplicationLoop } from './replicator.js';
 import { seedSandbox } from './sandbox.js';
 import { ECS_RUN_TASK_SYNC, LocalStepFunctions, type TaskIntegration } from './stepfunctions.js';
 import { copyTaskIntegration } from './copy-task.js';
+import { stopOrphanedDynamo } from './orphaned-dynamo.js';
+import { inProcessSfnClient } from './sfn-in-process.js';
+import { reconcileOnce, reconcileSchedule, startReconcileLoop, type Reconcile, type ReconcileSchedule } from './reconcile-loop.js';
 
 const require = createRequire(import.meta.url);
 
 export const LOCAL_BUCKET = 'ferry-local';
-/** Written in the data dir while the stack runs: its URL and service endpoints. */
-export const STACK_FILE = 'stack.json';
+export { DataDirInUse, STACK_FILE } from './data-dir-lock.js';
 
 export interface LocalStackOptions {
   dataDir: string;
@@ -40,6 +45,15 @@ export interface LocalStackOptions {
   machines?: readonly StateMachineWiring[];
   /** Task integrations other than Lambda, by resource ARN (see TaskIntegration). */
   integrations?: Record<string, TaskIntegration>;
+  /**
+   * The data directory's lock, when the caller took it already (main.ts does, before the stack's
+   * modules load, so that a second start fails fast); else the stack takes it. Released on stop.
+   */
+  lock?: DataDirLock;
+  /** The reconciler's timer; default FERRY_RECONCILE_INTERVAL / FERRY_RECONCILE_GRACE (the run at start always happens). */
+  reconcile?: Partial<ReconcileSchedule>;
+  /** Default: functions/audit/reconciler.ts `reconcile` (tests observe when it runs). */
+  reconciler?: Reconcile;
 }
 
 export interface LocalStack {
@@ -57,8 +71,16 @@ interface S3rverInstance {
 
 export async function startLocalStack(options: LocalStackOptions): Promise<LocalStack> {
   const dataDir = resolve(options.dataDir);
+  const startedAt = new Date();
+  const schedule = reconcileSchedule(options.reconcile);
+  const reconciler = options.reconciler ?? reconcile;
   mkdirSync(dataDir, { recursive: true });
-  const stops: (() => Promise<void>)[] = [];
+  // Before anything touches the directory: a second start on it throws DataDirInUse here, having
+  // started nothing (so nothing to stop).
+  const lock = options.lock ?? acquireDataDirLock(dataDir);
+  if (resolve(lock.dataDir) !== dataDir) throw new ConfigurationError(`the lock given is on ${lock.dataDir}, not on the stack's data directory ${dataDir}`);
+  // Released last (stops run in reverse), after everything on the directory has stopped.
+  const stops: (() => Promise<void>)[] = [async () => void lock.release()];
   const stopAll = async () => {
     for (const stop of stops.reverse()) await stop();
     stops.length = 0;
@@ -69,6 +91,8 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
   };
 
   try {
+    // A previous holder killed alone (not its process group) left its DynamoDB Local on these files.
+    await stopOrphanedDynamo(join(dataDir, 'dynamodb'));
     const dynamo = await startDynamo({ dataDir: join(dataDir, 'dynamodb') });
     stops.push(() => dynamo.stop());
 
@@ -107,8 +131,6 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
       integrations: { [ECS_RUN_TASK_SYNC]: copyTasks, ...options.integrations },
       quiet: options.quiet,
     });
-    const server = await startHttpServer({ port: options.port ?? 0, functions, stepFunctions, quiet: options.quiet });
-    // The server closes first, so no new request starts an execution while executions stop.
     stops.push(async () => {
       // stop() aborts every execution at once (they resume on the next start), then waits for work
       // in flight; the copy workers of those executions are stopped meanwhile, not waited for.
@@ -116,6 +138,15 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
       await copyTasks.stop();
       await stopping;
     });
+
+    // What the previous process left half done (it is gone: we hold the lock), repaired before its
+    // executions resume and before the server listens, so no request starts anything meanwhile.
+    // The reconciler asks whether an operation has an execution: answered in process, no server yet.
+    setSfn(inProcessSfnClient(stepFunctions));
+    await reconcileOnce(reconciler, 'start', startedAt);
+
+    const server = await startHttpServer({ port: options.port ?? 0, functions, stepFunctions, quiet: options.quiet });
+    // The server closes first (stops run in reverse), so no new request starts an execution while executions stop.
     stops.push(() => server.close());
     process.env.FERRY_SFN_ENDPOINT = server.url + STEP_FUNCTIONS_PATH;
     setSfn(undefined);
@@ -139,10 +170,13 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     // Stopped before the server and DynamoDB go (stops run in reverse), so no pass reads a closed table.
     stops.push(() => replication.stop());
 
+    // Then every few minutes, for what a live operation leaves behind; stopped before DynamoDB goes.
+    const reconciling = startReconcileLoop(reconciler, schedule);
+    stops.push(() => reconciling.stop());
+
     // Where a running stack's services are, so `ferry audit` in another terminal can reach them.
-    const stackFile = join(dataDir, STACK_FILE);
-    writeFileSync(stackFile, JSON.stringify({ url: server.url, dynamodbEndpoint: dynamo.endpoint, s3Endpoint: process.env.FERRY_S3_ENDPOINT, pid: process.pid }, null, 2));
-    stops.push(async () => rmSync(stackFile, { force: true }));
+    writeStackFile(lock, { url: server.url, dynamodbEndpoint: dynamo.endpoint, s3Endpoint: process.env.FERRY_S3_ENDPOINT });
+    stops.push(async () => void removeOwnStackFile(lock));
 
     return { url: server.url, port: server.port, dataDir, stop: stopAll };
   } catch (e) {

@@ -4,7 +4,9 @@
  * in-process, or an integration); FERRY_LOCAL_WAIT_SCALE shortens Wait states and Retry intervals.
  * The runner reports how each execution ended; the service (stepfunctions.ts) records it.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { ExecutionAbortedError, ExecutionError, ExecutionTimeoutError, type RunOptions, type StateMachine } from 'aws-local-stepfunctions';
+import { faultPoint, onCrash } from '../../functions/core/faults.js';
 import type { FunctionWiring } from '../../functions/wiring.js';
 import { invokeFunction } from './http.js';
 import { functionNamed, type LoadedMachine, type TaskBinding } from './stepfunctions-machines.js';
@@ -15,6 +17,22 @@ type Overrides = NonNullable<RunOptions['overrides']>;
 export const ECS_RUN_TASK_SYNC = 'arn:aws:states:::ecs:runTask.sync';
 /** How long stop() lets in-flight step handlers finish before DynamoDB Local goes away. */
 const STOP_GRACE_MS = 10_000;
+
+/**
+ * The step a handler call belongs to, so a crash fault (functions/core/faults.ts) that stops it is
+ * known here: stop() does not wait for a step that will never return, as a killed process's steps.
+ */
+const stepScope = new AsyncLocalStorage<{ crashed(): void }>();
+onCrash(() => stepScope.getStore()?.crashed());
+
+/**
+ * The crash points of a step (crash tests, functions/core/faults.ts): kind `step-before` before its
+ * handler runs, kind `step` right after it returned — its effects are made, the transition is not
+ * recorded. The backend is the machine's wiring name, the method the state's name. A crash there
+ * leaves the execution RUNNING, so the next start resumes it.
+ */
+export const STEP_BEFORE_FAULT_KIND = 'step-before';
+export const STEP_FAULT_KIND = 'step';
 
 export type ExecutionStatus = 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'TIMED_OUT' | 'ABORTED';
 
@@ -118,7 +136,8 @@ export class ExecutionRunner {
   private overridesFor(machine: LoadedMachine, executionArn: string): Overrides {
     const taskResourceLocalHandlers: NonNullable<Overrides['taskResourceLocalHandlers']> = {};
     for (const [stateName, binding] of machine.tasks) {
-      taskResourceLocalHandlers[stateName] = (input) => this.track(this.runTask(binding, input, { stateName, executionArn }));
+      const task = { stateName, executionArn, machine: machine.wiring.name };
+      taskResourceLocalHandlers[stateName] = (input) => this.track(() => this.runStep(binding, input, task));
     }
     // Wait states really wait; FERRY_LOCAL_WAIT_SCALE shortens fixed `Seconds` waits and Retry
     // intervals (tests): each retry then waits its scaled IntervalSeconds, without the backoff.
@@ -131,6 +150,13 @@ export class ExecutionRunner {
     const retryIntervalOverrides: Record<string, number[]> = {};
     for (const [stateName, intervals] of machine.retryIntervals) retryIntervalOverrides[stateName] = intervals.map((s) => s * 1000 * scale);
     return { taskResourceLocalHandlers, waitTimeOverrides, retryIntervalOverrides };
+  }
+
+  private async runStep(binding: TaskBinding, input: JSONValue, task: { stateName: string; executionArn: string; machine: string }): Promise<JSONValue> {
+    await faultPoint(STEP_BEFORE_FAULT_KIND, task.machine, task.stateName);
+    const output = await this.runTask(binding, input, task);
+    await faultPoint(STEP_FAULT_KIND, task.machine, task.stateName);
+    return output;
   }
 
   private async runTask(binding: TaskBinding, input: JSONValue, task: { stateName: string; executionArn: string }): Promise<JSONValue> {
@@ -159,11 +185,18 @@ export class ExecutionRunner {
     }
   }
 
-  /** Remembers a step handler call, so stop() can let it finish before DynamoDB goes away. */
-  private track<T>(p: Promise<T>): Promise<T> {
-    this.inflight.add(p);
-    const forget = () => this.inflight.delete(p);
-    p.then(forget, forget);
+  /**
+   * Remembers a step handler call, so stop() can let it finish before DynamoDB goes away; a call a
+   * crash fault stopped is forgotten at once (it never returns).
+   */
+  private track<T>(step: () => Promise<T>): Promise<T> {
+    let crashed!: () => void;
+    const untilCrashed = new Promise<void>((resolve) => (crashed = resolve));
+    const p = stepScope.run({ crashed }, step);
+    const waited = Promise.race([p, untilCrashed]);
+    this.inflight.add(waited);
+    const forget = () => this.inflight.delete(waited);
+    waited.then(forget, forget);
     return p;
   }
 }

@@ -8,7 +8,7 @@ import { Match, Template } from 'aws-cdk-lib/assertions';
 import type { IConstruct } from 'constructs';
 import { beforeAll, describe, expect, test } from 'vitest';
 import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName } from '../../functions/core/tables.js';
-import { FUNCTIONS, STATE_MACHINES, stateMachineEnvName, substitutionKey, type FunctionWiring } from '../../functions/wiring.js';
+import { FUNCTIONS, STATE_MACHINES, functionByName, stateMachineEnvName, substitutionKey, type FunctionWiring } from '../../functions/wiring.js';
 import { AUTH_HEADER, BUCKET_ENV, FerryStack, TMP_PREFIX, buildFerryApp } from '../../infra/aws/ferry-stack.js';
 import { COPY_ENV } from '../../infra/aws/copy-worker.js';
 
@@ -117,7 +117,7 @@ describe('Lambda functions', () => {
   function expectedFerryEnv(f: FunctionWiring): string[] {
     return [
       ...f.tables.map(tableEnvName),
-      ...(f.starts ?? []).map(stateMachineEnvName),
+      ...[...new Set([...(f.starts ?? []), ...(f.describes ?? [])])].map(stateMachineEnvName),
       ...(f.usesBucket ? [BUCKET_ENV] : []),
       ...(f.kind === 'authorizer' ? ['FERRY_AUTH_MODE'] : []),
       // The copy worker's RunTask parameters (test/infra/copy-worker.test.ts checks their values).
@@ -254,6 +254,41 @@ describe('IAM least privilege', () => {
     for (const f of FUNCTIONS) {
       expect(actionsOf(roleStatements(f.name)).filter((a) => a === '*' || a.endsWith(':*'))).toEqual([]);
     }
+  });
+});
+
+describe('the reconciler', () => {
+  const reconciler = functionByName('reconciler');
+
+  test('an EventBridge rule runs it every 5 minutes, and nothing else is scheduled', () => {
+    const rules = Object.values(resources()).filter((r) => r.Type === 'AWS::Events::Rule');
+    expect(rules).toHaveLength(FUNCTIONS.filter((f) => f.kind === 'scheduled').length);
+    template.hasResourceProperties('AWS::Events::Rule', {
+      ScheduleExpression: 'rate(5 minutes)',
+      State: 'ENABLED',
+      Targets: [Match.objectLike({ Arn: { 'Fn::GetAtt': [fnId('reconciler'), 'Arn'] }, RetryPolicy: { MaximumRetryAttempts: 0 } })],
+    });
+    template.hasResourceProperties('AWS::Lambda::Permission', { Action: 'lambda:InvokeFunction', FunctionName: { 'Fn::GetAtt': [fnId('reconciler'), 'Arn'] }, Principal: 'events.amazonaws.com' });
+  });
+
+  test('its timeout is under its rate, so two passes never overlap', () => {
+    expect(resources()[fnId('reconciler')]!.Properties.Timeout).toBeLessThan(reconciler.scheduleRateMinutes! * 60);
+  });
+
+  test('it may describe executions of the server machines (and volume-delete, which it starts) only', () => {
+    const describe = roleStatements('reconciler').filter((s) => actionsOf([s]).includes('states:DescribeExecution'));
+    const text = JSON.stringify(describe);
+    for (const m of STATE_MACHINES) {
+      if (m.name.startsWith('server-') || m.name === 'volume-delete') expect(text).toContain(`:execution:${stack.stateMachineName(m.name)}:*`);
+      else expect(text).not.toContain(`:execution:${stack.stateMachineName(m.name)}:`);
+    }
+    expect(actionsOf(describe)).toEqual(describe.map(() => 'states:DescribeExecution'));
+    expect(new Set(actionsOf(roleStatements('reconciler')).filter((a) => a.startsWith('states:')))).toEqual(new Set(['states:DescribeExecution', 'states:StartExecution']));
+    expect(reconciler.starts).toEqual(['volume-delete']);
+  });
+
+  test('it reads and writes the tables the audit and the repairs touch, never the tokens', () => {
+    expect(tablesInPolicies('reconciler').sort()).toEqual(['cell1', 'cell2', 'compute-api', 'share', 'volume']);
   });
 });
 

@@ -9,7 +9,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
-import { attachmentToItem, type Attachment } from '../../functions/attachments/model.js';
+import { attachmentToItem, CONNECT_INTENT_TIMEOUT_MS, newConnectIntent, type Attachment } from '../../functions/attachments/model.js';
+import { writeConnectIntent } from '../../functions/attachments/repo.js';
 import { runAudit } from '../../functions/audit/audit.js';
 import { db } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
@@ -112,6 +113,15 @@ describe('ferry audit', () => {
     const { volume } = await consistentVolume();
     await driverFor(backend).initializeConnection(volume.backendName, { host: 'cmp9' });
     expect(await kinds()).toEqual(['orphan-host-connection']);
+  });
+
+  test('a connect intent in flight covers the export it is making; once expired it is a pending-connect', async () => {
+    const { volume, attachment } = await consistentVolume();
+    await driverFor(backend).initializeConnection(volume.backendName, { host: 'cmp7' });
+    expect(await writeConnectIntent(attachment.id, newConnectIntent({ host: 'cmp7' }, new Date().toISOString()))).toBeDefined();
+    expect(await kinds()).toEqual([]);
+    const report = await runAudit({ now: new Date(Date.now() + CONNECT_INTENT_TIMEOUT_MS + 1000) });
+    expect(report.findings).toEqual([expect.objectContaining({ kind: 'pending-connect', resource: `attachment ${attachment.id}`, ref: { attachmentId: attachment.id, volumeId: volume.id, host: 'cmp7' } })]);
   });
 
   test('an attachment counted on a host whose backend connection is gone', async () => {

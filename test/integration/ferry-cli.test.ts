@@ -45,7 +45,9 @@ describe('ferry CLI', () => {
     const endpoint = process.env.FERRY_DYNAMODB_ENDPOINT!;
     delete process.env.FERRY_DYNAMODB_ENDPOINT;
     process.env.FERRY_DATA_DIR = dataDir;
-    writeFileSync(join(dataDir, 'stack.json'), JSON.stringify({ dynamodbEndpoint: endpoint }));
+    writeFileSync(join(dataDir, 'stack.json'), JSON.stringify({ url: 'http://127.0.0.1:8780', dynamodbEndpoint: endpoint }));
+    const sfnEndpoint = process.env.FERRY_SFN_ENDPOINT;
+    delete process.env.FERRY_SFN_ENDPOINT;
     setDb(undefined);
     try {
       const c = capture();
@@ -53,10 +55,14 @@ describe('ferry CLI', () => {
       const code = await main(['audit'], c.io);
       // Assess
       expect(process.env.FERRY_DYNAMODB_ENDPOINT).toBe(endpoint);
+      // --repair's Step Functions reads go to the stack's own endpoint under its URL.
+      expect(process.env.FERRY_SFN_ENDPOINT).toBe('http://127.0.0.1:8780/_aws/stepfunctions');
       expect(code).toBe(0);
       expect(c.out.join('\n')).toContain('audit clean');
     } finally {
       delete process.env.FERRY_DATA_DIR;
+      if (sfnEndpoint === undefined) delete process.env.FERRY_SFN_ENDPOINT;
+      else process.env.FERRY_SFN_ENDPOINT = sfnEndpoint;
       process.env.FERRY_DYNAMODB_ENDPOINT = endpoint;
       setDb(createDocumentClient());
     }

@@ -21,10 +21,23 @@ import { FIXTURE_FUNCTIONS, FIXTURE_MACHINES, fixtureMachineArn } from '../fixtu
 
 let stack: TestLocalStack;
 
+/** Each start's reconcile, as the stack called it, with what was true at that moment. */
+const reconciles: { before: Date; at: Date; serverAnswered: boolean; runs: unknown }[] = [];
+const RESTART_RUNS_KEY = { pk: 'FIXTURE#restart-1', sk: 'RUNS' };
+
 beforeAll(async () => {
   // The fixture's 300 s Wait takes 3 s.
   process.env.FERRY_LOCAL_WAIT_SCALE = '0.01';
-  stack = await useLocalStack({ functions: FIXTURE_FUNCTIONS, machines: FIXTURE_MACHINES });
+  stack = await useLocalStack({
+    functions: FIXTURE_FUNCTIONS,
+    machines: FIXTURE_MACHINES,
+    reconciler: async ({ before }) => {
+      const serverAnswered = stack ? await fetch(`${stack.url}/healthz`).then(() => true, () => false) : false;
+      const runs = (await db().send(new GetCommand({ TableName: tableName('volume'), Key: RESTART_RUNS_KEY }))).Item?.runs;
+      reconciles.push({ before, at: new Date(), serverAnswered, runs });
+      return { repaired: [], left: [], remaining: [] };
+    },
+  });
 });
 afterAll(async () => stack?.stop());
 
@@ -177,7 +190,7 @@ describe('S3', () => {
 describe('restart', () => {
   test('an execution stopped mid-run resumes after a restart and finishes, and DynamoDB and S3 keep their data', async () => {
     // Prepare: the execution has recorded its first run in DynamoDB and sits in its Wait state.
-    const runsKey = { pk: 'FIXTURE#restart-1', sk: 'RUNS' };
+    const runsKey = RESTART_RUNS_KEY;
     const { executionArn } = await sfn().send(
       new StartExecutionCommand({ stateMachineArn: fixtureMachineArn('fixture-pause'), name: 'restart-1', input: JSON.stringify({ id: 'restart-1' }) }),
     );
@@ -186,6 +199,7 @@ describe('restart', () => {
 
     // Act
     let statusWhileStopped: string | undefined;
+    const restartBegan = new Date();
     await stack.restart(async () => {
       const file = join(stack.dataDir, 'stepfunctions', 'executions', 'fixture-pause@restart-1.json');
       statusWhileStopped = JSON.parse(await readFile(file, 'utf8')).status;
@@ -203,5 +217,12 @@ describe('restart', () => {
     expect(item?.runs).toBe(2);
     const marker = await s3().send(new GetObjectCommand({ Bucket: bucket(), Key: 'restart/marker' }));
     expect(await marker.Body!.transformToString()).toBe('kept');
+    // The reconciler ran at each start, with `before` = that start's time: at the restart before
+    // the server listened and before the stopped execution resumed (its second run not begun).
+    expect(reconciles).toHaveLength(2);
+    const atRestart = reconciles[1]!;
+    expect(atRestart.before.getTime()).toBeGreaterThanOrEqual(restartBegan.getTime());
+    expect(atRestart.before.getTime()).toBeLessThanOrEqual(atRestart.at.getTime());
+    expect(atRestart).toMatchObject({ serverAnswered: false, runs: 1 });
   });
 });

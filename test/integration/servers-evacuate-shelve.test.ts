@@ -19,11 +19,8 @@ import { listPortsOf } from '../../functions/servers/network.js';
 import { allocationsOf } from '../../functions/compute/placement.js';
 import { listMigrations } from '../../functions/servers/migrations.js';
 import type { Migration } from '../../functions/servers/model.js';
-import { action, bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, writeThroughGuest, assertCleanAudit, type Cinder, type Nova } from '../support/nova.js';
+import { action, bootServer, cinderClient, createVolume, novaClient, putSmallRootFlavor, readThroughGuest, serverState, settled, writeThroughGuest, assertCleanAudit, type Cinder, type Nova } from '../support/nova.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
-import { flavorKey, GSI } from '../../functions/compute/model.js';
-import { putIfAbsent } from '../../functions/compute/repo.js';
-import { tableName } from '../../functions/core/tables.js';
 
 let stack: TestLocalStack;
 let nova: Nova;
@@ -35,26 +32,7 @@ beforeAll(async () => {
   stack = await useLocalStack();
   nova = novaClient(stack);
   cinder = cinderClient(stack);
-  const at = new Date().toISOString();
-  await putIfAbsent(tableName('compute-api'), {
-    ...flavorKey(SMALL_ROOT_FLAVOR),
-    gsi1pk: GSI.flavors,
-    gsi1sk: SMALL_ROOT_FLAVOR,
-    flavorid: SMALL_ROOT_FLAVOR,
-    id: Number(SMALL_ROOT_FLAVOR),
-    name: 'm1.tinyroot',
-    memoryMb: 512,
-    vcpus: 1,
-    rootGb: 0,
-    ephemeralGb: 0,
-    swap: 0,
-    rxtxFactor: 1.0,
-    isPublic: true,
-    disabled: false,
-    description: 'root disk of the image size',
-    extraSpecs: {},
-    createdAt: at,
-  });
+  await putSmallRootFlavor(SMALL_ROOT_FLAVOR, 'm1.tinyroot');
 }, 120_000);
 afterAll(async () => stack?.stop());
 afterEach(async () => {

@@ -10,6 +10,9 @@ import { computeDriverFor } from '../../functions/drivers/compute/registry.js';
 import { findServer, loadPartition } from '../../functions/servers/repo.js';
 import type { BlockDeviceMapping, Instance } from '../../functions/servers/model.js';
 import { SANDBOX_IMAGES } from '../../functions/servers/images.js';
+import { flavorKey, GSI } from '../../functions/compute/model.js';
+import { putIfAbsent } from '../../functions/compute/repo.js';
+import { tableName } from '../../functions/core/tables.js';
 import { eventually } from './poll.js';
 import type { TestLocalStack } from './stack.js';
 
@@ -146,4 +149,28 @@ export async function assertCleanAudit(): Promise<void> {
   const { runAudit } = await import('../../functions/audit/audit.js');
   const findings = (await runAudit()).findings;
   expect(findings, JSON.stringify(findings, null, 1)).toEqual([]);
+}
+
+/** A flavor with root_gb 0 (the root disk is the image's size), so moves, evacuations and shelve snapshots copy little. */
+export async function putSmallRootFlavor(flavorid: string, name: string): Promise<void> {
+  const at = new Date().toISOString();
+  await putIfAbsent(tableName('compute-api'), {
+    ...flavorKey(flavorid),
+    gsi1pk: GSI.flavors,
+    gsi1sk: flavorid,
+    flavorid,
+    id: Number(flavorid),
+    name,
+    memoryMb: 512,
+    vcpus: 1,
+    rootGb: 0,
+    ephemeralGb: 0,
+    swap: 0,
+    rxtxFactor: 1.0,
+    isPublic: true,
+    disabled: false,
+    description: 'root disk of the image size',
+    extraSpecs: {},
+    createdAt: at,
+  });
 }

@@ -6,6 +6,8 @@
  * the same data directory and port, which is how a test proves that a restart loses nothing.
  * Its Wait states and Retry intervals run at FERRY_LOCAL_WAIT_SCALE, which test/support/setup.ts
  * sets for every test file. To wait for something the stack does, use `eventually` (./poll.ts).
+ * The reconciler runs at each start (as `npm start` does) but not on a timer, so no periodic run
+ * repairs what a test planted; pass `reconcile: { intervalSeconds }` to have one.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -17,7 +19,8 @@ export interface TestLocalStack extends LocalStack {
   restart(whileStopped?: () => Promise<void> | void): Promise<void>;
 }
 
-export async function useLocalStack(options: Omit<LocalStackOptions, 'dataDir' | 'port'> = {}): Promise<TestLocalStack> {
+export async function useLocalStack(given: Omit<LocalStackOptions, 'dataDir' | 'port'> = {}): Promise<TestLocalStack> {
+  const options = { ...given, reconcile: { intervalSeconds: 0, ...given.reconcile } };
   const dataDir = await mkdtemp(join(tmpdir(), 'ferry-stack-'));
   let current: LocalStack | undefined = await startLocalStack({ quiet: true, ...options, dataDir, port: 0 });
   const handle: TestLocalStack = {

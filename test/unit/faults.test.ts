@@ -6,10 +6,14 @@ import {
   clearFault,
   clearFaultCalls,
   clearFaults,
+  crashedCalls,
   faultCalls,
+  faultPoint,
   faultsForEnv,
   injectFault,
   listFaults,
+  onCrash,
+  tracePoints,
   withFaults,
 } from '../../functions/core/faults.js';
 
@@ -41,6 +45,7 @@ class MemoryBackend {
 afterEach(() => {
   clearFaults();
   clearFaultCalls();
+  tracePoints(false);
   vi.unstubAllEnvs();
 });
 
@@ -264,5 +269,107 @@ describe('FERRY_FAULTS', () => {
 
     // Assess
     expect(value).toEqual([{ kind: 'volume', method: 'create', mode: 'fail', times: 2 }]);
+  });
+});
+
+/** True when the promise settled within a few turns of the event loop. */
+async function settlesSoon(p: Promise<unknown>): Promise<boolean> {
+  let settled = false;
+  p.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
+  await new Promise((r) => setTimeout(r, 20));
+  return settled;
+}
+
+describe('crash modes', () => {
+  it("'crash' stops the caller for good before the real call, even after the fault is cleared", async () => {
+    // Prepare
+    const backend = new MemoryBackend();
+    const wrapped = withFaults('volume', 'ferry@a', backend);
+    injectFault({ kind: 'volume', method: 'create', mode: 'crash', times: 1 });
+
+    // Act
+    const pending = wrapped.create('v1');
+    clearFaults();
+
+    // Assess
+    expect(await settlesSoon(pending)).toBe(false);
+    expect(backend.ran).toEqual([]);
+    expect(crashedCalls()).toMatchObject([{ kind: 'volume', method: 'create', outcome: 'crashed', mode: 'crash' }]);
+    // The fault was spent: the next call goes through.
+    expect(await wrapped.create('v2')).toBe('v2');
+  });
+
+  it("'crash-after' makes the real call's effect, then never returns", async () => {
+    // Prepare
+    const backend = new MemoryBackend();
+    const wrapped = withFaults('volume', 'ferry@a', backend);
+    injectFault({ kind: 'volume', method: 'create', mode: 'crash-after', times: 1 });
+
+    // Act
+    const pending = wrapped.create('v1');
+
+    // Assess
+    expect(await settlesSoon(pending)).toBe(false);
+    expect(backend.names.has('v1')).toBe(true);
+    expect(crashedCalls()).toHaveLength(1);
+  });
+
+  it('skip lets the first n matching calls through and aims at the next one', async () => {
+    // Prepare
+    const backend = new MemoryBackend();
+    const wrapped = withFaults('volume', 'ferry@a', backend);
+    injectFault({ kind: 'volume', method: 'create', mode: 'crash', times: 1, skip: 2 });
+
+    // Act
+    expect(await wrapped.create('a')).toBe('a');
+    expect(await wrapped.remove('a')).toBeUndefined();
+    expect(await wrapped.create('b')).toBe('b');
+    const third = wrapped.create('c');
+
+    // Assess
+    expect(await settlesSoon(third)).toBe(false);
+    expect([...backend.names]).toEqual(['b']);
+    expect(await wrapped.create('d')).toBe('d');
+  });
+
+  it('a crash at a faultPoint stops its caller, and onCrash hears it in the caller\'s context', async () => {
+    // Prepare
+    const heard: string[] = [];
+    const stop = onCrash((call) => heard.push(`${call.kind}:${call.backend}:${call.method}`));
+    injectFault({ kind: 'step', backend: 'volume-create', method: 'Schedule', mode: 'crash', times: 1 });
+
+    // Act
+    const other = faultPoint('step', 'volume-create', 'Record');
+    const crashed = faultPoint('step', 'volume-create', 'Schedule');
+    stop();
+
+    // Assess
+    expect(await settlesSoon(other)).toBe(true);
+    expect(await settlesSoon(crashed)).toBe(false);
+    expect(heard).toEqual(['step:volume-create:Schedule']);
+  });
+
+  it('tracePoints logs every faultPoint passed while on, nothing while off', async () => {
+    // Act
+    await faultPoint('step', 'm', 'A');
+    tracePoints(true);
+    await faultPoint('step', 'm', 'B');
+    await faultPoint('cinder', 'nova', 'attachment_create');
+    tracePoints(false);
+    await faultPoint('step', 'm', 'C');
+
+    // Assess
+    expect(faultCalls().map(({ kind, method, outcome }) => `${kind}.${method}:${outcome}`)).toEqual(['step.B:ok', 'cinder.attachment_create:ok']);
+  });
+
+  it('faultsForEnv hands skip on to a child', () => {
+    // Prepare
+    injectFault({ kind: 'copy', method: 'copy_file', mode: 'crash', times: 1, skip: 3 });
+
+    // Act / Assess
+    expect(JSON.parse(faultsForEnv())).toEqual([{ kind: 'copy', method: 'copy_file', mode: 'crash', times: 1, skip: 3 }]);
   });
 });

@@ -20,6 +20,9 @@
  *   mountpoint in the guest's definition.
  */
 import type { Readable } from 'node:stream';
+import type { DataExtent } from '../sparse.js';
+
+export type { DataExtent } from '../sparse.js';
 
 /** Nova's `nova/compute/power_state.py` values. */
 export const POWER_STATE = {
@@ -201,6 +204,12 @@ export interface BlockHandle {
   read(position: number, length: number): Promise<Buffer>;
   write(position: number, data: Uint8Array): Promise<void>;
   close(): Promise<void>;
+  /**
+   * Where the device may hold data, sorted and disjoint: every byte outside reads as zero (a
+   * sparse device's holes). A copy reads only these (copyBlockData). Optional: without it the
+   * whole device counts as data.
+   */
+  dataExtents?(): Promise<DataExtent[]>;
 }
 
 export interface SnapshotImage {
@@ -208,6 +217,8 @@ export interface SnapshotImage {
   sizeBytes: number;
   /** The root disk as of the call, raw. Consume it once; nothing is left on the host when it closes. */
   stream: Readable;
+  /** Where the stream may hold non-zero bytes (sorted, disjoint); all zeros elsewhere. Optional. */
+  extents?: DataExtent[];
 }
 
 export interface MigrationProgress {

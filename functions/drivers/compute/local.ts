@@ -49,6 +49,7 @@ import { LiveMigration } from './local/live-migration.js';
 
 export { connectionKeyOf, normalizeConnectionInfo } from './local/connections.js';
 export { GIB, HYPERVISOR_TYPE, LOCAL_COMPUTE_DRIVER_VERSION, LOCAL_VOLUME_TYPE, setHostDown } from './local/layout.js';
+export { localCopyStats, resetLocalCopyStats } from './local/files.js';
 
 /** What the local driver can do: only its own volume type connects; it live-migrates and swaps volumes. */
 export const LOCAL_COMPUTE_CAPABILITIES: ComputeDriverCapabilities = Object.freeze({

@@ -1,16 +1,13 @@
 /**
  * What several flows do with a server's block devices: which BDMs are volumes, the driver's view of
  * the connected ones, Nova's `_prep_block_device` (attachment update + complete for one host) and
- * `_terminate_volume_connections` (an empty attachment in place of a connected one), device names,
- * and a delete_on_termination volume's delete.
+ * `_terminate_volume_connections` (an empty attachment in place of a connected one), device names.
+ * Every attachment made here has an id derived from the operation and step, recorded before it is made.
  */
-import { logger } from '../../core/logger.js';
 import { BadRequest } from '../../core/errors.js';
 import { ROOT_DEVICE_NAME, type BlockDeviceSpec } from '../../drivers/compute/driver.js';
-import { startVolumeExecution } from '../../volumes/create.js';
-import { getVolume, updateVolume } from '../../volumes/repo.js';
-import { attachmentComplete, attachmentCreate, attachmentDelete, attachmentUpdate, hostConnector } from '../cinder.js';
-import { updateOp, type StepState } from '../engine.js';
+import { attachmentComplete, attachmentCreate, attachmentDelete, attachmentGet, attachmentUpdate, hostConnector } from '../cinder.js';
+import { recordAttachmentIntents, updateOp, type StepState } from '../engine.js';
 import type { BlockDeviceMapping, Instance } from '../model.js';
 
 const now = () => new Date().toISOString();
@@ -39,19 +36,23 @@ export function nextDeviceName(bdms: readonly BlockDeviceMapping[]): string {
 }
 
 /**
- * `_prep_block_device` for one host: per volume BDM, attachment_update with the host's connector
- * (the attachment is created empty first if the BDM has none, recorded before), then the
- * connection_info saved on the BDM, then attachment_complete. Idempotent: an attachment already
- * connected to this host is updated again (Cinder's update is idempotent for the same host).
+ * `_prep_block_device` for one host: per volume BDM, attachment_update with the host's connector,
+ * then the connection_info saved on the BDM, then attachment_complete. A BDM without an attachment
+ * gets one made empty first, under an id `step` derives and records before (one write for all of
+ * them): a re-run finds it. Idempotent: an attachment already connected to this host is updated
+ * again (Cinder's update is idempotent for the same host).
  */
-export async function connectVolumes(s: StepState, host: string, options: { onlyBdm?: string } = {}): Promise<StepState> {
+export async function connectVolumes(s: StepState, host: string, step: string, options: { onlyBdm?: string } = {}): Promise<StepState> {
+  const targets = s.bdms.filter((b) => b.destinationType === 'volume' && b.volumeId && (!options.onlyBdm || b.uuid === options.onlyBdm));
+  const unattached = targets.filter((b) => !b.attachmentId).map((b) => b.uuid);
   let state = s;
-  for (const bdm of state.bdms.filter((b) => b.destinationType === 'volume' && b.volumeId && (!options.onlyBdm || b.uuid === options.onlyBdm))) {
+  let intents: Record<string, string> = {};
+  if (unattached.length) ({ s: state, ids: intents } = await recordAttachmentIntents(state, 'newAttachments', step, unattached));
+  for (const bdm of targets) {
     let attachmentId = bdm.attachmentId;
     if (!attachmentId) {
-      const created = await attachmentCreate(bdm.volumeId!, state.instance.uuid);
-      attachmentId = created.id;
-      state = await updateOp(state, ({ bdms }) => ({ putBdms: bdms.filter((b) => b.uuid === bdm.uuid).map((b) => ({ ...b, attachmentId, updatedAt: now() })) }));
+      attachmentId = intents[bdm.uuid]!;
+      await attachmentCreate(attachmentId, bdm.volumeId!, state.instance.uuid);
     }
     const connected = await attachmentUpdate(attachmentId, hostConnector(host, bdm.deviceName), bdm.deviceName);
     state = await updateOp(state, ({ bdms }) => ({
@@ -62,27 +63,32 @@ export async function connectVolumes(s: StepState, host: string, options: { only
   return state;
 }
 
-/** `_terminate_volume_connections` for one BDM: attachment_create (empty), BDM = new, attachment_delete(old). */
-export async function terminateConnection(s: StepState, bdm: BlockDeviceMapping): Promise<StepState> {
-  const created = await attachmentCreate(bdm.volumeId!, s.instance.uuid);
-  const state = await updateOp(s, ({ bdms }) => ({ putBdms: bdms.filter((b) => b.uuid === bdm.uuid).map((b) => ({ ...b, attachmentId: created.id, connectionInfo: null, updatedAt: now() })) }));
-  if (bdm.attachmentId) await attachmentDelete(bdm.attachmentId);
+/**
+ * `_terminate_volume_connections` for one BDM: an empty attachment (its id derived from `step`
+ * and recorded in `holds[field]` with the one it replaces, before it is made), BDM = new,
+ * attachment_delete(old). A BDM already on its recorded attachment is done: only the delete of
+ * the one it replaced is repeated (a crash may have come between; 404 is done).
+ */
+export async function terminateConnection(s: StepState, bdmUuid: string, step: string, field: 'newAttachments' | 'rollbackAttachments' = 'newAttachments'): Promise<StepState> {
+  const before = s.bdms.find((b) => b.uuid === bdmUuid)!;
+  const recorded = s.op.holds[field]?.[bdmUuid];
+  if (recorded && before.attachmentId === recorded) {
+    const replaced = s.op.holds.replacedAttachments?.[recorded];
+    if (replaced) await attachmentDelete(replaced);
+    return s;
+  }
+  const { s: intended, ids } = await recordAttachmentIntents(s, field, step, [bdmUuid]);
+  const id = ids[bdmUuid]!;
+  await attachmentCreate(id, before.volumeId!, s.instance.uuid);
+  const state = await updateOp(intended, ({ bdms }) => ({ putBdms: bdms.filter((b) => b.uuid === bdmUuid).map((b) => ({ ...b, attachmentId: id, connectionInfo: null, updatedAt: now() })) }));
+  if (before.attachmentId) await attachmentDelete(before.attachmentId);
   return state;
 }
 
 /**
- * delete_on_termination: the volume is deleted like `cinder delete` would. Upstream logs and
- * ignores a failure here (the server's delete goes on); so does Ferry, naming the volume left.
+ * Deletes an attachment an intent recorded but that may never have been made (a crash between
+ * the record and the create): asked first, so a rollback makes no delete call for what is not there.
  */
-export async function deleteVolumeQuietly(volumeId: string): Promise<void> {
-  try {
-    const v = await getVolume(volumeId);
-    if (!v || v.status === 'deleting') return;
-    await updateVolume(volumeId, { type: 'begin-delete', at: now() });
-    await startVolumeExecution('volume-delete', volumeId, async () => {
-      await updateVolume(volumeId, { type: 'reset-status', at: now(), status: 'available' });
-    });
-  } catch (e) {
-    logger.error('could not delete a delete_on_termination volume; it is left as it is', { volumeId, error: e as Error });
-  }
+export async function deleteIntendedAttachment(attachmentId: string): Promise<void> {
+  if (await attachmentGet(attachmentId)) await attachmentDelete(attachmentId);
 }

@@ -1,6 +1,7 @@
 /** Bytes through a file: a guest's root disk, or the volume file a connection points at. */
 import type { FileHandle } from 'node:fs/promises';
 import { DriverError } from '../../../core/errors.js';
+import { dataExtents, type DataExtent } from '../../sparse.js';
 import type { BlockHandle } from '../driver.js';
 import { writeFully } from './files.js';
 
@@ -9,6 +10,8 @@ export class FileBlockHandle implements BlockHandle {
     private readonly fh: FileHandle,
     readonly sizeBytes: number,
     private readonly what: string,
+    /** The file's path: where its data extents are asked (by a seek in it). */
+    private readonly path: string,
   ) {}
 
   private check(position: number, length: number): void {
@@ -33,6 +36,11 @@ export class FileBlockHandle implements BlockHandle {
     this.check(position, data.length);
     await writeFully(this.fh, data, position);
     await this.fh.datasync();
+  }
+
+  async dataExtents(): Promise<DataExtent[]> {
+    // The device is sizeBytes long even if the file is shorter or longer (what reads see).
+    return dataExtents(this.path, this.sizeBytes);
   }
 
   async close(): Promise<void> {

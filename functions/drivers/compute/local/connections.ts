@@ -262,7 +262,7 @@ export class HostConnections {
     } catch (e) {
       throw this.h.fail(`${what}: cannot open ${entry.devicePath}: ${(e as Error).message}`, { key }, e);
     }
-    return new FileBlockHandle(fh, (await fh.stat()).size, `${this.h.host} ${what}`);
+    return new FileBlockHandle(fh, (await fh.stat()).size, `${this.h.host} ${what}`, entry.devicePath);
   }
 
   async openConnection(connectionInfo: Record<string, unknown>): Promise<BlockHandle> {
@@ -278,8 +278,9 @@ export class HostConnections {
     await this.h.ensureUp();
     const state = await this.h.definedState(uuid);
     if (device === ROOT_DEVICE_NAME && state.rootDisk === 'local') {
-      const fh = await open(join(this.h.guestDir(uuid), DISK_FILE), 'r+');
-      return new FileBlockHandle(fh, (await fh.stat()).size, `${this.h.host} ${uuid} root disk`);
+      const disk = join(this.h.guestDir(uuid), DISK_FILE);
+      const fh = await open(disk, 'r+');
+      return new FileBlockHandle(fh, (await fh.stat()).size, `${this.h.host} ${uuid} root disk`, disk);
     }
     const volume = state.volumes.find((v) => v.mountpoint === device);
     if (!volume) throw this.h.fail(`guest ${uuid} has no device ${device}`, { uuid, device });

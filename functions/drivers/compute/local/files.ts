@@ -1,18 +1,27 @@
 /**
- * File helpers of the local compute driver: whole-file JSON writes, chunked sparse copies with
- * progress and abort (live migration), a changed-chunks pass (the live migration's stop-and-copy),
- * and an in-process lock per host directory.
+ * File helpers of the local compute driver: whole-file JSON writes, sparse copies that read only
+ * the source's data extents (with progress and abort: the live migration), a changed-chunks pass
+ * (the live migration's stop-and-copy), and an in-process lock per host directory.
  */
 import { mkdir, open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { DriverError } from '../../../core/errors.js';
 import { logger } from '../../../core/logger.js';
 import { isErrno, readChunk, tempName, unlinkIfPresent, writeFileAtomic, writeFully } from '../../files.js';
+import { chunkPieces, dataExtentsOf, extentBytes, unionExtents, type DataExtent } from '../../sparse.js';
 
 // The compute driver takes the small helpers from here too.
-export { isErrno, listVisible, readJson, statOrUndefined, tempName, unlinkIfPresent, writeFully } from '../../files.js';
+export { isErrno, listVisible, readChunk, readJson, statOrUndefined, tempName, unlinkIfPresent, writeFully } from '../../files.js';
 
 export const DEFAULT_CHUNK_BYTES = 1024 * 1024;
+
+/** Bytes the disk copies of this process read and wrote, since the start or the last reset (tests and benches count a move's cost). */
+const copied = { readBytes: 0, writtenBytes: 0 };
+export const localCopyStats = (): { readBytes: number; writtenBytes: number } => ({ ...copied });
+export function resetLocalCopyStats(): void {
+  copied.readBytes = 0;
+  copied.writtenBytes = 0;
+}
 
 /** Removes a directory tree so that it disappears at once: renamed to a temp name first, then removed. */
 export async function removeTree(path: string): Promise<void> {
@@ -40,37 +49,66 @@ export class CopyAborted extends Error {
 
 export interface CopyOptions {
   chunkBytes?: number;
-  /** Called after each chunk with the bytes processed so far (strictly increasing). */
+  /**
+   * Called after each chunk of data, and after each hole skipped, with the position reached in the
+   * file (strictly increasing, the holes count as done) and the file's size.
+   */
   onChunk?: (processed: number, total: number) => void;
   signal?: AbortSignal;
 }
 
-/**
- * Copies `src` to a new file `dst` keeping it sparse (chunks of zeros stay holes). The destination
- * is created with 'wx' (never overwrites); on any failure or abort it is removed.
- */
-export async function sparseCopy(src: string, dst: string, options: CopyOptions = {}): Promise<number> {
-  const chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES;
+/** What a copy did: the file's size, the bytes it read (the data extents) and wrote (their non-zero chunks). */
+export interface CopyResult {
+  sizeBytes: number;
+  readBytes: number;
+  writtenBytes: number;
+  /** Where the copy holds data: outside these ranges it is a hole. */
+  extents: DataExtent[];
+}
+
+function checkChunkBytes(chunkBytes: number): void {
   if (!Number.isInteger(chunkBytes) || chunkBytes <= 0) throw new DriverError(`invalid chunk size ${chunkBytes}`, { context: { chunkBytes } });
+}
+
+/**
+ * Copies `src` to a new file `dst` keeping it sparse: only the source's data extents are read, and
+ * only their chunks that are not all zeros are written (a hole or a chunk of zeros stays a hole).
+ * The destination is created with 'wx' (never overwrites), fsynced; on any failure or abort it is removed.
+ */
+export async function sparseCopy(src: string, dst: string, options: CopyOptions = {}): Promise<CopyResult> {
+  const chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES;
+  checkChunkBytes(chunkBytes);
   await mkdir(dirname(dst), { recursive: true });
   const input = await open(src, 'r');
   let output: FileHandle | undefined;
   try {
     output = await open(dst, 'wx');
-    const { size } = await input.stat();
+    const { size, extents } = await dataExtentsOf(input, src);
     await output.truncate(size);
-    const buf = Buffer.alloc(chunkBytes);
-    const zeros = Buffer.alloc(chunkBytes);
-    for (let off = 0; off < size; off += chunkBytes) {
+    const buf = Buffer.alloc(Math.min(chunkBytes, Math.max(size, 1)));
+    const zeros = Buffer.alloc(buf.length);
+    const written: DataExtent[] = [];
+    let readBytes = 0;
+    let reached = 0;
+    for (const piece of chunkPieces(extents, chunkBytes)) {
       if (options.signal?.aborted) throw new CopyAborted();
-      const len = Math.min(chunkBytes, size - off);
-      const chunk = await readChunk(input, buf, len, off);
-      if (!chunk.equals(zeros.subarray(0, len))) await writeFully(output, chunk, off);
-      options.onChunk?.(off + len, size);
+      if (piece.offset > reached) options.onChunk?.(piece.offset, size);
+      const chunk = await readChunk(input, buf, piece.length, piece.offset);
+      readBytes += piece.length;
+      copied.readBytes += piece.length;
+      if (!chunk.equals(zeros.subarray(0, piece.length))) {
+        await writeFully(output, chunk, piece.offset);
+        written.push(piece);
+        copied.writtenBytes += piece.length;
+      }
+      reached = piece.offset + piece.length;
+      options.onChunk?.(reached, size);
     }
+    if (reached < size) options.onChunk?.(size, size);
     if (options.signal?.aborted) throw new CopyAborted();
     await output.sync();
-    return size;
+    const extentsWritten = unionExtents(written, []);
+    return { sizeBytes: size, readBytes, writtenBytes: extentBytes(extentsWritten), extents: extentsWritten };
   } catch (e) {
     const failed = output;
     output = undefined;
@@ -84,24 +122,33 @@ export async function sparseCopy(src: string, dst: string, options: CopyOptions 
   }
 }
 
-/** Makes `dst` equal `src` by rewriting the chunks that differ (and the size); returns the bytes written. */
+/**
+ * Makes `dst` equal `src` by rewriting the chunks that differ (and the size); returns the bytes
+ * written. Only the data extents of either file are compared: outside both, both read as zeros.
+ */
 export async function syncChangedChunks(src: string, dst: string, chunkBytes = DEFAULT_CHUNK_BYTES): Promise<number> {
+  checkChunkBytes(chunkBytes);
   const input = await open(src, 'r');
   try {
     const output = await open(dst, 'r+');
     try {
-      const { size } = await input.stat();
-      if ((await output.stat()).size !== size) await output.truncate(size);
-      const a = Buffer.alloc(chunkBytes);
-      const b = Buffer.alloc(chunkBytes);
+      const want = await dataExtentsOf(input, src);
+      const size = want.size;
+      const have = await dataExtentsOf(output, dst);
+      if (have.size !== size) await output.truncate(size);
+      const a = Buffer.alloc(Math.min(chunkBytes, Math.max(size, 1)));
+      const b = Buffer.alloc(a.length);
       let written = 0;
-      for (let off = 0; off < size; off += chunkBytes) {
-        const len = Math.min(chunkBytes, size - off);
-        const want = await readChunk(input, a, len, off);
-        const have = await readChunk(output, b, len, off);
-        if (!want.equals(have)) {
-          await writeFully(output, want, off);
+      for (const piece of chunkPieces(unionExtents(want.extents, have.extents), chunkBytes)) {
+        if (piece.offset >= size) break;
+        const len = Math.min(piece.length, size - piece.offset);
+        const fresh = await readChunk(input, a, len, piece.offset);
+        const old = await readChunk(output, b, len, piece.offset);
+        copied.readBytes += 2 * len;
+        if (!fresh.equals(old)) {
+          await writeFully(output, fresh, piece.offset);
           written += len;
+          copied.writtenBytes += len;
         }
       }
       await output.sync();

@@ -14,6 +14,7 @@ import type { HostConnections } from './connections.js';
 import { isErrno, removeTree, sparseCopy, statOrUndefined, tempName, unlinkIfPresent } from './files.js';
 import { sameFlavor, type LocalHost } from './host.js';
 import { DISK_FILE, GIB, GUESTS_DIR, IMAGE_ID, MIGRATION_FILE, SNAPSHOTS_DIR, type GuestState } from './layout.js';
+import { sparseFileStream } from './sparse-stream.js';
 
 /** Image streams a spawn has read from. */
 const consumed = new WeakSet<Readable>();
@@ -256,10 +257,16 @@ export class GuestLifecycle {
       // A point-in-time copy, unlinked once open: the stream reads it, and nothing stays behind.
       const copy = join(this.h.dir, SNAPSHOTS_DIR, tempName(imageId));
       try {
-        const sizeBytes = await sparseCopy(join(this.h.guestDir(uuid), DISK_FILE), copy);
+        const { sizeBytes, extents } = await sparseCopy(join(this.h.guestDir(uuid), DISK_FILE), copy);
         const fh = await open(copy, 'r');
-        await unlinkIfPresent(copy);
-        return { imageId, sizeBytes, stream: fh.createReadStream() };
+        try {
+          await unlinkIfPresent(copy);
+        } catch (e) {
+          await fh.close();
+          throw e;
+        }
+        // The copy's data is where the copy wrote: the stream reads those and makes up the holes.
+        return { imageId, sizeBytes, extents, stream: sparseFileStream(fh, sizeBytes, extents) };
       } catch (e) {
         await unlinkIfPresent(copy);
         throw this.h.fail(`cannot snapshot guest ${uuid}: ${(e as Error).message}`, { uuid, imageId }, e);

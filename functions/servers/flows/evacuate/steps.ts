@@ -17,13 +17,13 @@
 import { releaseOn } from '../../../compute/placement.js';
 import { POWER_STATE } from '../../../drivers/compute/driver.js';
 import { attachmentCreate, attachmentDelete, attachmentGet } from '../../cinder.js';
-import { driverOfHost, endOperation, faultOf, loadStep, nodeOfHost, reasonOf, updateOp, type ServerStepInput, type StepState } from '../../engine.js';
+import { driverOfHost, endOperation, faultOf, loadStep, nodeOfHost, reasonOf, recordAttachmentIntents, updateOp, type ServerStepInput, type StepState } from '../../engine.js';
 import { getImage, imageSourceFor } from '../../images.js';
 import { finishEvent, startEvent } from '../../instance-actions.js';
 import { getMigration, migrationPutItem, updateMigration } from '../../migrations.js';
 import { activatePortBinding, bindPortToHost, deletePortBinding, listPortsOf } from '../../network.js';
 import { scheduleAndClaim } from '../../scheduler.js';
-import { blockDeviceSpecs, connectVolumes, isVolumeBacked, terminateConnection } from '../block-devices.js';
+import { blockDeviceSpecs, connectVolumes, deleteIntendedAttachment, isVolumeBacked, terminateConnection } from '../block-devices.js';
 
 const now = () => new Date().toISOString();
 
@@ -66,28 +66,33 @@ async function evacuateNetwork(input: ServerStepInput): Promise<unknown> {
 }
 
 /**
- * `detach_block_devices` then `_prep_block_device` on the destination. Each BDM's switch is
- * recorded (old attachment in holds, BDM = new empty attachment) before the old one is deleted,
- * so a re-run skips BDMs already switched and only repeats the (404-tolerant) delete.
+ * `detach_block_devices` then `_prep_block_device` on the destination. The new empty attachments'
+ * ids are recorded first (one write), each made under its id, then each BDM's switch is recorded
+ * (old attachment in holds, BDM = new) before the old one is deleted, so a re-run finds the
+ * attachment it made, skips BDMs already switched and only repeats the (404-tolerant) delete.
  */
 async function evacuateBlockDevices(input: ServerStepInput): Promise<unknown> {
   let s = await loadStep(input);
   const dest = destOf(s)!;
-  for (const bdm of s.bdms.filter((b) => b.destinationType === 'volume' && b.volumeId)) {
+  const volumes = s.bdms.filter((b) => b.destinationType === 'volume' && b.volumeId);
+  const intended = await recordAttachmentIntents(s, 'newAttachments', 'evacuate-block-devices', volumes.map((b) => b.uuid));
+  s = intended.s;
+  for (const bdm of volumes) {
     const old = s.op.holds.oldAttachments?.[bdm.uuid];
     if (old !== undefined) {
       if (old) await attachmentDelete(old);
       continue;
     }
-    const created = await attachmentCreate(bdm.volumeId!, s.instance.uuid);
+    const id = intended.ids[bdm.uuid]!;
+    await attachmentCreate(id, bdm.volumeId!, s.instance.uuid);
     s = await updateOp(s, ({ instance, op, bdms }) => ({
       instance: { ...instance, operation: { ...op, holds: { ...op.holds, oldAttachments: { ...op.holds.oldAttachments, [bdm.uuid]: bdm.attachmentId ?? '' } } } },
-      putBdms: bdms.filter((b) => b.uuid === bdm.uuid).map((b) => ({ ...b, attachmentId: created.id, connectionInfo: null, updatedAt: now() })),
+      putBdms: bdms.filter((b) => b.uuid === bdm.uuid).map((b) => ({ ...b, attachmentId: id, connectionInfo: null, updatedAt: now() })),
     }));
     // _detach_volume(destroy_bdm=False): the driver detach is skipped (the source host is down).
     if (bdm.attachmentId) await attachmentDelete(bdm.attachmentId);
   }
-  s = await connectVolumes(s, dest);
+  s = await connectVolumes(s, dest, 'evacuate-block-devices');
   await updateOp(s, ({ instance }) => ({ instance: { ...instance, taskState: 'rebuild_spawning' } }));
   return {};
 }
@@ -148,6 +153,11 @@ async function evacuateFinish(input: ServerStepInput): Promise<unknown> {
  */
 async function resetSwitchedVolumes(s: StepState): Promise<StepState> {
   let state = s;
+  // Attachments the block-devices step intended for BDMs it had not switched yet: made or not.
+  for (const bdm of state.bdms) {
+    const intended = state.op.holds.newAttachments?.[bdm.uuid];
+    if (intended && state.op.holds.oldAttachments?.[bdm.uuid] === undefined && bdm.attachmentId !== intended) await deleteIntendedAttachment(intended);
+  }
   for (const bdm of state.bdms.filter((b) => b.destinationType === 'volume' && b.volumeId && state.op.holds.oldAttachments?.[b.uuid] !== undefined)) {
     const old = state.op.holds.oldAttachments![bdm.uuid];
     // The old attachment is deleted right after the switch is recorded; a crash in between leaves it.
@@ -155,7 +165,7 @@ async function resetSwitchedVolumes(s: StepState): Promise<StepState> {
     if (!bdm.attachmentId) continue;
     const current = await attachmentGet(bdm.attachmentId);
     if (current && current.status === 'reserved' && !bdm.connectionInfo) continue;
-    state = await terminateConnection(state, bdm);
+    state = await terminateConnection(state, bdm.uuid, 'evacuate-rollback', 'rollbackAttachments');
   }
   return state;
 }

@@ -26,7 +26,8 @@ import { listMigrations } from '../../migrations.js';
 import { bindPortToHost, createPort, deletePortsOf } from '../../network.js';
 import { hardDeleteServer } from '../../repo.js';
 import { scheduleAndClaim } from '../../scheduler.js';
-import { blockDeviceSpecs, connectVolumes, deleteVolumeQuietly, isVolumeBacked } from '../block-devices.js';
+import { blockDeviceSpecs, connectVolumes, deleteIntendedAttachment, isVolumeBacked } from '../block-devices.js';
+import { deleteVolumeQuietly } from '../../volume-cleanup.js';
 
 const now = () => new Date().toISOString();
 
@@ -72,14 +73,19 @@ async function undoCreateNetwork(s: StepState): Promise<void> {
 
 async function createBlockDevices(input: ServerStepInput): Promise<unknown> {
   let s = await loadStep(input);
-  s = await connectVolumes(s, s.instance.host!);
+  s = await connectVolumes(s, s.instance.host!, 'create-block-devices');
   await updateOp(s, ({ instance }) => ({ instance: { ...instance, taskState: 'spawning' } }));
   return {};
 }
 
-/** Undoes createBlockDevices: every attachment a BDM records is deleted (the BDMs are cleared when the operation ends). */
+/**
+ * Undoes createBlockDevices: every attachment a BDM records is deleted, and one recorded as an
+ * intent that no BDM records yet if it was made (the BDMs are cleared when the operation ends).
+ */
 async function undoCreateBlockDevices(s: StepState): Promise<void> {
   for (const bdm of s.bdms) if (bdm.attachmentId) await attachmentDelete(bdm.attachmentId);
+  const onBdms = new Set(s.bdms.map((b) => b.attachmentId));
+  for (const id of Object.values(s.op.holds.newAttachments ?? {})) if (!onBdms.has(id)) await deleteIntendedAttachment(id);
 }
 
 async function createSpawn(input: ServerStepInput): Promise<unknown> {

@@ -21,6 +21,7 @@
  */
 import { allocationsOf, moveAllocationOn, releaseAll, releaseOn } from '../../../compute/placement.js';
 import { DriverError, InvariantViolation, NotFound } from '../../../core/errors.js';
+import { intentId } from '../../../core/intents.js';
 import { logger } from '../../../core/logger.js';
 import type { MigrationProgress } from '../../../drivers/compute/driver.js';
 import { attachmentComplete, attachmentCreate, attachmentDelete, attachmentGet, hostConnector } from '../../cinder.js';
@@ -96,22 +97,27 @@ async function preStep(input: ServerStepInput): Promise<unknown> {
   const dest = migration.destCompute!;
   if (migration.status === 'accepted') await updateMigration(s.cell, migration.uuid, { status: 'preparing' });
   await withEvent(s, 'compute_pre_live_migration', dest, async () => {
-    // What the source uses, kept before any BDM changes (what a rollback restores).
-    if (!s.op.holds.oldAttachments) {
+    // What the source uses (what a rollback restores) and the ids of the destination's attachments
+    // (derived from the request), recorded in one write before any is made: a re-run after a crash
+    // makes each under the same id and finds it instead of making a second one.
+    if (!s.op.holds.oldAttachments || volumeBdms(s.bdms).some((b) => !s.op.holds.newAttachments?.[b.uuid])) {
+      const first = !s.op.holds.oldAttachments;
       s = await recordHolds(s, (h) => ({
         ...h,
-        oldAttachments: Object.fromEntries(volumeBdms(s.bdms).map((b) => [b.uuid, b.attachmentId ?? ''])),
-        oldConnectionInfo: Object.fromEntries(volumeBdms(s.bdms).map((b) => [b.uuid, b.connectionInfo])),
+        ...(first
+          ? {
+              oldAttachments: Object.fromEntries(volumeBdms(s.bdms).map((b) => [b.uuid, b.attachmentId ?? ''])),
+              oldConnectionInfo: Object.fromEntries(volumeBdms(s.bdms).map((b) => [b.uuid, b.connectionInfo])),
+            }
+          : {}),
+        newAttachments: { ...Object.fromEntries(volumeBdms(s.bdms).map((b) => [b.uuid, intentId(s.op.requestId, 'live-migrate-pre', b.uuid)])), ...h.newAttachments },
       }));
     }
     for (const bdm of volumeBdms(s.bdms)) {
-      if (s.op.holds.newAttachments?.[bdm.uuid]) continue;
-      const created = await attachmentCreate(bdm.volumeId!, s.instance.uuid, hostConnector(dest, bdm.deviceName), bdm.deviceName);
-      // The new id is recorded in the same write that switches the BDM to it.
-      s = await updateOp(s, ({ instance, op, bdms }) => ({
-        instance: { ...instance, operation: { ...op, holds: { ...op.holds, newAttachments: { ...op.holds.newAttachments, [bdm.uuid]: created.id } } } },
-        putBdms: bdms.filter((b) => b.uuid === bdm.uuid).map((b) => ({ ...b, attachmentId: created.id, updatedAt: now() })),
-      }));
+      const id = s.op.holds.newAttachments![bdm.uuid]!;
+      if (bdm.attachmentId === id) continue;
+      await attachmentCreate(id, bdm.volumeId!, s.instance.uuid, hostConnector(dest, bdm.deviceName), bdm.deviceName);
+      s = await updateOp(s, ({ bdms }) => ({ putBdms: bdms.filter((b) => b.uuid === bdm.uuid).map((b) => ({ ...b, attachmentId: id, updatedAt: now() })) }));
     }
     // refresh_connection_info: the destination's connection_info on each BDM.
     const refreshed: Record<string, Record<string, unknown> | null> = {};
@@ -156,6 +162,9 @@ async function undoPre(state: LiveState): Promise<LiveState> {
   const old = s.op.holds.oldAttachments ?? {};
   const oldInfo = s.op.holds.oldConnectionInfo ?? {};
   for (const bdm of volumeBdms(s.bdms)) {
+    const made = s.op.holds.newAttachments?.[bdm.uuid];
+    // Recorded but the BDM never switched to it: made or not (a crash between), it goes (404 is done).
+    if (made && made !== bdm.attachmentId && made !== old[bdm.uuid]) await attachmentDelete(made);
     if (!(bdm.uuid in old) || bdm.attachmentId === (old[bdm.uuid] || null)) continue;
     if (bdm.attachmentId) await attachmentDelete(bdm.attachmentId);
     s = { ...s, ...(await updateOp(s, ({ bdms }) => ({ putBdms: bdms.filter((b) => b.uuid === bdm.uuid).map((b) => ({ ...b, attachmentId: old[bdm.uuid] || null, connectionInfo: oldInfo[bdm.uuid] ?? null, updatedAt: now() })) }))) };

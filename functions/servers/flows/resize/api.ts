@@ -13,7 +13,7 @@ import { getFlavor } from '../../../compute/repo.js';
 import { invalid, isObject, type Json } from '../../../compute/validation.js';
 import type { ServerActionSpec } from '../../actions.js';
 import { assertState, beginOperation, computeNodes } from '../../engine.js';
-import { listMigrations, migrationPutItem, nextMigrationId, updateMigration } from '../../migrations.js';
+import { listMigrations, migrationPutItem, nextMigrationId } from '../../migrations.js';
 import { instanceFlavorOf, newMigration, type InstanceFlavor, type Migration, type VmState } from '../../model.js';
 import type { LoadedServer } from '../../repo.js';
 import { isVolumeBacked } from '../block-devices.js';
@@ -79,9 +79,6 @@ async function startMove(req: ApiRequest, server: LoadedServer, action: 'resize'
       },
       extra: [migrationPutItem(cell, { ...migration, sourceCompute: instance.host, sourceNode: instance.node }, { create: true })],
     }),
-    abort: async () => {
-      await updateMigration(cell, migration.uuid, { status: 'error' });
-    },
   });
 }
 
@@ -154,9 +151,6 @@ function resolveAction(kind: 'confirm_resize' | 'revert_resize') {
         instance,
         extra: [migrationPutItem(server.cell, { ...m, status: confirm ? 'confirming' : 'reverting', updatedAt: now() }, { expectedStatus: 'finished' })],
       }),
-      abort: async () => {
-        await updateMigration(server.cell, m.uuid, { status: 'finished' });
-      },
     });
     return json(confirm ? 204 : 202);
   };

@@ -84,7 +84,7 @@ async function revertAtDest(input: ServerStepInput): Promise<unknown> {
   const dest = m.destCompute!;
   await withEvent(s, 'compute_revert_resize', dest, async () => {
     await (await driverOfHost(dest)).destroy(s.instance.uuid);
-    s = await terminateVolumeConnections(s);
+    s = await terminateVolumeConnections(s, 'resize-revert-dest');
     // drop_move_claim_at_dest
     await releaseOn((await nodeOfHost(dest)).node.uuid, s.instance.uuid);
     await updateMigration(s.cell, m.uuid, { status: 'reverted' });

@@ -6,6 +6,7 @@
  */
 import { allocationsOf, moveAllocations, releaseOn } from '../../../compute/placement.js';
 import { InvariantViolation } from '../../../core/errors.js';
+import { intentId } from '../../../core/intents.js';
 import { POWER_STATE } from '../../../drivers/compute/driver.js';
 import { attachmentComplete, attachmentCreate, attachmentDelete, attachmentGet, attachmentUpdate, hostConnector } from '../../cinder.js';
 import { updateOp, type StepState } from '../../engine.js';
@@ -33,35 +34,35 @@ export async function migrationOf(s: StepState): Promise<Migration> {
 }
 
 /**
- * `_terminate_volume_connections`: per volume BDM an empty attachment is created (recorded with
- * the BDM's old attachment in the holds and on the BDM in one write), then the old one deleted.
- * A BDM already on its recorded placeholder is done (only the old delete is repeated, 404 ignored).
+ * `_terminate_volume_connections`: per volume BDM an empty placeholder attachment. Their ids
+ * (derived from the request and `step`) are recorded first with each BDM's old attachment and
+ * connection_info, in one write; then per BDM the placeholder is made under its id, the BDM
+ * switched to it, the old one deleted. A BDM already on its placeholder is done (only the old
+ * delete is repeated, 404 ignored); one not switched yet gets the same placeholder again.
  */
-export async function terminateVolumeConnections(s: StepState): Promise<StepState> {
+export async function terminateVolumeConnections(s: StepState, step: string): Promise<StepState> {
   let state = s;
+  const pending = volumeBdms(state.bdms).filter((b) => !state.op.holds.newAttachments?.[b.uuid]);
+  if (pending.length) {
+    state = await updateOp(state, ({ instance, op }) => {
+      const h = op.holds;
+      const made = Object.fromEntries(pending.map((b) => [b.uuid, intentId(op.requestId, step, b.uuid)]));
+      const old = Object.fromEntries(pending.filter((b) => b.attachmentId).map((b) => [b.uuid, b.attachmentId!]));
+      const info = Object.fromEntries(pending.map((b) => [b.uuid, b.connectionInfo]));
+      return { instance: { ...instance, operation: { ...op, holds: { ...h, newAttachments: { ...h.newAttachments, ...made }, oldAttachments: { ...h.oldAttachments, ...old }, oldConnectionInfo: { ...h.oldConnectionInfo, ...info } } } } };
+    });
+  }
   for (const { uuid: bdmUuid } of volumeBdms(state.bdms)) {
     const current = state.bdms.find((b) => b.uuid === bdmUuid)!;
-    const placeholder = state.op.holds.newAttachments?.[bdmUuid];
-    if (placeholder && current.attachmentId === placeholder) {
+    const placeholder = state.op.holds.newAttachments![bdmUuid]!;
+    if (current.attachmentId === placeholder) {
       const old = state.op.holds.oldAttachments?.[bdmUuid];
       if (old) await attachmentDelete(old);
       continue;
     }
-    const created = await attachmentCreate(current.volumeId!, state.instance.uuid);
-    state = await updateOp(state, ({ instance, op, bdms }) => ({
-      instance: {
-        ...instance,
-        operation: {
-          ...op,
-          holds: {
-            ...op.holds,
-            newAttachments: { ...op.holds.newAttachments, [bdmUuid]: created.id },
-            ...(current.attachmentId ? { oldAttachments: { ...op.holds.oldAttachments, [bdmUuid]: current.attachmentId } } : {}),
-            oldConnectionInfo: { ...op.holds.oldConnectionInfo, [bdmUuid]: current.connectionInfo },
-          },
-        },
-      },
-      putBdms: bdms.filter((b) => b.uuid === bdmUuid).map((b) => ({ ...b, attachmentId: created.id, connectionInfo: null, updatedAt: now() })),
+    await attachmentCreate(placeholder, current.volumeId!, state.instance.uuid);
+    state = await updateOp(state, ({ bdms }) => ({
+      putBdms: bdms.filter((b) => b.uuid === bdmUuid).map((b) => ({ ...b, attachmentId: placeholder, connectionInfo: null, updatedAt: now() })),
     }));
     if (current.attachmentId) await attachmentDelete(current.attachmentId);
   }

@@ -18,13 +18,14 @@
  */
 import { allocationsOf, moveAllocations } from '../../../compute/placement.js';
 import { POWER_STATE } from '../../../drivers/compute/driver.js';
+import { intentId } from '../../../core/intents.js';
 import { attachmentCreate, attachmentDelete } from '../../cinder.js';
-import { computeNodes, driverOfHost, endOperation, faultOf, loadStep, nodeOfHost, reasonOf, updateOp, withEvent, type ServerStepInput, type StepState } from '../../engine.js';
+import { computeNodes, driverOfHost, endOperation, faultOf, loadStep, nodeOfHost, reasonOf, recordHolds, updateOp, withEvent, type ServerStepInput, type StepState } from '../../engine.js';
 import { updateMigration } from '../../migrations.js';
 import type { InstanceFlavor, Migration, VmState } from '../../model.js';
 import { activatePortBinding, bindPortToHost, listPortsOf } from '../../network.js';
 import { scheduleAndClaim } from '../../scheduler.js';
-import { blockDeviceSpecs, isVolumeBacked, volumeBdms } from '../block-devices.js';
+import { blockDeviceSpecs, deleteIntendedAttachment, isVolumeBacked, volumeBdms } from '../block-devices.js';
 import { allocationsBackTo, bindingsBackTo, completeAttachments, connectAttachments, migrationOf, MOVE_KEYS, oldVmState, powerFor, terminateVolumeConnections, withoutKeys } from './shared.js';
 
 const now = () => new Date().toISOString();
@@ -84,7 +85,7 @@ async function resizeInstance(input: ServerStepInput): Promise<unknown> {
   }));
   await withEvent(s, 'compute_resize_instance', source, async () => {
     await (await driverOfHost(source)).migrateDiskAndPowerOff(s.instance.uuid, dest, newFlavor);
-    s = await terminateVolumeConnections(s);
+    s = await terminateVolumeConnections(s, 'resize-instance');
     s = await updateOp(s, ({ instance, op }) => ({ instance: { ...instance, operation: { ...op, holds: { ...op.holds, boundHost: dest } } } }));
     // migrate_instance_start: the destination binding is made (inactive) and activated.
     for (const port of await listPortsOf(s.instance.uuid)) {
@@ -111,23 +112,29 @@ async function undoResizeInstance(state: StepState, m: Migration, vm: VmState): 
   const sourceDriver = await driverOfHost(source);
   if (dest && (s.op.holds.destGuest || s.instance.host === dest)) await (await driverOfHost(dest)).destroy(s.instance.uuid);
 
+  // A placeholder the move recorded but never switched a BDM to (a crash between its create and the switch).
+  for (const bdm of volumeBdms(s.bdms)) {
+    const placeholder = s.op.holds.newAttachments?.[bdm.uuid];
+    if (placeholder && placeholder !== bdm.attachmentId && placeholder !== s.op.holds.rollbackAttachments?.[bdm.uuid]) await deleteIntendedAttachment(placeholder);
+  }
   const onSource = await sourceDriver.getGuest(s.instance.uuid);
   if (onSource && !onSource.defined) {
-    // The disks left the guest: volumes that moved get a fresh placeholder for the source.
-    const rollbackAttachments = { ...((s.op.params.rollbackAttachments as Record<string, string> | undefined) ?? {}) };
+    // The disks left the guest: volumes that moved get a fresh placeholder for the source, its id
+    // recorded before it is made (a re-run finds it).
     for (const { uuid: bdmUuid } of volumeBdms(s.bdms)) {
       const current = s.bdms.find((b) => b.uuid === bdmUuid)!;
-      if (!s.op.holds.oldAttachments?.[bdmUuid] || rollbackAttachments[bdmUuid] === current.attachmentId) continue;
+      const recorded = s.op.holds.rollbackAttachments?.[bdmUuid];
+      if (!s.op.holds.oldAttachments?.[bdmUuid] || (recorded && recorded === current.attachmentId)) continue;
+      const id = recorded ?? intentId(s.op.requestId, 'resize-rollback', bdmUuid);
+      if (!recorded) s = await recordHolds(s, (h) => ({ ...h, rollbackAttachments: { ...h.rollbackAttachments, [bdmUuid]: id } }));
       // The destination's attachment goes first: Cinder refuses a second attachment of a volume still attaching.
       if (current.attachmentId) await attachmentDelete(current.attachmentId);
-      const created = await attachmentCreate(current.volumeId!, s.instance.uuid);
-      rollbackAttachments[bdmUuid] = created.id;
-      s = await updateOp(s, ({ instance, op, bdms }) => ({
-        instance: { ...instance, operation: { ...op, params: { ...op.params, rollbackAttachments } } },
-        putBdms: bdms.filter((b) => b.uuid === bdmUuid).map((b) => ({ ...b, attachmentId: created.id, connectionInfo: null, updatedAt: now() })),
+      await attachmentCreate(id, current.volumeId!, s.instance.uuid);
+      s = await updateOp(s, ({ bdms }) => ({
+        putBdms: bdms.filter((b) => b.uuid === bdmUuid).map((b) => ({ ...b, attachmentId: id, connectionInfo: null, updatedAt: now() })),
       }));
     }
-    const moved = new Set(Object.keys(rollbackAttachments));
+    const moved = new Set(Object.keys(s.op.holds.rollbackAttachments ?? {}));
     const toConnect = { ...s, bdms: s.bdms.filter((b) => moved.has(b.uuid)) };
     s = { ...(await connectAttachments(toConnect, source)) };
     await sourceDriver.finishRevertMigration(s.instance.uuid, { blockDevices: blockDeviceSpecs(s.bdms), powerOn: vm === 'active' });

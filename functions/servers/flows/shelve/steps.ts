@@ -18,17 +18,18 @@
  *   Failure (vol_10): guest destroyed, allocations deleted, `_terminate_volume_connections`, bindings
  *   deleted, host/node None, task None: stays SHELVED_OFFLOADED with its shelved image.
  */
-import { randomUUID } from 'node:crypto';
+import { snapshotDataStream } from '../../../drivers/compute/snapshot-data.js';
 import type { Readable } from 'node:stream';
 import { releaseAll } from '../../../compute/placement.js';
 import { Conflict, OverLimit } from '../../../core/errors.js';
+import { intentId } from '../../../core/intents.js';
 import { POWER_STATE } from '../../../drivers/compute/driver.js';
 import { driverOfHost, endOperation, failEvent, faultOf, loadStep, reasonOf, updateOp, withEvent, type ServerStepInput, type StepState } from '../../engine.js';
 import { createImageRecord, deleteImage, getImage, imageSourceFor, uploadImage } from '../../images.js';
 import type { Instance, OperationHolds } from '../../model.js';
 import { activatePortBinding, bindPortToHost, deletePortBinding, listPortsOf } from '../../network.js';
 import { scheduleAndClaim } from '../../scheduler.js';
-import { blockDeviceSpecs, connectVolumes, isVolumeBacked, nextDeviceName, terminateConnection } from '../block-devices.js';
+import { blockDeviceSpecs, connectVolumes, deleteIntendedAttachment, isVolumeBacked, nextDeviceName, terminateConnection } from '../block-devices.js';
 
 const now = () => new Date().toISOString();
 
@@ -91,11 +92,13 @@ async function shelveSnapshot(input: ServerStepInput): Promise<unknown> {
   const driver = await driverOfHost(host);
   await withEvent(s, 'compute_shelve_instance', host, async () => {
     await driver.powerOff(s.instance.uuid);
+    // The image's id is derived from the request and recorded before the image is made: a re-run
+    // finds the record (Conflict below) and uploads the same object again.
     let imageId = s.op.holds.imageId;
     if (!imageId) {
-      imageId = randomUUID();
-      const id = imageId;
+      const id = intentId(s.op.requestId, 'shelve-snapshot', s.instance.uuid);
       s = await setHolds(s, (h) => ({ ...h, imageId: id }));
+      imageId = id;
     }
     try {
       await createImageRecord({
@@ -110,7 +113,7 @@ async function shelveSnapshot(input: ServerStepInput): Promise<unknown> {
     }
     s = await updateOp(s, ({ instance }) => ({ instance: { ...instance, taskState: 'shelving_image_uploading', powerState: POWER_STATE.SHUTDOWN } }));
     const snap = await driver.snapshot(s.instance.uuid, imageId);
-    await uploadImage(imageId, await withoutTrailingZeros(snap.stream));
+    await uploadImage(imageId, await withoutTrailingZeros(snapshotDataStream(snap)));
     const shelvedImage = imageId;
     const shelved = (instance: Instance): Instance => ({
       ...instance,
@@ -143,11 +146,8 @@ async function shelveOffload(input: ServerStepInput): Promise<unknown> {
       }
     }
     for (const bdm of s.bdms.filter((b) => b.destinationType === 'volume' && b.volumeId)) {
-      // A re-run: a BDM already switched to an empty attachment by this operation is done.
-      if (s.op.holds.newAttachments?.[bdm.uuid] === bdm.attachmentId && bdm.attachmentId) continue;
-      s = await terminateConnection(s, bdm);
-      const created = s.bdms.find((b) => b.uuid === bdm.uuid)!.attachmentId!;
-      s = await setHolds(s, (h) => ({ ...h, newAttachments: { ...h.newAttachments, [bdm.uuid]: created } }));
+      // A re-run finds a BDM already switched to its empty attachment (recorded before it was made).
+      s = await terminateConnection(s, bdm.uuid, 'shelve-offload');
     }
     if (host) for (const port of await listPortsOf(s.instance.uuid)) await deletePortBinding(port.id, host);
     await releaseAll(s.instance.uuid);
@@ -228,7 +228,7 @@ async function unshelveBlockDevices(input: ServerStepInput): Promise<unknown> {
       return { putBdms: bdms.filter((b) => b.uuid === bdm.uuid && !b.deviceName).map((b) => ({ ...b, deviceName: name, updatedAt: now() })) };
     });
   }
-  await connectVolumes(s, s.instance.host!);
+  await connectVolumes(s, s.instance.host!, 'unshelve-block-devices');
   return {};
 }
 
@@ -274,11 +274,13 @@ async function unshelveRollback(input: ServerStepInput): Promise<unknown> {
   if (host && s.op.holds.destGuest === host) await (await driverOfHost(host)).destroy(s.instance.uuid);
   await releaseAll(s.instance.uuid);
   if (host) {
+    // An attachment the block-devices step intended for a BDM that had none but never recorded on it.
+    for (const bdm of s.bdms) {
+      const intended = s.op.holds.newAttachments?.[bdm.uuid];
+      if (intended && bdm.attachmentId !== intended) await deleteIntendedAttachment(intended);
+    }
     for (const bdm of s.bdms.filter((b) => b.destinationType === 'volume' && b.volumeId)) {
-      if (s.op.holds.newAttachments?.[bdm.uuid] === bdm.attachmentId && bdm.attachmentId) continue;
-      s = await terminateConnection(s, bdm);
-      const created = s.bdms.find((b) => b.uuid === bdm.uuid)!.attachmentId!;
-      s = await setHolds(s, (h) => ({ ...h, newAttachments: { ...h.newAttachments, [bdm.uuid]: created } }));
+      s = await terminateConnection(s, bdm.uuid, 'unshelve-rollback', 'rollbackAttachments');
     }
     for (const port of await listPortsOf(s.instance.uuid)) await deletePortBinding(port.id, host);
   }

@@ -9,19 +9,21 @@ import { randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type ApiResponse, type RouteSpec } from '../../../core/api.js';
 import type { AuthContext } from '../../../core/auth.js';
 import { BadRequest, Conflict, NotFound } from '../../../core/errors.js';
+import { intentId } from '../../../core/intents.js';
 import { logger } from '../../../core/logger.js';
 import { authorize } from '../../../core/policy.js';
 import { isUuidLike } from '../../../compute/model.js';
 import { invalid, isObject } from '../../../compute/validation.js';
 import type { Volume } from '../../../volumes/model.js';
 import { requireSwapVolume, requireVolumeConnectable } from '../../capabilities.js';
-import { attachmentComplete, attachmentCreate, attachmentDelete, beginDetaching, rollDetaching, volumeGet } from '../../cinder.js';
+import { attachmentComplete, attachmentCreate, attachmentDelete, beginDetaching, volumeGet } from '../../cinder.js';
 import { assertState, beginOperation } from '../../engine.js';
 import type { BlockDeviceMapping, VmState } from '../../model.js';
 import { SERVER_POLICIES, visibleServer } from '../../policies.js';
 import { loadPartition, updateServer, type LoadedServer } from '../../repo.js';
 import { volumeAttachmentCreateView, volumeAttachmentView } from '../../views.js';
-import { deleteVolumeQuietly, nextDeviceName } from '../block-devices.js';
+import { nextDeviceName } from '../block-devices.js';
+import { deleteVolumeQuietly } from '../../volume-cleanup.js';
 
 const now = () => new Date().toISOString();
 
@@ -68,6 +70,9 @@ export async function attachVolume(r: AttachRequest): Promise<BlockDeviceMapping
   // Offloaded, no host connects it now: unshelve's host is chosen later.
   if (!offloaded && r.server.instance.host) await requireVolumeConnectable(r.server.instance.host, volume);
   const bdmUuid = randomUUID();
+  // The attachment's id, derived from the request and recorded on the BDM in the first write: a
+  // crash before the machine starts leaves a record that says exactly what to undo.
+  const attachmentId = intentId(r.requestId, 'attach', bdmUuid);
   let bdm: BlockDeviceMapping | undefined;
   await beginOperation({
     server: r.server,
@@ -92,7 +97,7 @@ export async function attachVolume(r: AttachRequest): Promise<BlockDeviceMapping
         bootIndex: null,
         // Offloaded: no host picks a name; the device is chosen at unshelve (upstream: None).
         deviceName: offloaded ? null : (r.device ?? nextDeviceName(bdms)),
-        attachmentId: null,
+        attachmentId,
         connectionInfo: null,
         deleteOnTermination: r.deleteOnTermination,
         tag: r.tag,
@@ -104,29 +109,14 @@ export async function attachVolume(r: AttachRequest): Promise<BlockDeviceMapping
       return { putBdms: [bdm] };
     },
     prepare: async (instance) => {
-      const att = await attachmentCreate(r.volumeId, instance.uuid);
-      await saveBdm(r.server, bdmUuid, { attachmentId: att.id });
-      bdm = { ...bdm!, attachmentId: att.id };
+      await attachmentCreate(attachmentId, r.volumeId, instance.uuid);
       if (offloaded) {
         // api_attach_volume: complete without a connector, so Cinder says in-use (upstream semantics).
-        await attachmentComplete(att.id);
+        await attachmentComplete(attachmentId);
       }
-    },
-    abort: async () => {
-      const { bdms } = await loadPartition(r.server.cell, r.server.instance.uuid);
-      const mine = bdms.find((b) => b.uuid === bdmUuid);
-      if (mine?.attachmentId) await attachmentDelete(mine.attachmentId);
-      await updateServer(r.server.cell, r.server.instance.uuid, ({ instance }) => ({ instance, deleteBdms: [bdmUuid] }));
     },
   });
   return bdm!;
-}
-
-async function saveBdm(server: LoadedServer, bdmUuid: string, patch: Partial<BlockDeviceMapping>): Promise<void> {
-  await updateServer(server.cell, server.instance.uuid, ({ instance, bdms }) => ({
-    instance,
-    putBdms: bdms.filter((b) => b.uuid === bdmUuid).map((b) => ({ ...b, ...patch, updatedAt: now() })),
-  }));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -206,6 +196,7 @@ export async function swapVolume(r: SwapRequest): Promise<void> {
     await requireSwapVolume(host);
     await requireVolumeConnectable(host, newVolume);
   }
+  const newAttachmentId = intentId(r.requestId, 'swap', bdm.uuid);
   await beginOperation({
     server: r.server,
     auth: r.auth,
@@ -216,17 +207,12 @@ export async function swapVolume(r: SwapRequest): Promise<void> {
     requestId: r.requestId,
     params: { bdmUuid: bdm.uuid, oldVolumeId: r.oldVolumeId, newVolumeId: r.newVolumeId, ...(r.deleteOnTermination !== undefined ? { deleteOnTermination: r.deleteOnTermination } : {}) },
     check: (_instance, bdms) => checkNotAttached(newVolume, bdms),
+    // The new volume's attachment id, derived from the request, recorded in the first write.
+    holds: { newAttachments: { [bdm.uuid]: newAttachmentId } },
     prepare: async (instance) => {
+      // A failure from here on is undone by abandonOperation: roll_detaching, the attachment deleted.
       await beginDetaching(r.oldVolumeId);
-      try {
-        const att = await attachmentCreate(r.newVolumeId, instance.uuid);
-        await updateServer(r.server.cell, instance.uuid, ({ instance: i }) => ({
-          instance: i.operation ? { ...i, operation: { ...i.operation, holds: { ...i.operation.holds, newAttachments: { [bdm.uuid]: att.id } } } } : i,
-        }));
-      } catch (e) {
-        await rollDetaching(r.oldVolumeId);
-        throw e;
-      }
+      await attachmentCreate(newAttachmentId, r.newVolumeId, instance.uuid);
     },
   });
 }

@@ -3,6 +3,7 @@
  * server-detach-volume and server-swap-volume, each machine's rollback right after its step (the
  * API half is api.ts).
  */
+import { copyBlockData } from '../../../drivers/compute/block-copy.js';
 import { InvariantViolation } from '../../../core/errors.js';
 import { getVolume } from '../../../volumes/repo.js';
 import { attachmentComplete, attachmentDelete, attachmentUpdate, hostConnector, rollDetaching } from '../../cinder.js';
@@ -85,18 +86,6 @@ async function detachRollback(input: ServerStepInput): Promise<unknown> {
 // ---------------------------------------------------------------------------------------------
 // Swap
 
-/** Copies a device's bytes to another (the hypervisor's block copy of a swap). */
-async function copyDevice(from: { read(p: number, n: number): Promise<Buffer>; sizeBytes: number }, to: { write(p: number, d: Uint8Array): Promise<void>; sizeBytes: number }): Promise<void> {
-  const chunk = 4 << 20;
-  const zeros = Buffer.alloc(chunk);
-  const size = Math.min(from.sizeBytes, to.sizeBytes);
-  for (let pos = 0; pos < size; pos += chunk) {
-    const data = await from.read(pos, Math.min(chunk, size - pos));
-    // Zero chunks are skipped: the new volume reads zeros there already and stays sparse.
-    if (!data.equals(zeros.subarray(0, data.length))) await to.write(pos, data);
-  }
-}
-
 /** Compute _do_swap_volume: update the new attachment, copy and switch the guest, complete, delete the old. */
 async function swapStep(input: ServerStepInput): Promise<unknown> {
   let s = await loadStep(input);
@@ -118,7 +107,8 @@ async function swapStep(input: ServerStepInput): Promise<unknown> {
       const from = await driver.openGuestDevice(s.instance.uuid, bdm.deviceName!);
       const to = await driver.openConnection(connected.connectionInfo!);
       try {
-        await copyDevice(from, to);
+        // The hypervisor's block copy: only the old device's data extents; the new volume stays sparse.
+        await copyBlockData(from, to);
       } finally {
         await from.close();
         await to.close();

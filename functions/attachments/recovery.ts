@@ -1,0 +1,126 @@
+/**
+ * Recovery of the attachments' synchronous connects and disconnects after a crash: what a process
+ * that died mid-call left is finished or undone. The local stack runs it at start (a restart's
+ * time is `before`: every call from before it is dead); the reconciler and `ferry audit --repair`
+ * run it on a schedule with `before` = now minus CONNECT_INTENT_TIMEOUT_MS (model.ts), so a live
+ * call is never taken for a dead one.
+ *
+ * Every backend connection is removed through releaseHost (connections.ts): only when no
+ * attachment of the volume records the host, followed by the fence that makes a concurrent
+ * connect retry and connect again. So a repair never races a live operation: it works under the
+ * conditions the operations use. Each repair is logged with what it saw and returned.
+ */
+import { FerryError } from '../core/errors.js';
+import { logger } from '../core/logger.js';
+import type { BackendConnection, Connector } from '../drivers/volume/driver.js';
+import type { Volume } from '../volumes/model.js';
+import { driverForVolume, releaseHost, type ReleaseOutcome } from './connections.js';
+import { clearConnectIntent, getVolumeRecord, markDisconnectDone, scanConnectIntents, scanPendingDisconnects } from './repo.js';
+
+/** One repair: its kind (an audit finding's kind where there is one), what it was about, what it saw, what it did. */
+export type AttachmentRepair = { kind: string; resource: string; saw: string; did: string };
+
+const reasonOf = (e: unknown) => (e instanceof FerryError || e instanceof Error ? e.message : String(e));
+
+function logged(repair: AttachmentRepair): AttachmentRepair {
+  if (repair.did.startsWith('failed')) logger.error('attachment repair failed; the next pass tries again', { ...repair });
+  else logger.info('attachment repair', { ...repair });
+  return repair;
+}
+
+const RELEASED: Record<ReleaseOutcome, string> = {
+  terminated: 'terminated the backend connection',
+  'in-use': 'kept the backend connection (an attachment uses the host)',
+  'volume-gone': 'nothing to terminate (the volume is gone)',
+};
+
+/**
+ * Undoes every connect intent recorded before `before` (its call died between writing the intent
+ * and recording the connection, or its cleanup failed): the backend connection of the volume on
+ * that host is terminated unless an attachment records it, then the intent is cleared (if it is
+ * still there: each intent has its own key). Kind `pending-connect`.
+ */
+export async function recoverPendingConnects(options: { before: Date }): Promise<AttachmentRepair[]> {
+  const before = options.before.getTime();
+  const repairs: AttachmentRepair[] = [];
+  for (const attachment of await scanConnectIntents()) {
+    for (const intent of Object.values(attachment.pendingConnect ?? {})) {
+      if (Date.parse(intent.startedAt) >= before) continue;
+      const host = intent.host;
+      const resource = `attachment ${attachment.id}`;
+      const saw = `${attachment.deleted ? 'deleted' : attachment.attachStatus} attachment of volume ${attachment.volumeId} with a connect intent to host ${host} from ${intent.startedAt}`;
+      try {
+        const released = await releaseIfUnused(attachment.volumeId, host, intent.connector);
+        const cleared = await clearConnectIntent(attachment.id, intent.id);
+        repairs.push(logged({ kind: 'pending-connect', resource, saw, did: `${RELEASED[released]}; ${cleared === 'cleared' ? 'cleared the intent' : 'the intent was already gone'}` }));
+      } catch (e) {
+        repairs.push(logged({ kind: 'pending-connect', resource, saw, did: `failed: ${reasonOf(e)}` }));
+      }
+    }
+  }
+  return repairs;
+}
+
+/**
+ * Finishes the disconnects of deletes that ended before `before` (the tombstone records the host
+ * connection the delete had to remove; a crash or a driver failure after the tombstone write left
+ * it): the connection goes unless an attachment uses the host again, and the tombstone is marked
+ * seen through. Kind `pending-disconnect` (the audit's finding) when the backend still held the
+ * connection; tombstones whose delete had finished are only marked, and not reported.
+ */
+export async function recoverPendingDisconnects(options: { before: Date }): Promise<AttachmentRepair[]> {
+  const before = options.before.getTime();
+  const repairs: AttachmentRepair[] = [];
+  const held = new BackendConnections();
+  for (const tombstone of await scanPendingDisconnects()) {
+    if (Date.parse(tombstone.updatedAt) >= before || !tombstone.disconnect) continue;
+    const { host, connector } = tombstone.disconnect;
+    const resource = `attachment ${tombstone.id}`;
+    try {
+      const loaded = await getVolumeRecord(tombstone.volumeId);
+      const connected = loaded ? await held.has(loaded.volume, host) : false;
+      if (loaded && connected) {
+        const saw = `deleted attachment of volume ${tombstone.volumeId} whose delete had to remove the connection on host ${host}, which ${loaded.volume.host} still holds`;
+        const released = await releaseHost(loaded.volume, { host, connector }, { knownUnused: false });
+        repairs.push(logged({ kind: 'pending-disconnect', resource, saw, did: RELEASED[released] }));
+      }
+      await markDisconnectDone(tombstone);
+    } catch (e) {
+      const saw = `deleted attachment of volume ${tombstone.volumeId} with a disconnect of host ${host} to see through`;
+      repairs.push(logged({ kind: 'pending-disconnect', resource, saw, did: `failed: ${reasonOf(e)}` }));
+    }
+  }
+  return repairs;
+}
+
+/**
+ * For the audit's `orphan-host-connection` repair: terminates the backend connection of the
+ * volume on `host` only if, at that moment, no attachment of the volume records the host (and
+ * fences, as every release does). 'in-use' when one does (or connected it again meanwhile).
+ */
+export async function terminateUnusedConnection(volumeId: string, host: string, connector: Connector): Promise<'terminated' | 'in-use' | 'volume-gone'> {
+  return releaseIfUnused(volumeId, host, connector);
+}
+
+async function releaseIfUnused(volumeId: string, host: string, connector: Connector): Promise<ReleaseOutcome> {
+  const loaded = await getVolumeRecord(volumeId);
+  if (!loaded) return 'volume-gone';
+  if ((loaded.volume.connections[host]?.length ?? 0) > 0) return 'in-use';
+  // Unused as just read; a connect recording the host after this read is what the fence catches.
+  return releaseHost(loaded.volume, { host, connector }, { knownUnused: true });
+}
+
+/** The connections each backend holds, listed once per pass. */
+class BackendConnections {
+  private readonly byBackend = new Map<string, Promise<BackendConnection[]>>();
+
+  async has(volume: Volume, host: string): Promise<boolean> {
+    const key = volume.host ?? '';
+    let listing = this.byBackend.get(key);
+    if (!listing) {
+      listing = driverForVolume(volume).then((driver) => driver.listConnections());
+      this.byBackend.set(key, listing);
+    }
+    return (await listing).some((c) => c.backendName === volume.backendName && c.host === host);
+  }
+}

@@ -1,0 +1,118 @@
+/**
+ * Where a sparse file holds data: its data extents, found with lseek(SEEK_DATA/SEEK_HOLE) so that a
+ * copy of a 1 GiB disk holding 1 MiB reads 1 MiB, not 1 GiB. The local drivers' files are sparse
+ * (a guest's root disk, a volume file), and every move of them copies only these extents.
+ *
+ * Node has no lseek: the two seeks run in `perl` (in every Linux base image: Debian's perl-base is
+ * essential), one short process per file, and only when the file has holes at all. Where perl is
+ * missing, or the file system cannot tell holes (EINVAL), the whole file counts as data: the copy
+ * stays correct, only slower (it reads everything and skips chunks of zeros).
+ * Every byte outside the extents reads as zero (that is what a hole is); an extent may also hold
+ * zeros (preallocated or written zeros), so copies still skip chunks of zeros inside extents.
+ */
+import { execFile } from 'node:child_process';
+import type { FileHandle } from 'node:fs/promises';
+import { DriverError } from '../core/errors.js';
+import { logger } from '../core/logger.js';
+
+export interface DataExtent {
+  offset: number;
+  length: number;
+}
+
+// Prints "<data> <hole>" per extent from offset 0 to the size; "all" when the file system cannot seek
+// to data (EINVAL); nothing after the last extent (ENXIO: no data past that offset).
+const SEEK_SCRIPT = `
+use strict;
+my ($path, $end) = @ARGV;
+open(my $f, '<', $path) or die "open: $!\\n";
+my $pos = 0;
+while ($pos < $end) {
+  my $d = sysseek($f, $pos, 3);
+  if (!defined $d) { last if $!{ENXIO}; if ($!{EINVAL}) { print "all\\n"; last } die "SEEK_DATA at $pos: $!\\n" }
+  my $h = sysseek($f, $d, 4);
+  die "SEEK_HOLE at $d: $!\\n" unless defined $h;
+  $d += 0; $h += 0;
+  last if $d >= $end;
+  print "$d ", ($h > $end ? $end : $h), "\\n";
+  $pos = $h;
+}
+`;
+
+let perlMissingLogged = false;
+
+/** The whole range [0, size) as one extent (nothing when empty). */
+export const wholeFile = (size: number): DataExtent[] => (size > 0 ? [{ offset: 0, length: size }] : []);
+
+/**
+ * The data extents of the file at `path` within [0, size), sorted, disjoint. (A stat's block count
+ * is no shortcut for "no data": some file systems report 0 blocks for files that hold data.)
+ */
+export async function dataExtents(path: string, size: number): Promise<DataExtent[]> {
+  if (size <= 0) return [];
+  let out: string;
+  try {
+    out = await new Promise<string>((resolve, reject) => {
+      execFile('perl', ['-e', SEEK_SCRIPT, path, String(size)], { maxBuffer: 64 * 1024 * 1024 }, (error, stdout, stderr) => {
+        if (error) reject(Object.assign(error, { stderr }));
+        else resolve(stdout);
+      });
+    });
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT' && (e as { path?: string }).path === 'perl') {
+      // Correct without it, only slower: said once, not per copy.
+      if (!perlMissingLogged) logger.warn('sparse copies: perl is not installed; copies read whole files', { path });
+      perlMissingLogged = true;
+      return wholeFile(size);
+    }
+    const stderr = String((e as { stderr?: unknown }).stderr ?? '').trim();
+    throw new DriverError(`cannot find the data extents of ${path}: ${stderr || (e as Error).message}`, { context: { path }, cause: e });
+  }
+  if (out.startsWith('all')) return wholeFile(size);
+  const extents: DataExtent[] = [];
+  for (const line of out.split('\n')) {
+    if (!line) continue;
+    const [start, end] = line.split(' ').map(Number);
+    if (!Number.isSafeInteger(start) || !Number.isSafeInteger(end) || end <= start) {
+      throw new DriverError(`cannot find the data extents of ${path}: unexpected line ${JSON.stringify(line)}`, { context: { path } });
+    }
+    extents.push({ offset: start!, length: end! - start! });
+  }
+  return extents;
+}
+
+/** The data extents of an open file at `path`, within its size as of now. */
+export async function dataExtentsOf(fh: FileHandle, path: string): Promise<{ size: number; extents: DataExtent[] }> {
+  const { size } = await fh.stat();
+  return { size, extents: await dataExtents(path, size) };
+}
+
+/** The union of two sorted extent lists, coalesced. */
+export function unionExtents(a: readonly DataExtent[], b: readonly DataExtent[]): DataExtent[] {
+  const all = [...a, ...b].sort((x, y) => x.offset - y.offset);
+  const out: DataExtent[] = [];
+  for (const e of all) {
+    const last = out.at(-1);
+    if (last && e.offset <= last.offset + last.length) last.length = Math.max(last.length, e.offset + e.length - last.offset);
+    else out.push({ ...e });
+  }
+  return out;
+}
+
+/** Total bytes of the extents. */
+export const extentBytes = (extents: readonly DataExtent[]): number => extents.reduce((n, e) => n + e.length, 0);
+
+/**
+ * The pieces of the extents cut at multiples of `chunkBytes` (so a piece never spans two chunks
+ * of the file), each at most `chunkBytes` long, in order.
+ */
+export function* chunkPieces(extents: readonly DataExtent[], chunkBytes: number): Generator<DataExtent> {
+  for (const e of extents) {
+    const end = e.offset + e.length;
+    for (let pos = e.offset; pos < end; ) {
+      const next = Math.min(end, (Math.floor(pos / chunkBytes) + 1) * chunkBytes);
+      yield { offset: pos, length: next - pos };
+      pos = next;
+    }
+  }
+}

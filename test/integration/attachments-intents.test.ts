@@ -1,0 +1,239 @@
+/**
+ * Creates with a caller's own attachment id (idempotent: a re-run finds what the first run made),
+ * and the recovery of connects and disconnects a crash left half done (functions/attachments/
+ * recovery.ts), against DynamoDB Local and a local-driver backend. The whole-stack crash
+ * reproductions are in attachments-crash.test.ts.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } from 'vitest';
+import { AttachmentIdTaken, newConnectIntent } from '../../functions/attachments/model.js';
+import { recoverPendingConnects, recoverPendingDisconnects, terminateUnusedConnection } from '../../functions/attachments/recovery.js';
+import { getAttachmentRecord, writeConnectIntent } from '../../functions/attachments/repo.js';
+import { completeAttachment, createAttachment, deleteAttachment, updateAttachment } from '../../functions/attachments/service.js';
+import { runAudit } from '../../functions/audit/audit.js';
+import { DriverError } from '../../functions/core/errors.js';
+import { clearFaultCalls, clearFaults, crashedCalls, faultCalls, injectFault } from '../../functions/core/faults.js';
+import { intentId } from '../../functions/core/intents.js';
+import { driverForHost } from '../../functions/volumes/backends.js';
+import { eventually } from '../support/poll.js';
+import { attachmentItems, BACKEND, backendConnections, connector, DEMO_AUTH, liveAttachmentItems, putVolume, readVolume, startAttachmentEnv, VOLUME_HOST, type AttachmentTestEnv } from './attachments-support.js';
+
+let env: AttachmentTestEnv;
+beforeAll(async () => {
+  env = await startAttachmentEnv();
+});
+afterAll(async () => env.stop());
+beforeEach(() => clearFaultCalls());
+// Every scenario ends with DynamoDB and the backends agreeing.
+afterEach(async () => {
+  clearFaults();
+  expect((await runAudit()).findings).toEqual([]);
+});
+
+const auth = DEMO_AUTH;
+/** After every call of this test: a recovery pass treats every intent as abandoned. */
+const later = () => new Date(Date.now() + 1000);
+const crashed = (method: string) => eventually(() => crashedCalls().some((c) => c.method === method), `a crashed ${method}`);
+
+describe('createAttachment with the caller’s id', () => {
+  test('twice: one attachment, the same id; with a connector the second call connects nothing new', async () => {
+    const volume = await putVolume();
+    const instance = randomUUID();
+    const id = intentId(randomUUID(), 'attach', 'bdm-1');
+    const first = await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: null, attachmentId: id });
+    const again = await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: null, attachmentId: id });
+    expect(first.id).toBe(id);
+    expect(again).toEqual(first);
+    expect((await liveAttachmentItems(volume.id)).map((i) => i.id)).toEqual([id]);
+    expect((await readVolume(volume.id)).instances).toEqual({ [instance]: 1 });
+
+    // A re-run with the connector connects the reservation the first run left; a third finds it connected.
+    const connected = await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id });
+    const third = await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id });
+    expect(connected).toMatchObject({ id, attachStatus: 'attaching', attachedHost: 'cmp1', pendingConnect: {} });
+    expect(third).toEqual(connected);
+    expect((await liveAttachmentItems(volume.id)).map((i) => i.id)).toEqual([id]);
+    expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [id] });
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+  });
+
+  test('an id whose attachment was deleted: AttachmentIdTaken carrying the tombstone; nothing made', async () => {
+    const volume = await putVolume();
+    const instance = randomUUID();
+    const id = randomUUID();
+    await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: null, attachmentId: id });
+    await deleteAttachment({ auth, attachmentId: id });
+    const before = await readVolume(volume.id);
+
+    const retry = createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id });
+
+    await expect(retry).rejects.toBeInstanceOf(AttachmentIdTaken);
+    const taken = (await retry.catch((e: unknown) => e)) as AttachmentIdTaken;
+    expect(taken.status).toBe(409);
+    expect(taken.existing).toMatchObject({ id, deleted: true, volumeId: volume.id });
+    expect(await readVolume(volume.id)).toEqual(before);
+    expect(await backendConnections(volume)).toEqual([]);
+  });
+
+  test('an id used for another volume or another instance is refused; the first attachment is untouched', async () => {
+    const volume = await putVolume({ multiattach: true });
+    const other = await putVolume({ multiattach: true });
+    const instance = randomUUID();
+    const id = randomUUID();
+    const first = await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: null, attachmentId: id });
+    const otherBefore = await readVolume(other.id);
+
+    await expect(createAttachment({ auth, volumeId: other.id, instanceUuid: instance, connector: null, attachmentId: id })).rejects.toBeInstanceOf(AttachmentIdTaken);
+    await expect(createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null, attachmentId: id })).rejects.toBeInstanceOf(AttachmentIdTaken);
+
+    expect(await getAttachmentRecord(id)).toEqual(first);
+    expect(await readVolume(other.id)).toEqual(otherBefore);
+    expect(await attachmentItems(other.id)).toEqual([]);
+    expect(Object.keys((await readVolume(volume.id)).attachments)).toEqual([id]);
+  });
+
+  test.each([false, true])('20 concurrent creates with one id (multiattach %s): exactly one attachment', async (multiattach) => {
+    const volume = await putVolume({ multiattach });
+    const instance = randomUUID();
+    const id = randomUUID();
+
+    const results = await Promise.allSettled(
+      Array.from({ length: 20 }, () => createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id })),
+    );
+
+    expect(results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason))).toEqual([]);
+    expect(new Set(results.map((r) => (r as PromiseFulfilledResult<{ id: string }>).value.id))).toEqual(new Set([id]));
+    expect((await attachmentItems(volume.id)).map((i) => i.id)).toEqual([id]);
+    const after = await readVolume(volume.id);
+    expect(Object.keys(after.attachments)).toEqual([id]);
+    expect(after.instances).toEqual({ [instance]: 1 });
+    expect(after.connections).toEqual({ cmp1: [id] });
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    expect((await getAttachmentRecord(id))!.pendingConnect).toEqual({});
+  });
+
+  test('a failed connect keeps the reservation of an id-given create; the re-run connects it', async () => {
+    const volume = await putVolume();
+    const instance = randomUUID();
+    const id = randomUUID();
+    injectFault({ kind: 'volume', backend: BACKEND, method: 'initializeConnection', mode: 'fail', times: 1 });
+
+    await expect(createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id })).rejects.toThrow(DriverError);
+    expect(await getAttachmentRecord(id)).toMatchObject({ attachStatus: 'reserved', pendingConnect: {} });
+    expect(await backendConnections(volume)).toEqual([]);
+
+    const rerun = await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id });
+    expect(rerun).toMatchObject({ id, attachStatus: 'attaching', attachedHost: 'cmp1' });
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+  });
+});
+
+describe('recoverPendingConnects', () => {
+  test('a connect that died after initializeConnection: the export goes, the intent goes, the attachment stays reserved', async () => {
+    const volume = await putVolume();
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    injectFault({ kind: 'volume', backend: BACKEND, method: 'initializeConnection', mode: 'crash-after', times: 1 });
+    void updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp2') });
+    await crashed('initializeConnection');
+    expect(await backendConnections(volume)).toEqual(['cmp2']);
+    const [intent] = Object.values((await getAttachmentRecord(att.id))!.pendingConnect!);
+    expect(intent).toMatchObject({ host: 'cmp2' });
+
+    // A pass that counts the crashed call as live leaves it alone.
+    expect(await recoverPendingConnects({ before: new Date(intent!.startedAt) })).toEqual([]);
+    const repairs = await recoverPendingConnects({ before: later() });
+
+    expect(repairs).toEqual([{ kind: 'pending-connect', resource: `attachment ${att.id}`, saw: expect.stringContaining('host cmp2'), did: 'terminated the backend connection; cleared the intent' }]);
+    expect(await backendConnections(volume)).toEqual([]);
+    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachStatus: 'reserved', pendingConnect: {} });
+    expect(await recoverPendingConnects({ before: later() })).toEqual([]);
+    // The attachment still works.
+    await updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp2') });
+    expect(await backendConnections(volume)).toEqual(['cmp2']);
+  });
+
+  test("a move whose removal of the old host's connection died: recovery removes the old export", async () => {
+    const volume = await putVolume();
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    injectFault({ kind: 'volume', backend: BACKEND, method: 'terminateConnection', mode: 'crash', times: 1 });
+    void updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp2') });
+    await crashed('terminateConnection');
+    expect(await backendConnections(volume)).toEqual(['cmp1', 'cmp2']);
+
+    const repairs = await recoverPendingConnects({ before: later() });
+
+    expect(repairs).toEqual([{ kind: 'pending-connect', resource: `attachment ${att.id}`, saw: expect.stringContaining('host cmp1'), did: 'terminated the backend connection; cleared the intent' }]);
+    expect(await backendConnections(volume)).toEqual(['cmp2']);
+    expect((await readVolume(volume.id)).connections).toEqual({ cmp2: [att.id] });
+  });
+
+  test('an intent on a host another attachment uses: the intent is cleared, the connection kept', async () => {
+    const volume = await putVolume({ multiattach: true });
+    const user = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmpH') });
+    await completeAttachment({ auth, attachmentId: user.id });
+    const planted = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    expect(await writeConnectIntent(planted.id, newConnectIntent(connector('cmpH'), new Date().toISOString()))).toBeDefined();
+    clearFaultCalls();
+
+    const repairs = await recoverPendingConnects({ before: later() });
+
+    // Not even for a moment: a terminate healed by the fence's reconnect would still cut the live host's I/O.
+    expect(faultCalls().filter((c) => c.method === 'terminateConnection')).toEqual([]);
+    expect(repairs).toEqual([
+      { kind: 'pending-connect', resource: `attachment ${planted.id}`, saw: expect.any(String), did: 'kept the backend connection (an attachment uses the host); cleared the intent' },
+    ]);
+    expect(await backendConnections(volume)).toEqual(['cmpH']);
+    expect((await readVolume(volume.id)).connections).toEqual({ cmpH: [user.id] });
+    expect((await getAttachmentRecord(planted.id))!.pendingConnect).toEqual({});
+  });
+
+  test('a pass that takes a live connect for a dead one does not break it: the connect retries and records its connection', async () => {
+    const volume = await putVolume();
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    injectFault({ kind: 'volume', backend: BACKEND, method: 'initializeConnection', mode: 'hang', times: 1 });
+    const live = updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp1') });
+    await eventually(() => faultCalls().some((c) => c.method === 'initializeConnection' && c.hanging), 'the connect held in initializeConnection');
+
+    const repairs = await recoverPendingConnects({ before: later() });
+    clearFaults(); // releases the held call (a hang, not a crash)
+
+    expect(repairs.map((r) => r.did)).toEqual(['terminated the backend connection; cleared the intent']);
+    expect(await live).toMatchObject({ attachStatus: 'attaching', attachedHost: 'cmp1', pendingConnect: {} });
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [att.id] });
+  });
+});
+
+describe('recoverPendingDisconnects and terminateUnusedConnection', () => {
+  test('a delete that died before terminateConnection: the pass removes the export once, then has nothing left', async () => {
+    const volume = await putVolume();
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    injectFault({ kind: 'volume', backend: BACKEND, method: 'terminateConnection', mode: 'crash', times: 1 });
+    void deleteAttachment({ auth, attachmentId: att.id });
+    await crashed('terminateConnection');
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    expect((await runAudit()).findings.map((f) => f.kind)).toContain('pending-disconnect');
+
+    const repairs = await recoverPendingDisconnects({ before: later() });
+
+    expect(repairs).toEqual([{ kind: 'pending-disconnect', resource: `attachment ${att.id}`, saw: expect.stringContaining('host cmp1'), did: 'terminated the backend connection' }]);
+    expect(await backendConnections(volume)).toEqual([]);
+    expect(await recoverPendingDisconnects({ before: later() })).toEqual([]);
+    expect((await getAttachmentRecord(att.id))!.disconnect).toBeNull();
+  });
+
+  test('terminateUnusedConnection: an unused export goes, a used one stays, an unknown volume is reported', async () => {
+    const volume = await putVolume({ multiattach: true });
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    const driver = await driverForHost(VOLUME_HOST);
+    await driver.initializeConnection(volume.backendName, connector('stray'));
+    expect(await backendConnections(volume)).toEqual(['cmp1', 'stray']);
+
+    expect(await terminateUnusedConnection(volume.id, 'stray', { host: 'stray' })).toBe('terminated');
+    expect(await terminateUnusedConnection(volume.id, 'cmp1', { host: 'cmp1' })).toBe('in-use');
+    expect(await terminateUnusedConnection(randomUUID(), 'cmp1', { host: 'cmp1' })).toBe('volume-gone');
+
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [att.id] });
+  });
+});

@@ -1,0 +1,197 @@
+/**
+ * Every disk move of the local compute driver on a 1 GiB sparse root disk with data scattered at
+ * its start, middle and end (issue 17): the destination reads the same bytes, keeps the holes
+ * (few blocks allocated), and the move reads about the data, not the device.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { closeSync, fsyncSync, openSync, writeSync } from 'node:fs';
+import { mkdtemp, open, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { ComputeHostConfig, Flavor } from '../../functions/drivers/compute/driver.js';
+import { GIB, LocalComputeDriver, localCopyStats, resetLocalCopyStats, setHostDown } from '../../functions/drivers/compute/local.js';
+import { dataExtents, extentBytes, unionExtents, type DataExtent } from '../../functions/drivers/sparse.js';
+import { writeDevice } from '../contracts/compute-driver.js';
+
+const UUID_A = '5a5a5a5a-0000-4000-8000-00000000000a';
+const ONE_GIB: Flavor = { vcpus: 1, memoryMb: 512, rootGb: 1 };
+const MIB = 1024 * 1024;
+const CHUNK = 8 * MIB;
+const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
+/** Offsets the guest writes at, beyond its image at 0. */
+const SCATTERED = [300 * MIB + 7, 512 * MIB, GIB - 4096];
+
+let tmp: string;
+let root: string;
+let cmp1: LocalComputeDriver;
+let cmp2: LocalComputeDriver;
+let cfg1: ComputeHostConfig;
+
+const hostConfig = (host: string): ComputeHostConfig => ({ host, driver: 'local', root, vcpus: 8, memoryMb: 16384, diskGb: 200 });
+const diskPath = (host: string, uuid = UUID_A) => join(root, host, 'guests', uuid, 'disk');
+
+beforeEach(async () => {
+  tmp = await mkdtemp(join(tmpdir(), 'ferry-compute-sparse-moves-'));
+  root = join(tmp, 'compute');
+  cfg1 = hostConfig('cmp1');
+  cmp1 = new LocalComputeDriver(cfg1);
+  cmp2 = new LocalComputeDriver(hostConfig('cmp2'));
+  await cmp2.getHostInfo();
+});
+
+afterEach(async () => {
+  await rm(tmp, { recursive: true, force: true });
+});
+
+/** A 1 GiB guest on cmp1: a 64 KiB image at 0, then 4 KiB written at each scattered offset. */
+async function scatteredGuest(): Promise<void> {
+  await cmp1.spawn({ uuid: UUID_A, flavor: ONE_GIB, image: { data: randomBytes(64 * 1024) } });
+  for (const pos of SCATTERED) await writeDevice(cmp1, UUID_A, '/dev/vda', pos, randomBytes(4096));
+}
+
+/**
+ * Reading 1 GiB of holes costs seconds on a busy host, so the disks are compared where either holds
+ * data (SEEK_DATA, checked against known writes by compute-driver-sparse.test.ts): everywhere else
+ * both are holes, which read as zeros.
+ */
+async function expectSameSparseDisk(dst: string, src: string): Promise<void> {
+  const [d, s] = [await stat(dst), await stat(src)];
+  expect(d.size).toBe(GIB);
+  expect(d.size).toBe(s.size);
+  expect(d.blocks).toBeLessThanOrEqual(s.blocks);
+  expect(d.blocks * 512).toBeLessThan(MIB);
+  const ranges = unionExtents(await dataExtents(src, GIB), await dataExtents(dst, GIB));
+  for (const pos of [0, ...SCATTERED]) expect(ranges.some((e) => e.offset <= pos && pos < e.offset + e.length)).toBe(true);
+  expect(extentBytes(ranges)).toBeLessThan(MIB);
+  for (const e of ranges) expect(sha(await readRange(dst, e)), `bytes at ${e.offset}`).toBe(sha(await readRange(src, e)));
+}
+
+async function readRange(path: string, e: DataExtent): Promise<Buffer> {
+  const fh = await open(path, 'r');
+  try {
+    const buf = Buffer.alloc(e.length);
+    await fh.read(buf, 0, e.length, e.offset);
+    return buf;
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Checks a raw stream against a sparse file: its data where the file has extents, zeros elsewhere. */
+async function expectStreamOf(stream: AsyncIterable<unknown>, path: string): Promise<void> {
+  const extents = await dataExtents(path, GIB);
+  let pos = 0;
+  let zeros = Buffer.alloc(0);
+  for await (const c of stream) {
+    const chunk = c as Buffer;
+    if (zeros.length < chunk.length) zeros = Buffer.alloc(chunk.length);
+    const overlapping = extents.filter((e) => e.offset < pos + chunk.length && pos < e.offset + e.length);
+    // Most of the stream is holes: compared with zeros, without allocating per chunk.
+    let want = zeros.subarray(0, chunk.length);
+    if (overlapping.length > 0) {
+      want = Buffer.alloc(chunk.length);
+      for (const e of overlapping) {
+        const from = Math.max(e.offset, pos);
+        const to = Math.min(e.offset + e.length, pos + chunk.length);
+        (await readRange(path, { offset: from, length: to - from })).copy(want, from - pos);
+      }
+    }
+    expect(chunk.equals(want), `stream bytes at ${pos}`).toBe(true);
+    pos += chunk.length;
+  }
+  expect(pos).toBe(GIB);
+}
+
+/** A move reads about what the disk holds (image + scattered writes, block-rounded), not the 1 GiB. */
+const expectReadOnlyTheData = (factor = 1) => expect(localCopyStats().readBytes).toBeLessThan(factor * MIB);
+
+describe('sparse moves of a 1 GiB disk', () => {
+  it('cold migration copies only the data; the arrived disk is the source', async () => {
+    // Prepare
+    await scatteredGuest();
+    resetLocalCopyStats();
+
+    // Act
+    await cmp1.migrateDiskAndPowerOff(UUID_A, 'cmp2', ONE_GIB);
+    await cmp2.finishMigration({ uuid: UUID_A, flavor: ONE_GIB }, 'cmp1');
+
+    // Assess
+    expectReadOnlyTheData();
+    await expectSameSparseDisk(diskPath('cmp2'), diskPath('cmp1'));
+  });
+
+  it('live migration: a guest writing during the pre-copy (in a hole, over data) ends identical', async () => {
+    // Prepare
+    await scatteredGuest();
+    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: ONE_GIB }, 'cmp1');
+    const fd = openSync(diskPath('cmp1'), 'r+');
+    let dirtied = false;
+    resetLocalCopyStats();
+
+    // Act: after the first chunk, the guest writes into a hole, over copied data and over data not yet copied.
+    try {
+      await cmp1.liveMigration(UUID_A, 'cmp2', {
+        chunkBytes: CHUNK,
+        onProgress: () => {
+          if (dirtied) return;
+          dirtied = true;
+          writeSync(fd, randomBytes(5000), 0, 5000, 700 * MIB);
+          writeSync(fd, randomBytes(100), 0, 100, 10);
+          writeSync(fd, randomBytes(100), 0, 100, SCATTERED[1]!);
+        },
+      });
+    } finally {
+      // Flushed, so that the source's blocks count what the guest wrote (delayed allocation).
+      fsyncSync(fd);
+      closeSync(fd);
+    }
+
+    // Assess: the source's disk is kept until post_live_migration.
+    expect(dirtied).toBe(true);
+    expectReadOnlyTheData(2);
+    await expectSameSparseDisk(diskPath('cmp2'), diskPath('cmp1'));
+  });
+
+  it('evacuation copies only the data from the down host', async () => {
+    // Prepare
+    await scatteredGuest();
+    await setHostDown(cfg1, true);
+    resetLocalCopyStats();
+
+    // Act
+    await cmp2.spawnEvacuated({ uuid: UUID_A, flavor: ONE_GIB }, { host: 'cmp1' });
+
+    // Assess
+    expectReadOnlyTheData();
+    await expectSameSparseDisk(diskPath('cmp2'), diskPath('cmp1'));
+  });
+
+  it('a snapshot streams the raw 1 GiB with its extents, reading only the data', async () => {
+    // Prepare
+    await scatteredGuest();
+    resetLocalCopyStats();
+
+    // Act
+    const snap = await cmp1.snapshot(UUID_A, 'image-1');
+
+    // Assess
+    expectReadOnlyTheData();
+    expect(snap.sizeBytes).toBe(GIB);
+    for (const pos of [0, ...SCATTERED]) expect(snap.extents!.some((e) => e.offset <= pos && pos < e.offset + e.length)).toBe(true);
+    await expectStreamOf(snap.stream, diskPath('cmp1'));
+  });
+
+  it('a root disk handle tells its data extents (what a volume swap copies)', async () => {
+    // Prepare
+    await scatteredGuest();
+    const handle = await cmp1.openGuestDevice(UUID_A, '/dev/vda');
+
+    // Act
+    const extents = await handle.dataExtents!().finally(() => handle.close());
+
+    // Assess
+    for (const pos of [0, ...SCATTERED]) expect(extents.some((e) => e.offset <= pos && pos + 1 <= e.offset + e.length)).toBe(true);
+    expect(extents.reduce((n, e) => n + e.length, 0)).toBeLessThan(MIB);
+  });
+});
