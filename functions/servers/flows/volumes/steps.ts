@@ -97,6 +97,14 @@ async function swapStep(input: ServerStepInput): Promise<unknown> {
   const host = s.instance.host!;
   const driver = await driverOfHost(host);
   await withEvent(s, 'compute_swap_volume', host, async () => {
+    if (bdm.attachmentId === newAtt) {
+      // A re-run after the switch was recorded (a crash in or after the old attachment's delete):
+      // copy, guest and new attachment are done and the BDM holds the new one; only the delete of
+      // the one it replaced is repeated (a tombstone finishes its disconnect; 404 is done).
+      const replaced = s.op.holds.replacedAttachments?.[newAtt];
+      if (replaced) await attachmentDelete(replaced);
+      return;
+    }
     const connected = await attachmentUpdate(newAtt, hostConnector(host, bdm.deviceName), bdm.deviceName);
     // driver.swap_volume: copy the old device's bytes to the new volume, then point the guest at it.
     const guestInfo = await driver.getGuest(s.instance.uuid);
@@ -119,7 +127,10 @@ async function swapStep(input: ServerStepInput): Promise<unknown> {
     await attachmentComplete(newAtt);
     const oldAtt = bdm.attachmentId;
     const dot = s.op.params.deleteOnTermination as boolean | undefined;
-    s = await updateOp(s, ({ bdms }) => ({
+    // The switch and the attachment it replaces in one write: a re-run that finds the BDM switched
+    // knows which attachment is still to delete.
+    s = await updateOp(s, ({ instance, bdms, op }) => ({
+      ...(oldAtt ? { instance: { ...instance, operation: { ...op, holds: { ...op.holds, replacedAttachments: { ...op.holds.replacedAttachments, [newAtt]: oldAtt } } } } } : {}),
       putBdms: bdms
         .filter((b) => b.uuid === bdm.uuid)
         .map((b) => ({ ...b, volumeId: newVolumeId, attachmentId: newAtt, connectionInfo: connected.connectionInfo, ...(dot !== undefined ? { deleteOnTermination: dot } : {}), updatedAt: now() })),
@@ -137,7 +148,9 @@ async function swapRollback(input: ServerStepInput): Promise<unknown> {
   const newAtt = bdm ? s.op.holds.newAttachments?.[bdm.uuid] : undefined;
   const newVolumeId = s.op.params.newVolumeId as string;
   if (bdm && bdm.volumeId === newVolumeId) {
-    // The switch was recorded before the failure: only the old attachment's delete is left.
+    // The switch was recorded before the failure: only the old attachment's delete is left (404 is done).
+    const replaced = newAtt ? s.op.holds.replacedAttachments?.[newAtt] : undefined;
+    if (replaced) await attachmentDelete(replaced);
     await endOperation(s, ({ instance }) => ({ instance }));
     return {};
   }
