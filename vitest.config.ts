@@ -58,7 +58,7 @@ export default defineConfig({
               test: {
                 ...shared,
                 name: 'crash',
-                include: ['test/crash/**/*.crash.test.ts'],
+                include: ['test/crash/**/*.crash.test.ts', 'test/integration/servers-crash.test.ts'],
                 testTimeout: 3_600_000,
                 sequence: { groupOrder: 1 },
               },
