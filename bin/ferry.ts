@@ -11,10 +11,10 @@
  *
  * Run as `ferry ...` (bin/ferry.mjs registers tsx) or `npm run ferry -- ...`.
  */
-import { existsSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { runningStack, type StackFile } from '../infra/local/data-dir-lock.js';
 import { STATE_MACHINE_NAMES, stateMachineEnvName } from '../functions/core/machines.js';
 import { STEP_FUNCTIONS_PATH } from '../infra/local/http.js';
 
@@ -143,9 +143,9 @@ async function auditRepair(graceSeconds: number | undefined, json: boolean, io: 
  */
 export function useRunningLocalStack(): void {
   if (process.env.FERRY_DYNAMODB_ENDPOINT || process.env.FERRY_TABLE_VOLUME) return;
-  const file = stackFile();
-  if (!existsSync(file)) return;
-  const stack = JSON.parse(readFileSync(file, 'utf8')) as { url?: string; dynamodbEndpoint?: string; s3Endpoint?: string; sfnEndpoint?: string };
+  // Only the stack that holds the data directory now: a stack.json left by one killed -9 names a dead endpoint.
+  const stack = runningStack(dataDir()) as ({ sfnEndpoint?: string } & StackFile) | undefined;
+  if (!stack) return;
   if (stack.dynamodbEndpoint) process.env.FERRY_DYNAMODB_ENDPOINT = stack.dynamodbEndpoint;
   if (stack.s3Endpoint) process.env.FERRY_S3_ENDPOINT = stack.s3Endpoint;
   // --repair asks Step Functions whether an operation's execution exists: the stack serves it under its URL.
@@ -153,8 +153,8 @@ export function useRunningLocalStack(): void {
   if (sfnEndpoint && !process.env.FERRY_SFN_ENDPOINT) process.env.FERRY_SFN_ENDPOINT = sfnEndpoint;
 }
 
-function stackFile(): string {
-  return join(process.env.FERRY_DATA_DIR ?? '.ferry', 'stack.json');
+function dataDir(): string {
+  return process.env.FERRY_DATA_DIR ?? '.ferry';
 }
 
 /** Where the command talks to, in words. */
@@ -168,7 +168,7 @@ function where(): string {
 function requireStack(): void {
   if (process.env.FERRY_DYNAMODB_ENDPOINT || process.env.FERRY_TABLE_VOLUME) return;
   throw new CannotRun(
-    `no local stack is running for FERRY_DATA_DIR=${process.env.FERRY_DATA_DIR ?? '.ferry'} (no ${stackFile()}): start one with \`npm start\`, ` +
+    `no local stack is running for FERRY_DATA_DIR=${dataDir()} (no stack holds it): start one with \`npm start\`, ` +
       'set FERRY_DATA_DIR to its data directory, or set FERRY_TABLE_VOLUME (and AWS credentials) for a deployed stack',
   );
 }

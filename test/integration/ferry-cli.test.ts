@@ -1,4 +1,5 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { acquireDataDirLock, writeStackFile } from '../../infra/local/data-dir-lock.js';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -45,7 +46,9 @@ describe('ferry CLI', () => {
     const endpoint = process.env.FERRY_DYNAMODB_ENDPOINT!;
     delete process.env.FERRY_DYNAMODB_ENDPOINT;
     process.env.FERRY_DATA_DIR = dataDir;
-    writeFileSync(join(dataDir, 'stack.json'), JSON.stringify({ url: 'http://127.0.0.1:8780', dynamodbEndpoint: endpoint }));
+    // The stack.json of the stack holding the directory (a left-over one of a dead stack is ignored: below).
+    const lock = acquireDataDirLock(dataDir);
+    writeStackFile(lock, { url: 'http://127.0.0.1:8780', dynamodbEndpoint: endpoint });
     const sfnEndpoint = process.env.FERRY_SFN_ENDPOINT;
     delete process.env.FERRY_SFN_ENDPOINT;
     setDb(undefined);
@@ -59,6 +62,12 @@ describe('ferry CLI', () => {
       expect(process.env.FERRY_SFN_ENDPOINT).toBe('http://127.0.0.1:8780/_aws/stepfunctions');
       expect(code).toBe(0);
       expect(c.out.join('\n')).toContain('audit clean');
+      // Once the holder is gone, its stack.json names nothing running: "no local stack", exit 2.
+      lock.release();
+      delete process.env.FERRY_DYNAMODB_ENDPOINT;
+      const gone = capture();
+      expect(await main(['audit'], gone.io)).toBe(2);
+      expect(gone.err.join('\n')).toContain(`no local stack is running for FERRY_DATA_DIR=${dataDir}`);
     } finally {
       delete process.env.FERRY_DATA_DIR;
       if (sfnEndpoint === undefined) delete process.env.FERRY_SFN_ENDPOINT;
