@@ -3,9 +3,9 @@
  * destination's capacity (undone by releaseDestinationCapacity), the driver-assisted start (undone
  * by undoDriverDestination) and its polls. The host-assisted copy is host-copy.ts.
  */
-import { randomUUID } from 'node:crypto';
 import { cancellationCodes } from '../core/db.js';
 import { FerryError, reasonOf } from '../core/errors.js';
+import { intentId } from '../core/intents.js';
 import { logger } from '../core/logger.js';
 import { shareDriverFor } from '../drivers/share/registry.js';
 import { backendShareName, sharePoolOf, type MigrationInstance, type Share } from '../shares/model.js';
@@ -28,7 +28,8 @@ export async function begin(input: MigrationStepInput): Promise<{ approach: stri
   m = s.migration!;
   const destBackend = await getShareBackend(m.destinationHost);
   const destination: MigrationInstance = m.destination ?? {
-    id: randomUUID(),
+    // Named by the migration: the destination's backend share is made under this id, so a re-run names the same one.
+    id: intentId(m.id, 'destination'),
     host: m.destinationHost,
     status: 'creating',
     exportLocations: [],

@@ -8,6 +8,7 @@ import { json, type ApiRequest } from '../core/api.js';
 import type { AuthContext } from '../core/auth.js';
 import { BadRequest, NotFound } from '../core/errors.js';
 import { executionName, startExecution } from '../core/executions.js';
+import { intentId } from '../core/intents.js';
 import { logger } from '../core/logger.js';
 import { registerPolicies } from '../core/policy.js';
 import { type Share } from './model.js';
@@ -90,7 +91,8 @@ export async function recordNewShare(auth: AuthContext, r: CreateShareRequest, i
     availabilityZone: r.availabilityZone,
     metadata: r.metadata,
     isPublic: r.isPublic,
-    instanceId: randomUUID(),
+    // The backend share is made under the instance id: derived from the share's, never a second one.
+    instanceId: intentId(id, 'instance'),
     host: null,
     exportLocations: [],
     capacity: null,
