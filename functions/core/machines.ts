@@ -25,6 +25,8 @@ export const STATE_MACHINE_NAMES = [
   'server-resize',
   'server-confirm-resize',
   'server-revert-resize',
+  'server-cross-cell-confirm',
+  'server-cross-cell-revert',
 ] as const;
 
 export type StateMachineName = (typeof STATE_MACHINE_NAMES)[number];

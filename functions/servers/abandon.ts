@@ -38,6 +38,8 @@ export const MACHINE_OF: Record<OperationKind, StateMachineName> = {
   resize: 'server-resize',
   confirm_resize: 'server-confirm-resize',
   revert_resize: 'server-revert-resize',
+  cross_cell_confirm: 'server-cross-cell-confirm',
+  cross_cell_revert: 'server-cross-cell-revert',
   evacuate: 'server-evacuate',
   shelve: 'server-shelve',
   shelve_offload: 'server-shelve',
@@ -56,6 +58,8 @@ const CLOSED_MIGRATION: Partial<Record<OperationKind, { from: MigrationStatus; t
   evacuate: { from: 'accepted', to: 'failed' },
   confirm_resize: { from: 'confirming', to: 'finished' },
   revert_resize: { from: 'reverting', to: 'finished' },
+  cross_cell_confirm: { from: 'confirming', to: 'finished' },
+  cross_cell_revert: { from: 'reverting', to: 'finished' },
 };
 
 export type AbandonOutcome = 'abandoned' | 'not-found' | 'other-operation';

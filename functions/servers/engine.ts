@@ -23,7 +23,7 @@ import type { StateMachineName } from '../core/machines.js';
 import type { BlockDeviceMapping, Instance, OperationHolds, OperationKind, ServerOperation, TaskState, VmState } from './model.js';
 import { abandonOperation } from './abandon.js';
 import { actionPutItem, finishEvent, newAction, startEvent } from './instance-actions.js';
-import { loadPartition, updateServer, type InstanceChange, type LoadedServer } from './repo.js';
+import { findServer, loadPartition, updateServer, type InstanceChange, type LoadedServer } from './repo.js';
 
 const now = () => new Date().toISOString();
 
@@ -158,13 +158,24 @@ export interface StepState {
 /** Thrown (and caught by the step dispatcher) when the operation this step belongs to is over. */
 export class OperationOver extends Error {}
 
-/** Loads the instance of a step; OperationOver when the operation on it is no longer this one. */
+/**
+ * Loads the instance of a step; OperationOver when the operation on it is no longer this one.
+ * The operation is looked for in the cell the machine started in, then in the cell the instance
+ * mapping points at: a cross-cell revert moves its operation to the source copy together with the
+ * mapping (one transaction), and the copy it started on may be gone by a later step.
+ */
 export async function loadStep(input: ServerStepInput): Promise<StepState> {
-  const cell = await getCell(input.cellUuid);
-  if (!cell) throw new OperationOver(`cell ${input.cellUuid} is gone`);
-  const { instance, bdms } = await loadPartition(cell, input.serverId);
-  if (!instance || instance.operation?.requestId !== input.requestId) throw new OperationOver(`operation ${input.requestId} of ${input.serverId} is over`);
-  return { cell, instance, bdms, op: instance.operation };
+  const started = await getCell(input.cellUuid);
+  if (started) {
+    const { instance, bdms } = await loadPartition(started, input.serverId);
+    if (instance?.operation?.requestId === input.requestId) return { cell: started, instance, bdms, op: instance.operation };
+  }
+  const mapped = await findServer(input.serverId);
+  if (mapped && mapped.cell.uuid !== input.cellUuid && mapped.instance.operation?.requestId === input.requestId) {
+    const { instance, bdms } = await loadPartition(mapped.cell, input.serverId);
+    if (instance?.operation?.requestId === input.requestId) return { cell: mapped.cell, instance, bdms, op: instance.operation };
+  }
+  throw new OperationOver(`operation ${input.requestId} of ${input.serverId} is over`);
 }
 
 /** Applies a change to the instance only while this operation is still on it. */

@@ -91,12 +91,19 @@ export interface OperationHolds {
   bdmUuid?: string;
   /** Host-level volume connections this operation made outside a guest (swap's new volume), to disconnect on rollback. */
   hostConnections?: { host: string; connectionInfo: Record<string, unknown> }[];
+  /**
+   * Cross-cell move (reference §1): the cell a hidden copy of the instance is (being) made in by
+   * this operation (TargetDBSetupTask), recorded before the first item of the copy is written.
+   */
+  targetCell?: string;
+  /** Cross-cell move: the destination attachment (att_D, reserved without a connector) of each volume BDM, by BDM uuid. */
+  destAttachments?: Record<string, string>;
 }
 
 /** Every attachment id an operation's record names (made, to be made, replaced or restored): none of them is an orphan while it runs. */
 export function attachmentsNamedBy(op: Pick<ServerOperation, 'holds'>): string[] {
   const h = op.holds;
-  const ids = [h.newAttachments, h.rollbackAttachments, h.oldAttachments, h.replacedAttachments].flatMap((m) => Object.values(m ?? {}));
+  const ids = [h.newAttachments, h.rollbackAttachments, h.oldAttachments, h.replacedAttachments, h.destAttachments].flatMap((m) => Object.values(m ?? {}));
   return [...new Set(ids.filter((id) => id !== ''))];
 }
 
@@ -127,6 +134,8 @@ export type OperationKind =
   | 'resize'
   | 'confirm_resize'
   | 'revert_resize'
+  | 'cross_cell_confirm'
+  | 'cross_cell_revert'
   | 'evacuate'
   | 'shelve'
   | 'shelve_offload'

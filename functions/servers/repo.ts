@@ -109,7 +109,7 @@ export async function listInstances(): Promise<LoadedServer[]> {
 // Instance writes
 
 /** A put of the next instance, conditional on the stored version being the one it was computed from. */
-function instanceUpdateItem(cell: CellMapping, before: Instance, after: Instance): TransactItem {
+export function instanceUpdateItem(cell: CellMapping, before: Instance, after: Instance): TransactItem {
   return {
     Put: {
       TableName: cellTable(cell),
@@ -221,10 +221,25 @@ export async function createServerRecords(cell: CellMapping, instance: Instance,
   ]);
 }
 
-/** Whether the server (through its mapping) has a BDM of this volume using this attachment (Cinder's Nova check). */
+/**
+ * Every copy of an instance, one per cell that holds it: one normally, two during a cross-cell move
+ * (the hidden one included; reference §1.9). The mapped copy first.
+ */
+export async function findCopies(uuid: string): Promise<LoadedServer[]> {
+  const mapping = await getMapping(uuid);
+  const copies = (await Promise.all((await listCells()).map(async (cell) => ({ cell, instance: await getInstanceIn(cell, uuid) }))))
+    .filter((c): c is LoadedServer => c.instance !== undefined);
+  return copies.sort((a, b) => Number(b.cell.uuid === mapping?.cellUuid) - Number(a.cell.uuid === mapping?.cellUuid));
+}
+
+/**
+ * Whether the server has a BDM of this volume using this attachment (Cinder's Nova check), in any
+ * of its copies: during a cross-cell move the hidden source copy's placeholder is in use too.
+ */
 export async function attachmentInUseByServer(instanceUuid: string, volumeId: string, attachmentId: string): Promise<boolean> {
-  const found = await findServer(instanceUuid);
-  if (!found) return false;
-  const { bdms } = await loadPartition(found.cell, instanceUuid);
-  return bdms.some((b) => b.volumeId === volumeId && b.attachmentId === attachmentId);
+  for (const { cell } of await findCopies(instanceUuid)) {
+    const { bdms } = await loadPartition(cell, instanceUuid);
+    if (bdms.some((b) => b.volumeId === volumeId && b.attachmentId === attachmentId)) return true;
+  }
+  return false;
 }
