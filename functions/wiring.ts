@@ -166,7 +166,7 @@ export const STATE_MACHINES = [
   {
     name: 'server-resize',
     file: 'statemachines/server-resize.asl.json',
-    description: 'Cold migration / same-cell resize: prep (allocation to the migration, destination claimed), resize_instance on the source, finish_resize on the destination (VERIFY_RESIZE); a failure rolls back to the source.',
+    description: 'Cold migration / resize, same-cell or cross-cell: prep (allocation to the migration, destination claimed); same cell: resize_instance on the source, finish_resize on the destination; cross cell: hidden copy in the target cell, prep at dest and source (snapshot), finish at dest and mapping flip. VERIFY_RESIZE either way; a failure rolls back to the source.',
     functions: ['server-steps'],
   },
   {
@@ -179,6 +179,18 @@ export const STATE_MACHINES = [
     name: 'server-revert-resize',
     file: 'statemachines/server-revert-resize.asl.json',
     description: 'Reverts a resize: destination torn down, then the guest defined again on the source with its volumes and allocations.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-cross-cell-confirm',
+    file: 'statemachines/server-cross-cell-confirm.asl.json',
+    description: 'Confirms a cross-cell resize: kept disks, source bindings and placeholder attachments removed at the source, migration allocation released, the source cell copy hard-deleted.',
+    functions: ['server-steps'],
+  },
+  {
+    name: 'server-cross-cell-revert',
+    file: 'statemachines/server-cross-cell-revert.asl.json',
+    description: 'Reverts a cross-cell resize: source cell copy updated, instance mapping flipped back, destination guest and target cell copy removed, the guest defined again on the source.',
     functions: ['server-steps'],
   },
 ] as const satisfies readonly (StateMachineWiring & { name: StateMachineName })[];
@@ -279,7 +291,7 @@ export const FUNCTIONS: FunctionWiring[] = [
     publicPaths: ['/compute', '/compute/v2.1'],
     tables: ['compute-api', 'cell1', 'cell2', 'volume'],
     usesBucket: true,
-    starts: ['server-create', 'server-delete', 'server-power', 'server-attach-volume', 'server-detach-volume', 'server-swap-volume', 'server-resize', 'server-confirm-resize', 'server-revert-resize', 'server-evacuate', 'server-shelve', 'server-unshelve', 'server-live-migrate', 'volume-delete'],
+    starts: ['server-create', 'server-delete', 'server-power', 'server-attach-volume', 'server-detach-volume', 'server-swap-volume', 'server-resize', 'server-confirm-resize', 'server-revert-resize', 'server-cross-cell-confirm', 'server-cross-cell-revert', 'server-evacuate', 'server-shelve', 'server-unshelve', 'server-live-migrate', 'volume-delete'],
     timeoutSeconds: 29,
   },
   {

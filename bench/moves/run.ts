@@ -9,6 +9,8 @@
  *
  * Absolute times drift on a noisy machine, so each flow's time is also printed as a ratio against
  * a baseline measured in the same run: a hard reboot (one machine, one driver call, no volume work).
+ * Cross-cell resize, confirm and revert (bench/moves/cross-cell.ts) are set against their own
+ * baseline: the driver's copy of the same root disk into cell2, timed in the same run.
  *
  *   npm run bench:moves            (BENCH_REPEATS=3 by default; the median is printed)
  */
@@ -18,9 +20,10 @@ import { join } from 'node:path';
 import { dynamoRequests } from '../../functions/core/db.js';
 import { cinderCalls } from '../../functions/servers/cinder.js';
 import { SANDBOX_IMAGES } from '../../functions/servers/images.js';
-import { findServer } from '../../functions/servers/repo.js';
+import { findCopies } from '../../functions/servers/repo.js';
 import { startLocalStack } from '../../infra/local/stack.js';
 import { percentile } from '../support/stats.js';
+import { CROSS_CELL_REFERENCE, crossCellRound, crossCellSummary } from './cross-cell.js';
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 3);
 
@@ -40,6 +43,7 @@ const REFERENCE_ATTACHMENT_CALLS: Record<string, { calls: number; source: string
   'shelve + offload': { calls: 2, source: 'vol_test_09: create(empty), delete(old)' },
   unshelve: { calls: 2, source: 'vol_test_09: update, complete' },
   delete: { calls: 1, source: 'vol_test_16: delete' },
+  ...CROSS_CELL_REFERENCE,
 };
 
 interface Sample {
@@ -74,10 +78,13 @@ async function main(): Promise<void> {
   async function settle(id: string): Promise<Record<string, any> | undefined> {
     for (let i = 0; ; i++) {
       const before = dynamoRequests().total;
-      const found = await findServer(id);
+      // Every copy (a cross-cell move has two; a revert moves its operation between them with the
+      // mapping, so the mapped copy read just before the flip can look settled).
+      const copies = await findCopies(id);
       pollRequests += dynamoRequests().total - before;
+      const found = copies[0];
       if (!found) return undefined;
-      if (!found.instance.operation) return found.instance as unknown as Record<string, any>;
+      if (!copies.some((c) => c.instance.operation) && !found.instance.hidden) return found.instance as unknown as Record<string, any>;
       if (i > 20_000) throw new Error(`server ${id} did not settle`);
       await new Promise((r) => setTimeout(r, 10));
     }
@@ -170,6 +177,8 @@ async function main(): Promise<void> {
     add('boot from volume', bfv.sample);
     await nova('DELETE', `/servers/${bfv.id}`);
     await settle(bfv.id);
+
+    await crossCellRound({ boot: () => boot(), newVolume, nova, settle, measure, add });
   }
 
   const baseline = percentile(samples.get('hard reboot (baseline)')!.map((s) => s.ms), 50);
@@ -190,6 +199,7 @@ async function main(): Promise<void> {
   console.log(`bench/moves: ${REPEATS} repetitions, medians; baseline hard reboot ${baseline.toFixed(0)} ms`);
   console.table(rows);
   for (const [name, ref] of Object.entries(REFERENCE_ATTACHMENT_CALLS)) console.log(`  reference ${name}: ${ref.source}`);
+  for (const line of crossCellSummary((name) => (samples.has(name) ? percentile(samples.get(name)!.map((s) => s.ms), 50) : undefined))) console.log(line);
   await stack.stop();
   rmSync(dataDir, { recursive: true, force: true });
 }

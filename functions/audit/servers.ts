@@ -20,6 +20,10 @@
  *   (`instance-cell-mismatch`); no operation runs past the threshold (`stuck-server-operation`).
  *
  * Instances with an operation in flight are only checked for being stuck: a move holds both ends.
+ * Only the shown copy of an instance is checked here (its own cell's BDMs); the hidden copy of a
+ * cross-cell move keeps its BDMs' attachments (att_S2 placeholders) in use, and the copies
+ * themselves are checked by functions/audit/cross-cell.ts (`hidden-copy-without-move`,
+ * `mapping-cell-without-instance`, `two-visible-copies`, `bdms-of-deleted-copy`).
  */
 import type { Attachment } from '../attachments/model.js';
 import { scanAll } from '../core/db.js';
@@ -27,6 +31,7 @@ import { tableName } from '../core/tables.js';
 import { listCells, listComputeNodes } from '../compute/repo.js';
 import { computeDriverFor } from '../drivers/compute/registry.js';
 import { normalizeConnectionInfo } from '../drivers/compute/local.js';
+import { auditCrossCell, type CellPartitions, type InstanceCopy } from './cross-cell.js';
 import type { Find } from './findings.js';
 import { attachmentsNamedBy, type BlockDeviceMapping, type Instance, type InstanceMapping, type Migration, type Port } from '../servers/model.js';
 
@@ -44,22 +49,40 @@ export async function auditServers(now: number, stuckMs: number, find: Find, liv
   const instances = new Map<string, Instance>();
   /** The cell whose table holds each instance. */
   const cellOf = new Map<string, string>();
-  const bdmsOf = new Map<string, BlockDeviceMapping[]>();
+  /** BDMs by cell and instance: two copies of a uuid have BDMs of their own (att_S2 vs att_D). */
+  const bdmsIn = new Map<string, BlockDeviceMapping[]>();
+  const bdmKeyOf = (cellUuid: string, uuid: string) => `${cellUuid}/${uuid}`;
   const migrations: Migration[] = [];
+  const copies: InstanceCopy[] = [];
+  const partitions: CellPartitions[] = [];
+  const cellMigrations: { cellUuid: string; migration: Migration }[] = [];
   for (const cell of cells) {
     const items = await scanAll({ TableName: tableName(cell.table), ConsistentRead: true });
+    const partition: CellPartitions = { cellUuid: cell.uuid, instances: new Set(), children: new Map() };
+    partitions.push(partition);
     for (const i of items) {
       const sk = String(i.sk);
       if (sk === 'INSTANCE') {
         const inst = strip<Instance>(i);
+        copies.push({ cellUuid: cell.uuid, instance: inst });
+        partition.instances.add(inst.uuid);
         if (!inst.hidden) {
           instances.set(inst.uuid, inst);
           cellOf.set(inst.uuid, cell.uuid);
         }
-      } else if (sk.startsWith('BDM#')) {
-        const b = strip<BlockDeviceMapping>(i);
-        bdmsOf.set(b.instanceUuid, [...(bdmsOf.get(b.instanceUuid) ?? []), b]);
-      } else if (sk === 'MIGRATION') migrations.push(strip<Migration>(i));
+      } else if (sk.startsWith('BDM#') || sk.startsWith('ACTION#')) {
+        const uuid = String(i.pk).replace(/^INSTANCE#/, '');
+        partition.children.set(uuid, [...(partition.children.get(uuid) ?? []), sk]);
+        if (sk.startsWith('BDM#')) {
+          const b = strip<BlockDeviceMapping>(i);
+          const key = bdmKeyOf(cell.uuid, b.instanceUuid);
+          bdmsIn.set(key, [...(bdmsIn.get(key) ?? []), b]);
+        }
+      } else if (sk === 'MIGRATION') {
+        const m = strip<Migration>(i);
+        migrations.push(m);
+        cellMigrations.push({ cellUuid: cell.uuid, migration: m });
+      }
     }
   }
   const api = await scanAll({ TableName: tableName('compute-api'), ConsistentRead: true });
@@ -68,6 +91,7 @@ export async function auditServers(now: number, stuckMs: number, find: Find, liv
   const allocations = api.filter((i) => String(i.sk).startsWith('ALLOC#'));
   const usages = new Map(api.filter((i) => i.sk === 'USAGE').map((i) => [String(i.nodeUuid), i]));
   const busy = (i: Instance) => i.operation !== null;
+  auditCrossCell({ copies, partitions, mappings, migrations: cellMigrations, finalMigration: FINAL_MIGRATION, find });
 
   // Stuck operations and mappings.
   for (const inst of instances.values()) {
@@ -83,10 +107,17 @@ export async function auditServers(now: number, stuckMs: number, find: Find, liv
 
   // BDMs against attachments.
   const attachmentsUsed = new Set<string>();
+  // A hidden copy's BDMs (the source's att_S2 placeholders in VERIFY_RESIZE) and its operation's
+  // holds keep their attachments in use; whether the copy should exist is cross-cell.ts's check.
+  for (const { cellUuid, instance } of copies) {
+    if (!instance.hidden) continue;
+    if (instance.operation) for (const id of attachmentsNamedBy(instance.operation)) attachmentsUsed.add(id);
+    for (const b of bdmsIn.get(bdmKeyOf(cellUuid, instance.uuid)) ?? []) if (b.attachmentId) attachmentsUsed.add(b.attachmentId);
+  }
   for (const inst of instances.values()) {
     // Every attachment the operation's record names (intents included) is in use by that operation.
     if (inst.operation) for (const id of attachmentsNamedBy(inst.operation)) attachmentsUsed.add(id);
-    for (const b of bdmsOf.get(inst.uuid) ?? []) {
+    for (const b of bdmsIn.get(bdmKeyOf(cellOf.get(inst.uuid)!, inst.uuid)) ?? []) {
       if (b.attachmentId) attachmentsUsed.add(b.attachmentId);
       if (busy(inst) || b.destinationType !== 'volume') continue;
       const resource = `bdm ${b.uuid} of server ${inst.uuid}`;
@@ -194,7 +225,7 @@ export async function auditServers(now: number, stuckMs: number, find: Find, liv
 
   for (const p of ports) if (!instances.has(p.deviceId)) find('orphan-port', `port ${p.id}`, `its device ${p.deviceId} is not a server`);
 
-  return { servers: instances.size, 'block device mappings': [...bdmsOf.values()].reduce((n, b) => n + b.length, 0), guests, 'compute host connections': connections, allocations: allocations.length, ports: ports.length };
+  return { servers: instances.size, 'block device mappings': [...bdmsIn.values()].reduce((n, b) => n + b.length, 0), guests, 'compute host connections': connections, allocations: allocations.length, ports: ports.length };
 }
 
 function pathOf(info: Record<string, unknown>): string | undefined {

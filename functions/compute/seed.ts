@@ -16,6 +16,8 @@
  * Integer ids are unique across cells, although Nova's need not be.
  */
 import { join } from 'node:path';
+import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { db, isConditionFailure } from '../core/db.js';
 import { tableName } from '../core/tables.js';
 import type { ComputeHostConfig } from '../drivers/compute/driver.js';
 import { HYPERVISOR_TYPE, LOCAL_COMPUTE_DRIVER_VERSION } from '../drivers/compute/local.js';
@@ -44,17 +46,18 @@ import { ConcurrentModification } from '../core/errors.js';
 /** Capacity of every sandbox host. */
 export const SANDBOX_HOST_CAPACITY = { vcpus: 8, memoryMb: 16384, diskGb: 200 } as const;
 
-export const SANDBOX_CELLS: readonly { name: string; table: CellTable; hosts: readonly string[]; control: readonly { host: string; binary: string }[] }[] = [
+export const SANDBOX_CELLS: readonly { name: string; table: CellTable; generation: number; hosts: readonly string[]; control: readonly { host: string; binary: string }[] }[] = [
   {
     name: 'cell1',
     table: 'cell1',
+    generation: 1,
     hosts: ['cmp1', 'cmp2'],
     control: [
       { host: 'controller', binary: 'nova-scheduler' },
       { host: 'controller', binary: 'nova-conductor' },
     ],
   },
-  { name: 'cell2', table: 'cell2', hosts: ['cmp3', 'cmp4'], control: [{ host: 'cell2-conductor', binary: 'nova-conductor' }] },
+  { name: 'cell2', table: 'cell2', generation: 2, hosts: ['cmp3', 'cmp4'], control: [{ host: 'cell2-conductor', binary: 'nova-conductor' }] },
 ];
 
 export const SANDBOX_NETWORK = { id: stableUuid('network:private'), name: 'private', cidr: '10.0.0.0/24' } as const;
@@ -83,8 +86,31 @@ export const cellUuid = (name: string) => stableUuid(`cell:${name}`);
 export const serviceUuid = (host: string, binary: string) => stableUuid(`service:${host}:${binary}`);
 export const nodeUuid = (host: string) => stableUuid(`compute-node:${host}`);
 
+/** A sandbox host's config; its hardware generation is its cell's (cell1: 1, cell2: 2). */
 export function sandboxHostConfig(dataDir: string, host: string): ComputeHostConfig {
-  return { host, driver: 'local', root: join(dataDir, 'compute'), ...SANDBOX_HOST_CAPACITY };
+  const cell = SANDBOX_CELLS.find((c) => c.hosts.includes(host));
+  return { host, driver: 'local', root: join(dataDir, 'compute'), ...SANDBOX_HOST_CAPACITY, ...(cell ? { generation: cell.generation } : {}) };
+}
+
+/**
+ * A data dir seeded before hosts had generations: its node's config gains the generation, only
+ * when absent (an operator's own value stays; a re-run writes nothing).
+ */
+async function generationIfAbsent(table: string, nodeUuidValue: string, generation: number): Promise<void> {
+  try {
+    await db().send(
+      new UpdateCommand({
+        TableName: table,
+        Key: computeNodeKey(nodeUuidValue),
+        UpdateExpression: 'SET #config.#generation = :generation',
+        ConditionExpression: 'attribute_exists(#config) AND attribute_not_exists(#config.#generation)',
+        ExpressionAttributeNames: { '#config': 'config', '#generation': 'generation' },
+        ExpressionAttributeValues: { ':generation': generation },
+      }),
+    );
+  } catch (e) {
+    if (!isConditionFailure(e)) throw e;
+  }
 }
 
 /** Nova's `convert_version_to_int`: `1.0` -> 1000. */
@@ -148,6 +174,7 @@ export async function seedComputeSandbox(options: { dataDir: string }): Promise<
         createdAt: at,
       };
       const created = await putIfAbsent(cellTable, { ...computeNodeKey(node.uuid), gsi1pk: GSI.nodes, gsi1sk: host, ...node });
+      if (!created) await generationIfAbsent(cellTable, node.uuid, c.generation);
       // Placement's inventory: the free-capacity counters every claim on this node is guarded by.
       await ensureNodeUsage(node.uuid, { vcpus: node.vcpus, memoryMb: node.memoryMb, diskGb: node.localGb });
       // A new host's tree exists from the start (host.json, guests/, incoming/, connections/).

@@ -8,7 +8,7 @@ import { authorize } from '../core/policy.js';
 import type { LinkContext } from '../compute/views.js';
 import { instanceActionDetailView, instanceActionView, migrationView, serverMigrationView } from './history-views.js';
 import { findImage, listImages } from './images.js';
-import { listMigrations } from './migrations.js';
+import { listShownMigrations } from './migrations.js';
 import { SERVER_POLICIES, visibleServer } from './policies.js';
 import { loadPartition } from './repo.js';
 
@@ -36,8 +36,7 @@ async function listAllMigrations(req: ApiRequest): Promise<ApiResponse> {
   const status = req.query.get('status');
   const type = req.query.get('migration_type');
   const host = req.query.get('host');
-  const all = (await listMigrations())
-    .map((m) => m.migration)
+  const all = (await listShownMigrations())
     .filter((m) => !instanceUuid || m.instanceUuid === instanceUuid)
     .filter((m) => !status || m.status === status)
     .filter((m) => !type || m.migrationType === type)
@@ -49,8 +48,7 @@ async function listAllMigrations(req: ApiRequest): Promise<ApiResponse> {
 async function listServerMigrations(req: ApiRequest): Promise<ApiResponse> {
   const server = await visibleServer(req, req.params.server_id!);
   const inProgress = ['queued', 'preparing', 'running', 'post-migrating'];
-  const all = (await listMigrations())
-    .map((m) => m.migration)
+  const all = (await listShownMigrations())
     .filter((m) => m.instanceUuid === server.instance.uuid && m.migrationType === 'live-migration' && inProgress.includes(m.status));
   return json(200, { migrations: all.map((m) => serverMigrationView(m, req.version)) });
 }

@@ -83,3 +83,19 @@ export async function listMigrations(): Promise<{ cell: CellMapping; migration: 
   );
   return per.flat();
 }
+
+/**
+ * The migrations the API lists: during a cross-cell move a migration exists in both cells' tables
+ * (TargetDBSetupTask copies it), so one per uuid, the newer by updatedAt (createdAt when equal),
+ * as upstream's list merges cells and drops `hidden` ones.
+ */
+export async function listShownMigrations(): Promise<Migration[]> {
+  const newest = new Map<string, Migration>();
+  for (const { migration: m } of await listMigrations()) {
+    if ((m as Migration & { hidden?: boolean }).hidden === true) continue;
+    const seen = newest.get(m.uuid);
+    const newer = !seen || (m.updatedAt ?? m.createdAt).localeCompare(seen.updatedAt ?? seen.createdAt) > 0;
+    if (newer) newest.set(m.uuid, m);
+  }
+  return [...newest.values()];
+}

@@ -66,12 +66,17 @@ async function getInstanceIn(cell: CellMapping, uuid: string): Promise<Instance 
 
 /** The server through its instance mapping (GET /servers/{id} follows the mapping, reference §1.9). */
 export async function findServer(uuid: string): Promise<LoadedServer | undefined> {
-  const mapping = await getMapping(uuid);
-  if (!mapping) return undefined;
-  const cell = await getCell(mapping.cellUuid);
-  if (!cell) return undefined;
-  const instance = await getInstanceIn(cell, uuid);
-  return instance ? { cell, instance } : undefined;
+  for (let attempt = 1; ; attempt++) {
+    const mapping = await getMapping(uuid);
+    if (!mapping) return undefined;
+    const cell = await getCell(mapping.cellUuid);
+    if (!cell) return undefined;
+    const instance = await getInstanceIn(cell, uuid);
+    // A mapping read just before a cross-cell flip names the copy the flip then hid: the flip is one
+    // transaction, so a second read of the mapping sees it whole (never show the hidden copy).
+    if (instance?.hidden && attempt < 3) continue;
+    return instance ? { cell, instance } : undefined;
+  }
 }
 
 /** The instance and everything in its partition (BDMs, actions), one query. */

@@ -70,6 +70,8 @@ async function listServers(req: ApiRequest, detail: boolean): Promise<ApiRespons
   const nameRe = name ? new RegExp(name) : undefined;
   const all = (await listInstances())
     .filter((s) => !s.instance.hidden)
+    // A safety net: one server per uuid even if two copies were ever shown at once.
+    .filter((s, i, list) => list.findIndex((o) => o.instance.uuid === s.instance.uuid) === i)
     .filter((s) => (allTenants ? true : s.instance.projectId === (req.query.get('project_id') && req.auth.isAdmin ? req.query.get('project_id') : req.auth.projectId)))
     .filter((s) => !nameRe || nameRe.test(s.instance.name))
     .filter((s) => !host || s.instance.host === host)

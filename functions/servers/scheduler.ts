@@ -37,6 +37,8 @@ export interface ScheduleRequest {
   host?: string;
   /** Only nodes of this cell (a same-cell move). */
   cellUuid?: string;
+  /** CrossCellWeigher (reference §1.13): with cross-cell allowed, hosts of this cell sort first. */
+  preferCellUuid?: string;
   availabilityZone?: string | null;
 }
 
@@ -67,7 +69,9 @@ export async function candidates(req: ScheduleRequest): Promise<(HostNode & { fr
     if (!free || free.vcpus < want.vcpus || free.memoryMb < want.memoryMb || free.diskGb < want.diskGb) continue;
     out.push({ ...hn, free });
   }
-  return out.sort((a, b) => b.free.memoryMb - a.free.memoryMb || a.node.host.localeCompare(b.node.host));
+  // CrossCellWeigher outweighs the RAM weigher: a move stays in its cell while that cell has room.
+  const preferred = (h: HostNode) => (req.preferCellUuid && h.cell.uuid !== req.preferCellUuid ? 1 : 0);
+  return out.sort((a, b) => preferred(a) - preferred(b) || b.free.memoryMb - a.free.memoryMb || a.node.host.localeCompare(b.node.host));
 }
 
 /** Picks a host and claims the flavor there for the consumer. @throws NoValidHost */

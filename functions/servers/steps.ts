@@ -9,6 +9,9 @@
 import { registerAttachmentUsers } from '../attachments/ports.js';
 import { ConfigurationError } from '../core/errors.js';
 import { OperationOver, type ServerStepInput } from './engine.js';
+import { CROSS_CELL_CONFIRM_STEPS } from './flows/cross-cell/confirm-steps.js';
+import { CROSS_CELL_RESIZE_STEPS } from './flows/cross-cell/resize-steps.js';
+import { CROSS_CELL_REVERT_STEPS } from './flows/cross-cell/revert-steps.js';
 import { EVACUATE_STEPS } from './flows/evacuate/steps.js';
 import { LIFECYCLE_STEPS } from './flows/lifecycle/steps.js';
 import { LIVE_MIGRATION_STEPS } from './flows/live-migration/steps.js';
@@ -28,6 +31,9 @@ const STEPS: Record<string, (input: ServerStepInput) => Promise<unknown>> = {
   ...RESIZE_STEPS,
   ...RESOLVE_RESIZE_STEPS,
   ...LIVE_MIGRATION_STEPS,
+  ...CROSS_CELL_RESIZE_STEPS,
+  ...CROSS_CELL_CONFIRM_STEPS,
+  ...CROSS_CELL_REVERT_STEPS,
 };
 
 export async function handler(input: ServerStepInput): Promise<unknown> {

@@ -181,7 +181,10 @@ export const MACHINE_POLICIES: Readonly<Record<StateMachineName, MachinePolicy>>
   'server-unshelve': serverFlow('Rollback'),
   'server-swap-volume': serverFlow('SwapFailed'),
   'server-live-migrate': serverFlow('RollbackLiveMigration'),
-  'server-resize': serverFlow('Rollback'),
+  /** The cross-cell branch compensates with its own rollback, which also repeats driver errors. */
+  'server-resize': { ...serverFlow('Rollback'), tasks: { Rollback: 'transientOrDriver', CrossCellRollback: 'transientOrDriver' } },
   'server-confirm-resize': serverFlow('Rollback'),
   'server-revert-resize': serverFlow('Rollback'),
+  'server-cross-cell-confirm': serverFlow('Rollback'),
+  'server-cross-cell-revert': serverFlow('Rollback'),
 };

@@ -7,8 +7,10 @@
  */
 import { afterAll, beforeAll, expect, test, vi } from 'vitest';
 import { clearFaults } from '../../functions/core/faults.js';
+import { resetPolicyCache } from '../../functions/core/policy.js';
 import { crashAt, forwardStepPoints, keepDynamoAcrossRestarts, spareKeptDynamos, seededPick, stopKeptDynamos, writeCrashReport, type CrashPoint, type CrashScenario, type PointResult } from '../support/crash.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { CROSS_CELL_POLICY_ENV, CROSS_CELL_SUBSET, crossCellScenarios } from './scenarios/cross-cell.js';
 import { serverScenarios } from './scenarios/servers.js';
 import { shareScenarios } from './scenarios/shares.js';
 import { syncActionScenarios } from './scenarios/sync-actions.js';
@@ -61,4 +63,27 @@ for (const [name, machine] of SUBSET) {
     expect(r?.result).not.toBe('failed');
     expect(r?.error).toBeUndefined();
   }, 300_000);
+}
+
+// Cross-cell resize (issue 12): fixed points between its sub-tasks (scenarios/cross-cell.ts), with
+// the policy allowing it only for these tests.
+for (const [name, point] of CROSS_CELL_SUBSET) {
+  test(`${name}: a crash ${point.kind === 'step-before' ? 'before' : 'after'} ${point.method} finishes or rolls back, one visible copy, audit clean`, async () => {
+    const saved = process.env.FERRY_POLICY;
+    process.env.FERRY_POLICY = CROSS_CELL_POLICY_ENV.FERRY_POLICY;
+    resetPolicyCache();
+    try {
+      const scenario = crossCellScenarios(stack).find((s) => s.name === name)!;
+      const r = await crashAt(stack, scenario, point);
+      console.log(`crash ${r.scenario} @ ${r.point}: ${r.result} (${r.ms} ms ${JSON.stringify(r.phases)})${r.error ? ` — ${r.error.slice(0, 500)}` : ''}`);
+      results.push(r);
+      expect(r.error).toBeUndefined();
+      expect(r.result).not.toBe('failed');
+      expect(r.result).not.toBe('not-reached');
+    } finally {
+      if (saved === undefined) delete process.env.FERRY_POLICY;
+      else process.env.FERRY_POLICY = saved;
+      resetPolicyCache();
+    }
+  }, 400_000);
 }

@@ -125,8 +125,9 @@ async function ensureFixtures(desired: Desired): Promise<void> {
   }
   if (s.status !== desired) {
     if (desired === 'SHUTOFF') await act({ 'os-stop': null });
-    // A resize to the other flavor of the same root disk size (no resize down).
-    else if (desired === 'VERIFY_RESIZE') await act({ resize: { flavorRef: ({ 'm1.small': '3', 'm2.small': '1', 'm1.large': '4', 'm2.large': '2' } as Record<string, string>)[s.flavor?.original_name as string] ?? '3' } });
+    // A cold migration within the cell (its other host): a resize may not shrink the root disk, and
+    // a generation change needs a cross-cell move, which the default policy denies.
+    else if (desired === 'VERIFY_RESIZE') await act({ migrate: null });
     else if (desired === 'SHELVED' || desired === 'SHELVED_OFFLOADED') await act({ shelve: null });
     s = await settled(nova, fixtures.SERVER, LONG);
     if (s.status !== desired) throw new Error(`fixture server is ${s.status}, not ${desired}`);

@@ -56,7 +56,8 @@ describe('boot and delete', () => {
 describe('placement across cells', () => {
   test('boots spread by free memory over both cells; each instance is recorded in the cell of its host', async () => {
     const ids: string[] = [];
-    for (let i = 0; i < 4; i++) ids.push(await bootServer(nova, { name: `spread-${i}`, flavor: '2' }));
+    // Hosts take one hardware generation each (cell1: m1.*, cell2: m2.*): two of each large flavor.
+    for (let i = 0; i < 4; i++) ids.push(await bootServer(nova, { name: `spread-${i}`, flavor: i < 2 ? '2' : '4' }));
     const placed = await Promise.all(ids.map(async (id) => ({ host: (await serverState(id)).instance.host, cell: (await findServer(id))!.cell.name })));
     expect(placed.map((p) => p.host).sort()).toEqual(['cmp1', 'cmp2', 'cmp3', 'cmp4']);
     for (const p of placed) expect(p.cell).toBe(p.host === 'cmp1' || p.host === 'cmp2' ? 'cell1' : 'cell2');

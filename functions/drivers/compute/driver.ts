@@ -59,6 +59,12 @@ export interface ComputeHostConfig {
    * symlinks): the volume backends' roots. Unset: any regular file a connection_info names.
    */
   allowedVolumeRoots?: string[];
+  /**
+   * The host's hardware generation: the scheduler only places a flavor with `hw:generation=N` on a
+   * host of generation N (the sandbox: cell1 hosts 1, cell2 hosts 2, so moving a server to newer
+   * hardware is a cross-cell resize). Unset: the host takes any flavor.
+   */
+  generation?: number;
 }
 
 /**

@@ -28,6 +28,7 @@ import { hardDeleteServer } from '../../repo.js';
 import { scheduleAndClaim } from '../../scheduler.js';
 import { blockDeviceSpecs, connectVolumes, deleteIntendedAttachment, isVolumeBacked } from '../block-devices.js';
 import { deleteVolumeQuietly } from '../../volume-cleanup.js';
+import { confirmCrossCellFirst } from '../cross-cell/confirm-steps.js';
 
 const now = () => new Date().toISOString();
 
@@ -138,7 +139,8 @@ async function createRollback(input: ServerStepInput): Promise<unknown> {
 // server-delete (its rollback keeps what is left and marks the server ERROR: a delete is retried, not undone)
 
 async function deleteShutdown(input: ServerStepInput): Promise<unknown> {
-  const s = await loadStep(input);
+  // Delete while VERIFY_RESIZE after a cross-cell resize confirms it first (trace xcell_g).
+  const s = await confirmCrossCellFirst(await loadStep(input));
   await withEvent(s, 'compute_terminate_instance', s.instance.host, async () => {
     // Every host the guest may be on: its host, and a move's other end (a kept source or a destination).
     const hosts = new Set<string>();

@@ -7,9 +7,11 @@
  */
 import { randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type ApiResponse } from '../../../core/api.js';
-import { BadRequest } from '../../../core/errors.js';
-import { registerPolicies } from '../../../core/policy.js';
-import { getFlavor } from '../../../compute/repo.js';
+import { BadRequest, Conflict } from '../../../core/errors.js';
+import { allowed, registerPolicies } from '../../../core/policy.js';
+import { upOf } from '../../../compute/liveness.js';
+import { COMPUTE_BINARY } from '../../../compute/model.js';
+import { findServiceByHostBinary, getFlavor } from '../../../compute/repo.js';
 import { invalid, isObject, type Json } from '../../../compute/validation.js';
 import type { ServerActionSpec } from '../../actions.js';
 import { assertState, beginOperation, computeNodes } from '../../engine.js';
@@ -25,6 +27,8 @@ export const RESIZE_POLICIES = {
   confirmResize: 'os_compute_api:servers:confirm_resize',
   revertResize: 'os_compute_api:servers:revert_resize',
   migrate: 'os_compute_api:os-migrate-server:migrate',
+  /** Nova's `compute:servers:resize:cross_cell`: may a resize or cold migration leave the server's cell. */
+  crossCell: 'compute:servers:resize:cross_cell',
 } as const;
 
 registerPolicies({
@@ -32,7 +36,14 @@ registerPolicies({
   [RESIZE_POLICIES.confirmResize]: 'admin_or_owner',
   [RESIZE_POLICIES.revertResize]: 'admin_or_owner',
   [RESIZE_POLICIES.migrate]: 'admin_api',
+  // Nobody by default, as upstream: a cross-cell move snapshots and respawns the guest.
+  [RESIZE_POLICIES.crossCell]: '!',
 });
+
+/** Whether this request may move the server across cells (checked against the server's project). */
+export function crossCellAllowed(req: Pick<ApiRequest, 'auth'>, server: Pick<LoadedServer, 'instance'>): boolean {
+  return allowed(req.auth, RESIZE_POLICIES.crossCell, { projectId: server.instance.projectId });
+}
 
 function onlyKeys(field: string, value: Json, allowed: string[]): void {
   const extra = Object.keys(value).filter((k) => !allowed.includes(k));
@@ -68,7 +79,7 @@ async function startMove(req: ApiRequest, server: LoadedServer, action: 'resize'
     machine: 'server-resize',
     requestId: req.requestId,
     migrationUuid: migration.uuid,
-    params: { newFlavor, ...(host ? { host } : {}) },
+    params: { newFlavor, allowCrossCell: crossCellAllowed(req, server), ...(host ? { host } : {}) },
     change: (instance) => ({
       instance: {
         ...instance,
@@ -115,11 +126,20 @@ async function migrateAction(req: ApiRequest, server: LoadedServer, args: unknow
   assertState(instance, 'migrate', RESIZE_VM_STATES);
   if (host !== undefined) {
     if (host === instance.host) throw new BadRequest('Cannot migrate to the host where the server exists.');
-    const node = (await computeNodes()).find((n) => n.node.host === host && n.cell.uuid === server.cell.uuid);
-    if (!node) throw new BadRequest(`Compute host ${host} could not be found.`);
+    await assertMigrateHost(host, server, crossCellAllowed(req, server));
   }
   await startMove(req, server, 'migrate', instance.flavor, host);
   return json(202);
+}
+
+/**
+ * A requested migrate host must have a compute node: in any cell when cross-cell moves are
+ * allowed, else in the server's own cell (a host elsewhere is "not found", as upstream's
+ * cell-targeted lookup answers).
+ */
+export async function assertMigrateHost(host: string, server: Pick<LoadedServer, 'cell'>, allowCrossCell: boolean): Promise<void> {
+  const node = (await computeNodes()).find((n) => n.node.host === host && (allowCrossCell || n.cell.uuid === server.cell.uuid));
+  if (!node) throw new BadRequest(`Compute host ${host} could not be found.`);
 }
 
 /** The instance's migration in status 'finished' (Migration.get_by_instance_and_status). */
@@ -129,6 +149,12 @@ async function finishedMigration(server: LoadedServer): Promise<Migration> {
   return found.migration;
 }
 
+/** ServiceUnavailable (409 from the controller) when the migration's source compute is down or gone. */
+async function assertSourceComputeUp(m: Migration): Promise<void> {
+  const svc = m.sourceCompute ? await findServiceByHostBinary(m.sourceCompute, COMPUTE_BINARY) : undefined;
+  if (!svc || !(await upOf(svc))) throw new Conflict('Service is unavailable at this time.');
+}
+
 function resolveAction(kind: 'confirm_resize' | 'revert_resize') {
   const confirm = kind === 'confirm_resize';
   const action = confirm ? 'confirmResize' : 'revertResize';
@@ -136,15 +162,21 @@ function resolveAction(kind: 'confirm_resize' | 'revert_resize') {
     if (args !== null) throw invalid(action, args, `${JSON.stringify(args)} is not of type 'null'`);
     assertState(server.instance, action, ['resized']);
     const m = await finishedMigration(server);
+    const crossCell = m.crossCellMove === true;
+    // API.confirm_resize: the source compute must be up before the migration record changes,
+    // else a failed confirm could not come back here (it looks for a 'finished' migration).
+    if (confirm && crossCell) await assertSourceComputeUp(m);
+    const kindOf = crossCell ? (confirm ? 'cross_cell_confirm' : 'cross_cell_revert') : kind;
+    const machine = crossCell ? (confirm ? 'server-cross-cell-confirm' : 'server-cross-cell-revert') : confirm ? 'server-confirm-resize' : 'server-revert-resize';
     await beginOperation({
       server,
       auth: req.auth,
-      kind,
+      kind: kindOf,
       action,
       vmStates: ['resized'],
       // The API leaves confirm's task_state alone (status stays VERIFY_RESIZE); revert shows REVERT_RESIZE.
       ...(confirm ? {} : { taskState: 'resize_reverting' as const }),
-      machine: confirm ? 'server-confirm-resize' : 'server-revert-resize',
+      machine,
       requestId: req.requestId,
       migrationUuid: m.uuid,
       change: (instance) => ({

@@ -34,11 +34,14 @@ const now = () => new Date().toISOString();
 async function resizePrep(input: ServerStepInput): Promise<unknown> {
   const s = await loadStep(input);
   const m = await migrationOf(s);
-  if (m.destCompute) return { dest: m.destCompute };
+  const crossCellOf = async (host: string) => (await nodeOfHost(host)).cell.uuid !== s.cell.uuid;
+  if (m.destCompute) return { dest: m.destCompute, crossCell: m.crossCellMove || (await crossCellOf(m.destCompute)) };
   const source = m.sourceCompute!;
   const sourceNode = (await nodeOfHost(source)).node;
   const newFlavor = s.op.params.newFlavor as InstanceFlavor;
-  const dest = await withEvent(s, 'conductor_migrate_server', null, async () => {
+  const allowCrossCell = s.op.params.allowCrossCell === true;
+  // Upstream's conductor wraps _cold_migrate in a 'cold_migrate' event inside 'conductor_migrate_server'.
+  const dest = await withEvent(s, 'conductor_migrate_server', null, () => withEvent(s, 'cold_migrate', null, async () => {
     // replace_allocation_with_migration: from here the source is held by the migration.
     if ((await allocationsOf(m.uuid)).length === 0) await moveAllocations(s.instance.uuid, m.uuid);
     // A claim made by an earlier attempt of this step is the destination (never claim twice).
@@ -50,14 +53,21 @@ async function resizePrep(input: ServerStepInput): Promise<unknown> {
       volumeBacked: isVolumeBacked(s.instance),
       ignoreHosts: [source],
       ...(s.op.params.host ? { host: s.op.params.host as string } : {}),
-      cellUuid: s.cell.uuid,
+      // Cross-cell allowed: every cell, the source's preferred (CrossCellWeigher); else the source cell only.
+      ...(allowCrossCell ? { preferCellUuid: s.cell.uuid } : { cellUuid: s.cell.uuid }),
       availabilityZone: s.instance.availabilityZone,
     });
-  });
+  }));
+  const destPatch = { destCompute: dest.node.host, destNode: dest.node.hypervisorHostname, destHost: dest.node.host };
+  if (dest.cell.uuid !== s.cell.uuid) {
+    // CrossCellMigrationTask: the destination's prep runs in the cross-cell states (no same-cell prep_resize).
+    await updateMigration(s.cell, m.uuid, { ...destPatch, crossCellMove: true });
+    return { dest: dest.node.host, crossCell: true };
+  }
   await withEvent(s, 'compute_prep_resize', dest.node.host, async () => {
-    await updateMigration(s.cell, m.uuid, { destCompute: dest.node.host, destNode: dest.node.hypervisorHostname, destHost: dest.node.host });
+    await updateMigration(s.cell, m.uuid, destPatch);
   });
-  return { dest: dest.node.host };
+  return { dest: dest.node.host, crossCell: false };
 }
 
 /** Undoes resizePrep: the destination's claim dropped and the source's allocation back to the instance. */
@@ -105,7 +115,7 @@ async function resizeInstance(input: ServerStepInput): Promise<unknown> {
  * its kept disks (finish_revert_migration); a guest still defined is powered on again if it ran;
  * the bindings go back to the source.
  */
-async function undoResizeInstance(state: StepState, m: Migration, vm: VmState): Promise<StepState> {
+export async function undoResizeInstance(state: StepState, m: Migration, vm: VmState): Promise<StepState> {
   let s = state;
   const source = m.sourceCompute!;
   const dest = m.destCompute;

@@ -54,7 +54,7 @@ const MAX_SHELVED_IMAGE_BYTES = 1 << 30;
  * flavor's root_gb; the zeros past the data come back when the unshelve spawn extends the disk
  * again, so the shelved image holds only the data (a sparse root disk is not uploaded whole).
  */
-async function withoutTrailingZeros(stream: Readable): Promise<Buffer> {
+export async function withoutTrailingZeros(stream: Readable): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let held = 0;
   let pendingZeros = 0;

@@ -1,0 +1,53 @@
+/**
+ * `xcell-rollback`: any failure of the cross-cell resize before the mapping flip (or a failed
+ * flip). Undoes what the holds say: dest guest, att_D, the source guest back on its kept disks with
+ * its volumes connected (undoResizeInstance), the snapshot image, dest bindings, the TGT copy,
+ * allocations. Ferry leaves the server usable where upstream leaves ERROR (bug B1: task_state too).
+ */
+import { getCell } from '../../../compute/repo.js';
+import { driverOfHost, endOperation, faultOf, loadStep, nodeOfHost, reasonOf, type ServerStepInput } from '../../engine.js';
+import { deleteImage } from '../../images.js';
+import { updateMigration } from '../../migrations.js';
+import { deleteIntendedAttachment } from '../block-devices.js';
+import { allocationsBackTo, migrationOf, MOVE_KEYS, oldVmState, powerFor, withoutKeys } from '../resize/shared.js';
+import { undoResizeInstance } from '../resize/steps.js';
+import { hardDeleteCopy } from './copies.js';
+
+export async function crossCellRollback(input: ServerStepInput): Promise<unknown> {
+  let s = await loadStep(input);
+  const reason = reasonOf(input.error);
+  const m = await migrationOf(s);
+  const source = m.sourceCompute!;
+  const sourceNode = (await nodeOfHost(source)).node;
+  const vm = oldVmState(s.instance);
+  const h = s.op.holds;
+  if (h.destGuest) await (await driverOfHost(h.destGuest)).destroy(s.instance.uuid);
+  // att_D goes before the source's placeholders are made: Cinder refuses a new attachment of a
+  // volume while another one is still attaching.
+  for (const att of Object.values(h.destAttachments ?? {})) await deleteIntendedAttachment(att);
+  // The source guest back on its kept disks (volumes connected to the source), bindings back on the source.
+  s = await undoResizeInstance(s, m, vm);
+  if (h.imageId) await deleteImage(h.imageId);
+  if (h.targetCell) {
+    const target = await getCell(h.targetCell);
+    if (target) await hardDeleteCopy(target, s.instance.uuid);
+  }
+  await allocationsBackTo(s.instance.uuid, m.uuid, sourceNode.uuid);
+  await updateMigration(s.cell, m.uuid, { status: 'error' });
+  await endOperation(s, ({ instance }) => ({
+    instance: {
+      ...instance,
+      host: source,
+      node: sourceNode.hypervisorHostname,
+      flavor: instance.oldFlavor ?? instance.flavor,
+      oldFlavor: null,
+      newFlavor: null,
+      vmState: vm,
+      taskState: null,
+      powerState: powerFor(vm),
+      systemMetadata: withoutKeys(instance.systemMetadata, MOVE_KEYS),
+      fault: faultOf(reason),
+    },
+  }));
+  return { vmState: vm };
+}
