@@ -11,7 +11,7 @@ import { listCells } from '../../functions/compute/repo.js';
 import type { CellMapping } from '../../functions/compute/model.js';
 import { db } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
-import { cloneToCell, hardDeleteCopy } from '../../functions/servers/flows/cross-cell/copies.js';
+import { cloneToCell } from '../../functions/servers/flows/cross-cell/copies.js';
 import { migrationPutItem } from '../../functions/servers/migrations.js';
 import { instanceKey, instanceMappingKey, type Migration } from '../../functions/servers/model.js';
 import { findServer } from '../../functions/servers/repo.js';

@@ -5,11 +5,10 @@
  * allocations. Ferry leaves the server usable where upstream leaves ERROR (bug B1: task_state too).
  */
 import { getCell } from '../../../compute/repo.js';
-import { driverOfHost, endOperation, faultOf, loadStep, nodeOfHost, reasonOf, type ServerStepInput } from '../../engine.js';
+import { driverOfHost, loadStep, nodeOfHost, reasonOf, type ServerStepInput } from '../../engine.js';
 import { deleteImage } from '../../images.js';
-import { updateMigration } from '../../migrations.js';
 import { deleteIntendedAttachment } from '../block-devices.js';
-import { allocationsBackTo, migrationOf, MOVE_KEYS, oldVmState, powerFor, withoutKeys } from '../resize/shared.js';
+import { allocationsBackTo, endBackOnSource, migrationOf, oldVmState } from '../resize/shared.js';
 import { undoResizeInstance } from '../resize/steps.js';
 import { hardDeleteCopy } from './copies.js';
 
@@ -33,21 +32,6 @@ export async function crossCellRollback(input: ServerStepInput): Promise<unknown
     if (target) await hardDeleteCopy(target, s.instance.uuid);
   }
   await allocationsBackTo(s.instance.uuid, m.uuid, sourceNode.uuid);
-  await updateMigration(s.cell, m.uuid, { status: 'error' });
-  await endOperation(s, ({ instance }) => ({
-    instance: {
-      ...instance,
-      host: source,
-      node: sourceNode.hypervisorHostname,
-      flavor: instance.oldFlavor ?? instance.flavor,
-      oldFlavor: null,
-      newFlavor: null,
-      vmState: vm,
-      taskState: null,
-      powerState: powerFor(vm),
-      systemMetadata: withoutKeys(instance.systemMetadata, MOVE_KEYS),
-      fault: faultOf(reason),
-    },
-  }));
+  await endBackOnSource(s, m, sourceNode, vm, reason);
   return { vmState: vm };
 }

@@ -9,8 +9,9 @@ import { InvariantViolation } from '../../../core/errors.js';
 import { intentId } from '../../../core/intents.js';
 import { POWER_STATE } from '../../../drivers/compute/driver.js';
 import { attachmentComplete, attachmentCreate, attachmentDelete, attachmentGet, attachmentUpdate, hostConnector } from '../../cinder.js';
-import { updateOp, type StepState } from '../../engine.js';
-import { getMigration } from '../../migrations.js';
+import { endOperation, faultOf, updateOp, type StepState } from '../../engine.js';
+import { getMigration, updateMigration } from '../../migrations.js';
+import type { ComputeNode } from '../../../compute/model.js';
 import type { Instance, Migration, VmState } from '../../model.js';
 import { activatePortBinding, bindPortToHost, deletePortBinding, listPortsOf } from '../../network.js';
 import { volumeBdms } from '../block-devices.js';
@@ -100,4 +101,28 @@ export async function bindingsBackTo(instanceUuid: string, source: string, dest:
 export async function allocationsBackTo(instanceUuid: string, migrationUuid: string, sourceNodeUuid: string): Promise<void> {
   for (const a of await allocationsOf(instanceUuid)) if (a.nodeUuid !== sourceNodeUuid) await releaseOn(a.nodeUuid, instanceUuid);
   await moveAllocations(migrationUuid, instanceUuid);
+}
+
+/**
+ * The end of a failed move, once everything it made is undone: migration 'error', the operation
+ * ended with the instance back on its source as it was (old flavor and vm_state, task None) and a
+ * fault (upstream's rollbacks leave ERROR, or RESIZE for bug B1).
+ */
+export async function endBackOnSource(s: StepState, m: Migration, sourceNode: ComputeNode, vm: VmState, reason: string): Promise<void> {
+  await updateMigration(s.cell, m.uuid, { status: 'error' });
+  await endOperation(s, ({ instance }) => ({
+    instance: {
+      ...instance,
+      host: m.sourceCompute!,
+      node: sourceNode.hypervisorHostname,
+      flavor: instance.oldFlavor ?? instance.flavor,
+      oldFlavor: null,
+      newFlavor: null,
+      vmState: vm,
+      taskState: null,
+      powerState: powerFor(vm),
+      systemMetadata: withoutKeys(instance.systemMetadata, MOVE_KEYS),
+      fault: faultOf(reason),
+    },
+  }));
 }

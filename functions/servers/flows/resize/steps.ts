@@ -20,13 +20,13 @@ import { allocationsOf, moveAllocations } from '../../../compute/placement.js';
 import { POWER_STATE } from '../../../drivers/compute/driver.js';
 import { intentId } from '../../../core/intents.js';
 import { attachmentCreate, attachmentDelete } from '../../cinder.js';
-import { computeNodes, driverOfHost, endOperation, faultOf, loadStep, nodeOfHost, reasonOf, recordHolds, updateOp, withEvent, type ServerStepInput, type StepState } from '../../engine.js';
+import { computeNodes, driverOfHost, endOperation, loadStep, nodeOfHost, reasonOf, recordHolds, updateOp, withEvent, type ServerStepInput, type StepState } from '../../engine.js';
 import { updateMigration } from '../../migrations.js';
 import type { InstanceFlavor, Migration, VmState } from '../../model.js';
 import { activatePortBinding, bindPortToHost, listPortsOf } from '../../network.js';
 import { scheduleAndClaim } from '../../scheduler.js';
 import { blockDeviceSpecs, deleteIntendedAttachment, isVolumeBacked, volumeBdms } from '../block-devices.js';
-import { allocationsBackTo, bindingsBackTo, completeAttachments, connectAttachments, migrationOf, MOVE_KEYS, oldVmState, powerFor, terminateVolumeConnections, withoutKeys } from './shared.js';
+import { allocationsBackTo, bindingsBackTo, completeAttachments, connectAttachments, endBackOnSource, migrationOf, oldVmState, powerFor, terminateVolumeConnections } from './shared.js';
 
 const now = () => new Date().toISOString();
 
@@ -195,22 +195,7 @@ async function resizeRollback(input: ServerStepInput): Promise<unknown> {
   const vm = oldVmState(s.instance);
   s = await undoResizeInstance(s, m, vm);
   await undoPrep(s, m, sourceNode.uuid);
-  await updateMigration(s.cell, m.uuid, { status: 'error' });
-  await endOperation(s, ({ instance }) => ({
-    instance: {
-      ...instance,
-      host: source,
-      node: sourceNode.hypervisorHostname,
-      flavor: instance.oldFlavor ?? instance.flavor,
-      oldFlavor: null,
-      newFlavor: null,
-      vmState: vm,
-      taskState: null,
-      powerState: powerFor(vm),
-      systemMetadata: withoutKeys(instance.systemMetadata, MOVE_KEYS),
-      fault: faultOf(reason),
-    },
-  }));
+  await endBackOnSource(s, m, sourceNode, vm, reason);
   return { vmState: vm };
 }
 
