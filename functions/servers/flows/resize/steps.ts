@@ -13,7 +13,7 @@
  *     (connection_info saved), finish_migration, attachment_complete per BDM; migration finished;
  *     vm resized (VERIFY_RESIZE).
  *
- * Failures roll back to something usable instead of upstream's ERROR (docs/compat-resize.md): the
+ * Failures roll back to something usable instead of upstream's ERROR (docs/compatibility.md, "Cold migration and same-cell resize"): the
  * rollback step undoes resize_instance (and what finish made on the destination), then prep.
  */
 import { allocationsOf, moveAllocations } from '../../../compute/placement.js';
