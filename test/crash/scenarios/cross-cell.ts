@@ -27,12 +27,14 @@ const M2_SMALL = '3';
 const CELL2_HOSTS = ['cmp3', 'cmp4'];
 
 /**
- * The subset's points (test/crash/subset.test.ts): between the cross-cell sub-tasks of the resize
- * (before PrepResizeAtSource: the TGT copy and att_D exist, the source guest still runs; before
- * FinishResizeAtDest: the source guest destroyed, its disks kept, the snapshot uploaded), and
- * right after the revert's mapping flip (SRC shown again, the dest guest still there).
+ * The subset's points (test/crash/subset.test.ts): between each pair of the cross-cell sub-tasks of
+ * the resize (before PrepResizeAtDest: only the hidden TGT copy made; before PrepResizeAtSource:
+ * the TGT copy and att_D exist, the source guest still runs; before FinishResizeAtDest: the source
+ * guest destroyed, its disks kept, the snapshot uploaded), and right after the revert's mapping
+ * flip (SRC shown again, the dest guest still there).
  */
 export const CROSS_CELL_SUBSET: [scenario: string, point: CrashPoint][] = [
+  ['server-cross-cell-resize', { kind: 'step-before', backend: 'server-resize', method: 'PrepResizeAtDest', occurrence: 1, mode: 'crash' }],
   ['server-cross-cell-resize', { kind: 'step-before', backend: 'server-resize', method: 'PrepResizeAtSource', occurrence: 1, mode: 'crash' }],
   ['server-cross-cell-resize', { kind: 'step-before', backend: 'server-resize', method: 'FinishResizeAtDest', occurrence: 1, mode: 'crash' }],
   ['server-cross-cell-revert', { kind: 'step', backend: 'server-cross-cell-revert', method: 'FlipToSource', occurrence: 1, mode: 'crash' }],

@@ -59,6 +59,20 @@ async function finishInTarget(s: StepState, m: Migration): Promise<void> {
   await setRequestSpecFlavor(s.instance.uuid, s.instance.flavor);
 }
 
+/**
+ * What a failed confirm still cleans of the source (upstream [i] leaves the SRC copy, ERROR): the
+ * migration's allocations released, the att_S2 placeholders deleted (att_D stays), the SRC copy
+ * hard-deleted. The source host may still hold the kept disks: the caller keeps `move_source`.
+ */
+async function dropSourceCopy(s: StepState, m: Migration): Promise<void> {
+  await releaseAll(m.uuid);
+  const srcCell = await cellOfHost(m.sourceCompute!);
+  const src = await loadPartition(srcCell, s.instance.uuid);
+  const tgtAttachments = new Set(s.bdms.map((b) => b.attachmentId).filter(Boolean));
+  for (const b of volumeBdms(src.bdms)) if (b.attachmentId && !tgtAttachments.has(b.attachmentId)) await attachmentDelete(b.attachmentId);
+  await hardDeleteCopy(srcCell, s.instance.uuid);
+}
+
 const confirmedFields = (instance: Instance): Instance => ({
   ...instance,
   vmState: confirmedVmState(instance),
@@ -97,11 +111,19 @@ export async function confirmCrossCellFirst(s: StepState): Promise<StepState> {
   try {
     await cleanupSource(asConfirm, m);
     await finishInTarget(state, m);
+    await finishEvent(state.cell, state.instance.uuid, requestId, CONDUCTOR_EVENT);
   } catch (e) {
+    // The server is being deleted: a source that failed its part does not stop that. What is left
+    // on it (the kept disks) the delete destroys through move_source, kept in system_metadata.
     await finishEvent(state.cell, state.instance.uuid, requestId, CONDUCTOR_EVENT, { message: (e as Error).message, traceback: (e as Error).stack });
-    throw e;
+    logger.warn('delete: the cross-cell confirm failed at the source; the delete cleans it', { serverId: state.instance.uuid, error: (e as Error).message });
+    await dropSourceCopy(state, m);
+    await updateMigration(state.cell, m.uuid, { status: 'error' });
+    const source = m.sourceCompute!;
+    return updateOp(state, ({ instance }) => ({
+      instance: { ...confirmedFields(instance), taskState: instance.taskState, systemMetadata: { ...withoutKeys(instance.systemMetadata, MOVE_KEYS), move_source: source } },
+    }));
   }
-  await finishEvent(state.cell, state.instance.uuid, requestId, CONDUCTOR_EVENT);
   // The delete's task_state ('deleting') stays.
   return updateOp(state, ({ instance }) => ({ instance: { ...confirmedFields(instance), taskState: instance.taskState } }));
 }
@@ -139,12 +161,7 @@ async function confirmRollback(input: ServerStepInput): Promise<unknown> {
   const m = await migrationOf(s);
   const source = m.sourceCompute!;
   await finishEvent(s.cell, s.instance.uuid, s.op.requestId, CONDUCTOR_EVENT, { message: reason });
-  await releaseAll(m.uuid);
-  const srcCell = await cellOfHost(source);
-  const src = await loadPartition(srcCell, s.instance.uuid);
-  const tgtAttachments = new Set(s.bdms.map((b) => b.attachmentId).filter(Boolean));
-  for (const b of volumeBdms(src.bdms)) if (b.attachmentId && !tgtAttachments.has(b.attachmentId)) await attachmentDelete(b.attachmentId);
-  await hardDeleteCopy(srcCell, s.instance.uuid);
+  await dropSourceCopy(s, m);
   await updateMigration(s.cell, m.uuid, { status: 'error' });
   const onDest = s.instance.host ? await guestOn(s.instance.host, s.instance.uuid) : undefined;
   const vm: VmState = onDest?.defined ? confirmedVmState(s.instance) : 'error';

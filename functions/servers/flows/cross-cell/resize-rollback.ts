@@ -5,7 +5,7 @@
  * allocations. Ferry leaves the server usable where upstream leaves ERROR (bug B1: task_state too).
  */
 import { getCell } from '../../../compute/repo.js';
-import { driverOfHost, loadStep, nodeOfHost, reasonOf, type ServerStepInput } from '../../engine.js';
+import { driverOfHost, failEvent, loadStep, nodeOfHost, reasonOf, type ServerStepInput } from '../../engine.js';
 import { deleteImage } from '../../images.js';
 import { deleteIntendedAttachment } from '../block-devices.js';
 import { allocationsBackTo, endBackOnSource, migrationOf, oldVmState } from '../resize/shared.js';
@@ -32,6 +32,9 @@ export async function crossCellRollback(input: ServerStepInput): Promise<unknown
     if (target) await hardDeleteCopy(target, s.instance.uuid);
   }
   await allocationsBackTo(s.instance.uuid, m.uuid, sourceNode.uuid);
+  // Upstream's conductor events wrap the whole CrossCellMigrationTask: a failure anywhere ends both
+  // in Error (trace xcell_d), which marks the action, also when the failing step had no event of its own.
+  for (const event of ['conductor_migrate_server', 'cold_migrate']) await failEvent(s, event, reason);
   await endBackOnSource(s, m, sourceNode, vm, reason);
   return { vmState: vm };
 }
