@@ -7,39 +7,15 @@
  * (docs/compatibility.md "Cross-cell resize"). The afterEach deletes the server and wants a clean
  * audit.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { clearFaults, injectFault, type FaultSpec } from '../../functions/core/faults.js';
 import { listPortsOf } from '../../functions/servers/network.js';
-import { action, assertCleanAudit, cinderClient, novaClient, serverState, settled, type Cinder, type Nova } from '../support/nova.js';
-import { useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { action, serverState, settled } from '../support/nova.js';
 import {
-  allocsByHost, allowCrossCell, apiMigrations, attachmentRecords, CELL2_HOSTS, cell1Server, copies, expectSettledOn, LONG, readRoot, readVolume, TEST, type XServer,
+  allocsByHost, crossCellSuite, apiMigrations, attachmentRecords, CELL2_HOSTS, cell1Server, copies, expectSettledOn, LONG, readRoot, readVolume, TEST, type XServer,
 } from '../support/cross-cell.js';
 
-let stack: TestLocalStack;
-let nova: Nova;
-let cinder: Cinder;
-let restorePolicy: () => void;
-beforeAll(async () => {
-  restorePolicy = allowCrossCell();
-  stack = await useLocalStack();
-  nova = novaClient(stack);
-  cinder = cinderClient(stack);
-}, 120_000);
-afterAll(async () => {
-  restorePolicy?.();
-  await stack?.stop();
-});
-
-const servers: string[] = [];
-afterEach(async () => {
-  clearFaults();
-  for (const id of servers.splice(0)) {
-    await nova('DELETE', `/servers/${id}`);
-    expect((await settled(nova, id, LONG)).status).toBe('DELETED');
-  }
-  await assertCleanAudit();
-}, 600_000);
+const { nova, cinder, servers } = crossCellSuite();
 
 /** A fault on a compute call of whichever cell2 host the scheduler picks. */
 const onCell2 = (method: string, extra: Partial<FaultSpec> = {}) => {

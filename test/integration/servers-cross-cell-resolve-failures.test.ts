@@ -6,48 +6,21 @@
  * one copy and nothing leaked (docs/compatibility.md "Cross-cell resize"). The afterEach deletes the
  * server and wants a clean audit.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
-import { action, assertCleanAudit, cinderClient, novaClient, serverState, settled, type Cinder, type Nova } from '../support/nova.js';
-import { useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { action, serverState, settled } from '../support/nova.js';
 import {
-  allocsByHost, allowCrossCell, apiMigrations, attachmentRecords, CELL2_HOSTS, cell1Server, copies, expectSettledOn, guestsOn, LONG, migrationRecords, readRoot, readVolume, TEST, type XServer,
+  allocsByHost, crossCellSuite, apiMigrations, attachmentRecords, CELL2_HOSTS, cell1Server, copies, expectSettledOn, guestsOn, LONG, migrationRecords, readRoot, readVolume, TEST, type XServer,
 } from '../support/cross-cell.js';
 
-let stack: TestLocalStack;
-let nova: Nova;
-let cinder: Cinder;
-let restorePolicy: () => void;
-beforeAll(async () => {
-  restorePolicy = allowCrossCell();
-  stack = await useLocalStack();
-  nova = novaClient(stack);
-  cinder = cinderClient(stack);
-}, 120_000);
-afterAll(async () => {
-  restorePolicy?.();
-  await stack?.stop();
-});
+const { nova, cinder, servers } = crossCellSuite();
 
-const servers: string[] = [];
-afterEach(async () => {
-  clearFaults();
-  for (const id of servers.splice(0)) {
-    await nova('DELETE', `/servers/${id}`);
-    expect((await settled(nova, id, LONG)).status).toBe('DELETED');
-  }
-  expect(await guestsOn(lastServer), 'nothing of the server on any host').toEqual({});
-  await assertCleanAudit();
-}, 600_000);
-
-let lastServer = '';
 const host = (s: any) => s['OS-EXT-SRV-ATTR:host'] as string;
 
 /** A cell1 server resized into cell2, waiting in VERIFY_RESIZE. */
 async function resized(name: string): Promise<{ s: XServer; dest: string }> {
   const s = await cell1Server(nova, cinder, name);
   servers.push(s.id);
-  lastServer = s.id;
   await action(nova, s.id, { resize: { flavorRef: '3' } });
   const verify = await settled(nova, s.id, LONG);
   expect(verify.status, JSON.stringify(verify.fault ?? verify)).toBe('VERIFY_RESIZE');

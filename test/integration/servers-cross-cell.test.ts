@@ -4,41 +4,16 @@
  * server, one migration, continuous actions), both copies, the §1.10 attachments-API call order,
  * allocations, guests and kept disks per host, and the root-disk and volume bytes through the guest.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js';
-import { clearFaults } from '../../functions/core/faults.js';
 import { resetPolicyCache } from '../../functions/core/policy.js';
-import { action, assertCleanAudit, bootServer, cinderClient, novaClient, putSmallRootFlavor, serverState, settled, type Cinder, type Nova } from '../support/nova.js';
-import { useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { action, bootServer, putSmallRootFlavor, serverState, settled } from '../support/nova.js';
 import {
-  allocsByHost, allowCrossCell, apiMigrations, attachNewVolume, attachmentRecords, attachmentsOf, CELL1_HOSTS, CELL2_HOSTS, cell1Server, copies, driverOf, expectSettledOn, guestsOn,
+  allocsByHost, allowCrossCell, crossCellSuite, apiMigrations, attachNewVolume, attachmentRecords, attachmentsOf, CELL1_HOSTS, CELL2_HOSTS, cell1Server, copies, driverOf, expectSettledOn, guestsOn,
   LONG, migrationRecords, readRoot, readVolume, resizeTempImages, TEST,
 } from '../support/cross-cell.js';
 
-let stack: TestLocalStack;
-let nova: Nova;
-let cinder: Cinder;
-let restorePolicy: () => void;
-beforeAll(async () => {
-  restorePolicy = allowCrossCell();
-  stack = await useLocalStack();
-  nova = novaClient(stack);
-  cinder = cinderClient(stack);
-}, 120_000);
-afterAll(async () => {
-  restorePolicy?.();
-  await stack?.stop();
-});
-
-const servers: string[] = [];
-afterEach(async () => {
-  clearFaults();
-  for (const id of servers.splice(0)) {
-    await nova('DELETE', `/servers/${id}`);
-    expect((await settled(nova, id, LONG)).status).toBe('DELETED');
-  }
-  await assertCleanAudit();
-}, 600_000);
+const { nova, cinder, servers } = crossCellSuite();
 
 const calls = () => cinderCalls().map((c) => `${c.call}:${c.id}`);
 const host = (s: any) => s['OS-EXT-SRV-ATTR:host'] as string;
@@ -280,7 +255,7 @@ describe('policy', () => {
       expect(refused.status).toBe(400);
       expect(refused.body.badRequest.message).toBe('Compute host cmp3 could not be found.');
     } finally {
-      restorePolicy = allowCrossCell();
+      allowCrossCell(); // the suite restores the policy the file started with
     }
     await action(nova, id, { migrate: { host: 'cmp3' } }, 202, '2.56');
     const verify = await settled(nova, id, LONG);

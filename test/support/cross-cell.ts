@@ -2,7 +2,8 @@
  * Shared fixtures of the cross-cell resize tests (reference §1): the policy switch, a cell1 server
  * with known root-disk and volume bytes, and readers of both copies, attachments, guests and images.
  */
-import { expect } from 'vitest';
+import { afterAll, afterEach, beforeAll, expect } from 'vitest';
+import { clearFaults } from '../../functions/core/faults.js';
 import { resetPolicyCache } from '../../functions/core/policy.js';
 import { computeDriverFor } from '../../functions/drivers/compute/registry.js';
 import { nodeOfHost } from '../../functions/servers/engine.js';
@@ -12,7 +13,8 @@ import { findCopies, loadPartition } from '../../functions/servers/repo.js';
 import { listImages } from '../../functions/servers/images.js';
 import type { Migration } from '../../functions/servers/model.js';
 import { createHash } from 'node:crypto';
-import { bootServer, createVolume, patternBytes, settled, volumeStatus, writeThroughGuest, readThroughGuest, type Cinder, type Nova } from './nova.js';
+import { assertCleanAudit, bootServer, cinderClient, createVolume, novaClient, patternBytes, settled, volumeStatus, writeThroughGuest, readThroughGuest, type Cinder, type Nova } from './nova.js';
+import { useLocalStack, type TestLocalStack } from './stack.js';
 
 export const HOSTS = ['cmp1', 'cmp2', 'cmp3', 'cmp4'] as const;
 export const CELL1_HOSTS = ['cmp1', 'cmp2'];
@@ -34,6 +36,39 @@ export function allowCrossCell(): () => void {
     else process.env.FERRY_POLICY = saved;
     resetPolicyCache();
   };
+}
+
+/**
+ * The hooks of a cross-cell test file: the policy allowed and a local stack started before its
+ * tests; after each test the faults cleared, every server it pushed onto `servers` deleted with
+ * nothing of it left on any host, and a clean audit. `nova` and `cinder` reach the file's stack.
+ */
+export function crossCellSuite(): { nova: Nova; cinder: Cinder; servers: string[] } {
+  let stack: TestLocalStack | undefined;
+  let clients: { nova: Nova; cinder: Cinder } | undefined;
+  let restorePolicy: (() => void) | undefined;
+  const servers: string[] = [];
+  beforeAll(async () => {
+    restorePolicy = allowCrossCell();
+    stack = await useLocalStack();
+    clients = { nova: novaClient(stack), cinder: cinderClient(stack) };
+  }, 120_000);
+  afterAll(async () => {
+    restorePolicy?.();
+    await stack?.stop();
+  });
+  afterEach(async () => {
+    clearFaults();
+    for (const id of servers.splice(0)) {
+      await clients!.nova('DELETE', `/servers/${id}`);
+      expect((await settled(clients!.nova, id, LONG)).status).toBe('DELETED');
+      expect(await guestsOn(id), `nothing of ${id} on any host`).toEqual({});
+    }
+    await assertCleanAudit();
+  }, 600_000);
+  const nova = ((...args: Parameters<Nova>) => clients!.nova(...args)) as Nova;
+  const cinder = ((...args: Parameters<Cinder>) => clients!.cinder(...args)) as Cinder;
+  return { nova, cinder, servers };
 }
 
 export const driverOf = async (host: string) => computeDriverFor((await nodeOfHost(host)).node.config);
