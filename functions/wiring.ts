@@ -42,6 +42,12 @@ export interface FunctionWiring {
    * `FERRY_COPY_SUBNETS`, `FERRY_COPY_SECURITY_GROUPS`, `FERRY_COPY_CONTAINER`). No effect locally.
    */
   mountsShareStorage?: boolean;
+  /**
+   * Runs volume drivers (its bundle contains them): on AWS its role gets the aws-ebs driver's EC2
+   * permissions (infra/aws/driver-permissions.ts). test/infra/permissions.test.ts checks this flag
+   * against each bundle's contents, both ways.
+   */
+  callsVolumeDrivers?: boolean;
   timeoutSeconds?: number;
   memoryMb?: number;
 }
@@ -214,6 +220,7 @@ export const FUNCTIONS: FunctionWiring[] = [
     httpPrefix: '/volume',
     publicPaths: ['/volume', '/volume/v3'],
     tables: ['volume'],
+    callsVolumeDrivers: true,
     starts: ['volume-create', 'volume-delete', 'volume-failover'],
     timeoutSeconds: 29,
   },
@@ -224,6 +231,7 @@ export const FUNCTIONS: FunctionWiring[] = [
     export: 'handler',
     description: 'Step handlers of the volume state machines (schedule, create on backend, delete, mark status).',
     tables: ['volume'],
+    callsVolumeDrivers: true,
     timeoutSeconds: 120,
   },
   {
@@ -233,6 +241,7 @@ export const FUNCTIONS: FunctionWiring[] = [
     export: 'handler',
     description: 'Step handlers of the attachments run by volume-create (reserve an attachment for the instance given at create, or record why not).',
     tables: ['volume'],
+    callsVolumeDrivers: true,
     timeoutSeconds: 120,
   },
   {
@@ -242,6 +251,7 @@ export const FUNCTIONS: FunctionWiring[] = [
     export: 'handler',
     description: 'Step handlers of volume-failover (prepare: target and batches; batch: driver failover_host + per-volume rules; finish/fail: service state).',
     tables: ['volume'],
+    callsVolumeDrivers: true,
     // A batch of 200 volumes is one driver call and two transactions of writes; 10 minutes is ample.
     timeoutSeconds: 900,
     memoryMb: 1024,
@@ -290,6 +300,7 @@ export const FUNCTIONS: FunctionWiring[] = [
     httpPrefix: '/compute',
     publicPaths: ['/compute', '/compute/v2.1'],
     tables: ['compute-api', 'cell1', 'cell2', 'volume'],
+    callsVolumeDrivers: true,
     usesBucket: true,
     starts: ['server-create', 'server-delete', 'server-power', 'server-attach-volume', 'server-detach-volume', 'server-swap-volume', 'server-resize', 'server-confirm-resize', 'server-revert-resize', 'server-cross-cell-confirm', 'server-cross-cell-revert', 'server-evacuate', 'server-shelve', 'server-unshelve', 'server-live-migrate', 'volume-delete'],
     timeoutSeconds: 29,
@@ -301,6 +312,7 @@ export const FUNCTIONS: FunctionWiring[] = [
     export: 'handler',
     description: 'Step handlers of the server machines: Nova conductor and compute roles (schedule, claim, ports, the attachments API calls of reference §2.1, compute driver calls, rollbacks).',
     tables: ['compute-api', 'cell1', 'cell2', 'volume'],
+    callsVolumeDrivers: true,
     usesBucket: true,
     starts: ['volume-delete'],
     timeoutSeconds: 900,
@@ -314,6 +326,7 @@ export const FUNCTIONS: FunctionWiring[] = [
     description: 'The reconciler (ferry audit --repair on a schedule): finishes or undoes intents crashed calls left, abandons server operations whose machine never started, repairs what the audit proves safe (unused exports, attachments no BDM or operation holds) and logs the rest.',
     // What the audit reads and the repairs write; the share backends are read on the share storage.
     tables: ['volume', 'share', 'compute-api', 'cell1', 'cell2'],
+    callsVolumeDrivers: true,
     // Whether a server operation's machine ever started; abandoning an offloaded detach deletes its delete_on_termination volume.
     describes: STATE_MACHINES.map((m) => m.name).filter((m) => m.startsWith('server-')),
     starts: ['volume-delete'],

@@ -28,6 +28,7 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import type { Construct } from 'constructs';
 import { acknowledgeFunction, acknowledgeStateMachine, type AcknowledgementScope } from './acknowledgements.js';
 import { CopyWorker, RUN_TASK_SYNC } from './copy-worker.js';
+import { grantVolumeDrivers } from './driver-permissions.js';
 import { addHttpApi } from './http-api.js';
 import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName, type TableKey } from '../../functions/core/tables.js';
 import { FUNCTIONS, STATE_MACHINES, stateMachineEnvName, substitutionKey, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
@@ -207,6 +208,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     for (const key of f.tables) this.table(key, f.name).grantReadWriteData(fn);
     if (f.usesBucket) this.bucket.grantReadWrite(fn);
     copyWorker?.grantMount(fn);
+    if (f.callsVolumeDrivers) grantVolumeDrivers(fn);
     const starts = f.starts ?? [];
     if (starts.length) {
       // One statement per action with every machine as a resource: the compute API starts a dozen

@@ -26,11 +26,11 @@ const logicalId = (c: IConstruct) => Stack.of(c).resolve(Stack.of(c).getLogicalI
 const fnId = (name: string) => logicalId(stack.functions.get(name)!);
 const tableId = (key: string) => logicalId(stack.tables.get(key as never)!);
 
-/** Every policy statement attached to a function's execution role. */
+/** Every policy statement attached to a function's execution role (CDK moves what overflows the inline policy into a managed one). */
 function roleStatements(name: string): { Action: string | string[]; Resource: unknown; Effect: string }[] {
   const roleId = logicalId(stack.functions.get(name)!.role!);
   return Object.values(resources())
-    .filter((r) => r.Type === 'AWS::IAM::Policy' && JSON.stringify(r.Properties.Roles).includes(`"${roleId}"`))
+    .filter((r) => (r.Type === 'AWS::IAM::Policy' || r.Type === 'AWS::IAM::ManagedPolicy') && JSON.stringify(r.Properties.Roles).includes(`"${roleId}"`))
     .flatMap((r) => r.Properties.PolicyDocument.Statement);
 }
 const actionsOf = (statements: { Action: string | string[] }[]) => statements.flatMap((s) => (Array.isArray(s.Action) ? s.Action : [s.Action]));
@@ -156,7 +156,7 @@ describe('Step Functions state machines', () => {
   test.each(STATE_MACHINES.map((m) => [m.name, m] as const))('%s may invoke exactly the functions it lists', (name, m) => {
     const roleId = logicalId(stack.stateMachines.get(name)!.role);
     const statements = Object.values(resources())
-      .filter((r) => r.Type === 'AWS::IAM::Policy' && JSON.stringify(r.Properties.Roles).includes(`"${roleId}"`))
+      .filter((r) => (r.Type === 'AWS::IAM::Policy' || r.Type === 'AWS::IAM::ManagedPolicy') && JSON.stringify(r.Properties.Roles).includes(`"${roleId}"`))
       .flatMap((r) => r.Properties.PolicyDocument.Statement as { Action: string | string[]; Resource: unknown }[]);
     const invoke = JSON.stringify(statements.filter((s) => actionsOf([s]).includes('lambda:InvokeFunction')));
     for (const f of FUNCTIONS) {

@@ -165,16 +165,21 @@ export class FakeEc2 {
   }
 }
 
-/** Routes every EC2 command the driver sends to the fake. */
-export function wireFakeEc2(ec2: AwsClientStub<EC2Client>, fake: FakeEc2): void {
-  ec2.on(DescribeVolumesCommand).callsFake((i) => fake.describeVolumes(i));
-  ec2.on(CreateVolumeCommand).callsFake((i) => fake.createVolume(i));
-  ec2.on(AttachVolumeCommand).callsFake((i) => fake.attachVolume(i));
-  ec2.on(DetachVolumeCommand).callsFake((i) => fake.detachVolume(i));
-  ec2.on(DeleteVolumeCommand).callsFake((i) => fake.deleteVolume(i));
-  ec2.on(ModifyVolumeCommand).callsFake((i) => fake.modifyVolume(i));
-  ec2.on(DescribeInstancesCommand).callsFake((i) => fake.describeInstances(i));
-  ec2.on(CreateSnapshotCommand).callsFake((i) => fake.createSnapshot(i));
-  ec2.on(DescribeSnapshotsCommand).callsFake((i) => fake.describeSnapshots(i));
-  ec2.on(DeleteSnapshotCommand).callsFake((i) => fake.deleteSnapshot(i));
+/** Routes every EC2 command the driver sends to the fake; `onCall` sees each command before the fake answers it. */
+export function wireFakeEc2(ec2: AwsClientStub<EC2Client>, fake: FakeEc2, onCall?: (command: string, input: object) => void): void {
+  const route = <I extends object>(command: { name: string }, answer: (i: I) => unknown) =>
+    (i: I) => {
+      onCall?.(command.name.replace(/Command$/, ''), i);
+      return answer(i);
+    };
+  ec2.on(DescribeVolumesCommand).callsFake(route(DescribeVolumesCommand, (i) => fake.describeVolumes(i)));
+  ec2.on(CreateVolumeCommand).callsFake(route(CreateVolumeCommand, (i: Parameters<FakeEc2['createVolume']>[0]) => fake.createVolume(i)));
+  ec2.on(AttachVolumeCommand).callsFake(route(AttachVolumeCommand, (i: Parameters<FakeEc2['attachVolume']>[0]) => fake.attachVolume(i)));
+  ec2.on(DetachVolumeCommand).callsFake(route(DetachVolumeCommand, (i: Parameters<FakeEc2['detachVolume']>[0]) => fake.detachVolume(i)));
+  ec2.on(DeleteVolumeCommand).callsFake(route(DeleteVolumeCommand, (i: Parameters<FakeEc2['deleteVolume']>[0]) => fake.deleteVolume(i)));
+  ec2.on(ModifyVolumeCommand).callsFake(route(ModifyVolumeCommand, (i: Parameters<FakeEc2['modifyVolume']>[0]) => fake.modifyVolume(i)));
+  ec2.on(DescribeInstancesCommand).callsFake(route(DescribeInstancesCommand, (i: Parameters<FakeEc2['describeInstances']>[0]) => fake.describeInstances(i)));
+  ec2.on(CreateSnapshotCommand).callsFake(route(CreateSnapshotCommand, (i: Parameters<FakeEc2['createSnapshot']>[0]) => fake.createSnapshot(i)));
+  ec2.on(DescribeSnapshotsCommand).callsFake(route(DescribeSnapshotsCommand, (i) => fake.describeSnapshots(i)));
+  ec2.on(DeleteSnapshotCommand).callsFake(route(DeleteSnapshotCommand, (i: Parameters<FakeEc2['deleteSnapshot']>[0]) => fake.deleteSnapshot(i)));
 }

