@@ -24,6 +24,7 @@ const LAYERS = [
   'servers',
   'audit',
   'auth',
+  'inventory', // what a deployment holds (backends, types, cells, hosts, flavors, images): writes through the capabilities
   'api',
 ];
 const F = '(^|/)functions/';

@@ -3,6 +3,7 @@
  *
  *   ferry token create --user U --project P [--admin] [--ttl-days N]
  *   ferry audit [--json] [--repair [--grace SECONDS]]
+ *   ferry inventory apply FILE [--dry-run] | ferry inventory show
  *   ferry help
  *
  * Exit codes: 0 done (audit: clean), 1 the command ran and found a problem (audit findings),
@@ -31,6 +32,14 @@ export const USAGE = `usage:
       then the findings that remain for an operator: exit 0 when none remain, 1 when some do.
       Talks to the local stack of FERRY_DATA_DIR (default .ferry) unless FERRY_DYNAMODB_ENDPOINT
       or FERRY_TABLE_VOLUME (a deployed stack) is set.
+  ferry inventory apply FILE [--dry-run]
+      Make the stack hold what the inventory FILE (YAML or JSON) names: volume and share backends
+      and types, projects, cells and hosts, flavors, networks, images. Prints each change (+ add,
+      ~ change, - remove); removes only what an earlier inventory added and FILE no longer names,
+      never what is in use (refused: nothing is written, exit 1). A second apply changes nothing.
+      --dry-run prints the plan and writes nothing. Relative roots are under FERRY_DATA_DIR.
+  ferry inventory show
+      Everything the stack holds, by kind, marked [inventory] or [api] and when in use.
   ferry watch OPERATION
       (not yet available) follow an operation's progress.
   ferry help
@@ -137,6 +146,48 @@ async function auditRepair(graceSeconds: number | undefined, json: boolean, io: 
   return result.remaining.length > 0 ? 1 : 0;
 }
 
+async function inventory(args: string[], io: Io): Promise<number> {
+  const [sub, ...rest] = args;
+  const { values, positionals } = parseArgs({ args: rest, strict: true, allowPositionals: true, options: { 'dry-run': { type: 'boolean', default: false } } });
+  if (sub === 'show') {
+    if (positionals.length || values['dry-run']) throw new UsageError('inventory show takes no arguments');
+    requireStack();
+    const { showInventory } = await import('../functions/inventory/apply.js');
+    for (const line of await showInventory().catch((e) => Promise.reject(cannotRead(e)))) io.out(line);
+    return 0;
+  }
+  if (sub !== 'apply') throw new UsageError(sub ? `unknown inventory subcommand "${sub}"` : 'inventory needs a subcommand: apply or show');
+  if (positionals.length !== 1) throw new UsageError('inventory apply needs one FILE');
+  requireStack();
+  const { readInventoryFile, InventoryFileError } = await import('../infra/inventory-file.js');
+  const { applyInventory } = await import('../functions/inventory/apply.js');
+  const { formatPlan } = await import('../functions/inventory/plan.js');
+  let document: unknown;
+  try {
+    document = readInventoryFile(positionals[0]!);
+  } catch (e) {
+    if (e instanceof InventoryFileError) throw new CannotRun(e.message);
+    throw e;
+  }
+  // A deployed stack's tables (FERRY_TABLE_*) without a local endpoint: the AWS rules apply.
+  const target = process.env.FERRY_TABLE_VOLUME && !process.env.FERRY_DYNAMODB_ENDPOINT ? 'aws' : 'local';
+  const dryRun = values['dry-run'] ?? false;
+  let result;
+  try {
+    result = await applyInventory(document, { target, dryRun, ...(target === 'local' ? { dataDir: resolve(dataDir()) } : {}) });
+  } catch (e) {
+    if ((e as Error).name === 'BadRequest') throw new CannotRun((e as Error).message);
+    throw e;
+  }
+  for (const line of formatPlan(result.plan)) io.out(line);
+  if (result.plan.refusals.length > 0) {
+    io.err('nothing was applied: resolve the refusals above (or keep those entries in the file)');
+    return 1;
+  }
+  io.out(dryRun ? 'dry run: nothing written' : result.plan.changes.length ? 'applied' : 'nothing to change');
+  return 0;
+}
+
 /**
  * With no endpoint configured, use the local stack running on this machine (`npm start` writes its
  * endpoints to <data dir>/stack.json), so `ferry audit` works in a second terminal as it is.
@@ -199,6 +250,8 @@ export async function main(argv: string[], io: Io = processIo): Promise<number> 
       }
       case 'audit':
         return await audit(rest, io);
+      case 'inventory':
+        return await inventory(rest, io);
       case 'watch':
         // TODO(ferry watch issue): a progress bar with rate and ETA from the operation record.
         throw new UsageError('ferry watch is not available yet');

@@ -12,8 +12,12 @@ import { stateMachineEnvName, type StateMachineName } from './core/machines.js';
 
 export { stateMachineEnvName, type StateMachineName };
 
-/** api: behind the HTTP API; authorizer: its token check; step: a Task of state machines; scheduled: run by a schedule (EventBridge on AWS). */
-export type FunctionKind = 'api' | 'authorizer' | 'step' | 'scheduled';
+/**
+ * api: behind the HTTP API; authorizer: its token check; step: a Task of state machines; scheduled:
+ * run by a schedule (EventBridge on AWS); deploy: run by CloudFormation at deploy time (a custom
+ * resource; the local stack does the same work itself at start).
+ */
+export type FunctionKind = 'api' | 'authorizer' | 'step' | 'scheduled' | 'deploy';
 
 export interface FunctionWiring {
   name: string;
@@ -335,6 +339,18 @@ export const FUNCTIONS: FunctionWiring[] = [
     // Under the rate, so two passes do not overlap (overlapping ones would still be safe: every repair is conditional).
     timeoutSeconds: 280,
     memoryMb: 1024,
+  },
+  {
+    name: 'inventory-apply',
+    kind: 'deploy',
+    entry: 'functions/inventory/deploy.ts',
+    export: 'handler',
+    description: 'Applies the inventory given to `cdk deploy -c inventory=FILE` (volume and share backends and types, projects, cells, hosts, flavors, networks, images) on create and update of its custom resource.',
+    tables: ['volume', 'share', 'compute-api', 'cell1', 'cell2'],
+    callsVolumeDrivers: true,
+    // Images are uploaded to the bucket.
+    usesBucket: true,
+    timeoutSeconds: 300,
   },
 ];
 

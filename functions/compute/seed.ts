@@ -126,6 +126,26 @@ async function serviceIfAbsent(cell: CellMapping, svc: ComputeService): Promise<
   }
 }
 
+/** A local-driver host's compute node record (Nova's compute_nodes row). */
+export function computeNodeFor(config: ComputeHostConfig, id: number, serviceUuidValue: string, at: string): ComputeNode {
+  return {
+    uuid: nodeUuid(config.host),
+    id,
+    host: config.host,
+    hypervisorHostname: config.host,
+    hypervisorType: HYPERVISOR_TYPE,
+    hypervisorVersion: versionToInt(LOCAL_COMPUTE_DRIVER_VERSION),
+    hostIp: '127.0.0.1',
+    vcpus: config.vcpus,
+    memoryMb: config.memoryMb,
+    localGb: config.diskGb,
+    cpuInfo: { arch: 'x86_64', model: HYPERVISOR_TYPE, vendor: 'ferry', topology: { cells: 1, sockets: 1, cores: config.vcpus, threads: 1 }, features: [] },
+    config,
+    serviceUuid: serviceUuidValue,
+    createdAt: at,
+  };
+}
+
 export async function seedComputeSandbox(options: { dataDir: string }): Promise<void> {
   const at = new Date().toISOString();
   const api = tableName('compute-api');
@@ -157,22 +177,7 @@ export async function seedComputeSandbox(options: { dataDir: string }): Promise<
       const config = sandboxHostConfig(options.dataDir, host);
       const svc = service(host, COMPUTE_BINARY);
       await serviceIfAbsent(cell, svc);
-      const node: ComputeNode = {
-        uuid: nodeUuid(host),
-        id: nextNodeId++,
-        host,
-        hypervisorHostname: host,
-        hypervisorType: HYPERVISOR_TYPE,
-        hypervisorVersion: versionToInt(LOCAL_COMPUTE_DRIVER_VERSION),
-        hostIp: '127.0.0.1',
-        vcpus: config.vcpus,
-        memoryMb: config.memoryMb,
-        localGb: config.diskGb,
-        cpuInfo: { arch: 'x86_64', model: HYPERVISOR_TYPE, vendor: 'ferry', topology: { cells: 1, sockets: 1, cores: config.vcpus, threads: 1 }, features: [] },
-        config,
-        serviceUuid: svc.uuid,
-        createdAt: at,
-      };
+      const node = computeNodeFor(config, nextNodeId++, svc.uuid, at);
       const created = await putIfAbsent(cellTable, { ...computeNodeKey(node.uuid), gsi1pk: GSI.nodes, gsi1sk: host, ...node });
       if (!created) await generationIfAbsent(cellTable, node.uuid, c.generation);
       // Placement's inventory: the free-capacity counters every claim on this node is guarded by.

@@ -80,7 +80,8 @@ export function reserveSharePoolItem(poolHost: string, gb: number, totalGb: numb
       TableName: tableName('share'),
       Key: sharePoolKey(poolHost),
       UpdateExpression: 'SET host = :host, totalGb = :total ADD allocatedGb :gb',
-      ConditionExpression: 'attribute_not_exists(allocatedGb) OR allocatedGb <= :limit',
+      // A pool whose backend an inventory removed is `retired`: nothing new lands on it.
+      ConditionExpression: '(attribute_not_exists(allocatedGb) OR allocatedGb <= :limit) AND attribute_not_exists(retired)',
       ExpressionAttributeValues: { ':host': poolHost, ':total': totalGb, ':gb': gb, ':limit': totalGb - gb },
     },
   };

@@ -123,8 +123,9 @@ async function create(req: ApiRequest) {
   return json(200, both(req, t));
 }
 
-async function remove(req: ApiRequest) {
-  const t = await getShareTypeById(req.params.id!);
+/** Deletes a type no share uses (the condition reads the `shareCount` the shares' transactions keep). */
+export async function deleteShareType(id: string): Promise<void> {
+  const t = await getShareTypeById(id);
   try {
     await db().send(
       new TransactWriteCommand({
@@ -138,7 +139,24 @@ async function remove(req: ApiRequest) {
     if (isConditionFailure(e)) throw new BadRequest(`Share Type ${t.id} deletion is not allowed with shares present with the type.`);
     throw e;
   }
+}
+
+async function remove(req: ApiRequest) {
+  await deleteShareType(req.params.id!);
   return json(202);
+}
+
+/** Sets a type's description, visibility and whole extra specs (an inventory apply). */
+export async function setShareTypeFields(id: string, fields: { description: string | null; isPublic: boolean; extraSpecs: Record<string, string> }): Promise<void> {
+  await db().send(
+    new UpdateCommand({
+      TableName: tableName('share'),
+      Key: shareTypeKey(id),
+      UpdateExpression: 'SET description = :d, isPublic = :p, extraSpecs = :s',
+      ConditionExpression: 'attribute_exists(pk)',
+      ExpressionAttributeValues: { ':d': fields.description, ':p': fields.isPublic, ':s': validateExtraSpecs(fields.extraSpecs, true) },
+    }),
+  );
 }
 
 async function writeExtraSpecs(id: string, specs: Record<string, string>): Promise<void> {

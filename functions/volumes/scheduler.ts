@@ -112,7 +112,7 @@ export function noPoolReason(req: ScheduleRequest, rejected: Rejection[]): strin
   return `No pool can take a ${req.sizeGb} GiB volume: ${rejected.map((r) => `${r.host} ${r.reason}`).join('; ')}.`;
 }
 
-async function allocatedOn(poolHost: string): Promise<number> {
+export async function allocatedOn(poolHost: string): Promise<number> {
   const out = await db().send(new GetCommand({ TableName: tableName('volume'), Key: poolKey(poolHost), ConsistentRead: true }));
   return (out.Item?.allocatedGb as number | undefined) ?? 0;
 }
@@ -144,7 +144,8 @@ export function reservePoolItem(poolHost: string, gb: number, totalGb: number): 
       TableName: tableName('volume'),
       Key: poolKey(poolHost),
       UpdateExpression: 'SET host = :host, totalGb = :total, gsi1pk = :g, gsi1sk = :host ADD allocatedGb :gb',
-      ConditionExpression: 'attribute_not_exists(allocatedGb) OR allocatedGb <= :limit',
+      // A pool whose backend an inventory removed is `retired`: nothing new lands on it.
+      ConditionExpression: '(attribute_not_exists(allocatedGb) OR allocatedGb <= :limit) AND attribute_not_exists(retired)',
       ExpressionAttributeValues: { ':host': poolHost, ':total': totalGb, ':g': 'POOLS', ':gb': gb, ':limit': totalGb - gb },
     },
   };

@@ -29,6 +29,8 @@ import type { Construct } from 'constructs';
 import { acknowledgeFunction, acknowledgeStateMachine, type AcknowledgementScope } from './acknowledgements.js';
 import { CopyWorker, RUN_TASK_SYNC } from './copy-worker.js';
 import { grantVolumeDrivers } from './driver-permissions.js';
+import { addInventoryResource, inventoryForDeploy } from './inventory-resource.js';
+import type { Inventory } from '../../functions/inventory/schema.js';
 import { addHttpApi } from './http-api.js';
 import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName, type TableKey } from '../../functions/core/tables.js';
 import { FUNCTIONS, STATE_MACHINES, stateMachineEnvName, substitutionKey, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
@@ -71,6 +73,8 @@ export interface FerryStackProps extends StackProps {
    * @default the wiring table (functions/wiring.ts FUNCTIONS and STATE_MACHINES)
    */
   readonly wiring?: FerryWiring;
+  /** Applied at deploy time by the wiring's `deploy` function (context `inventory=FILE`). @default none */
+  readonly inventory?: Inventory;
 }
 
 /** What the stack is generated from: the wiring table, or a test's fixture of the same shape. */
@@ -103,6 +107,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     for (const f of this.wiring.functions) this.functions.set(f.name, this.addFunction(f));
     for (const m of this.wiring.stateMachines) this.stateMachines.set(m.name, this.addStateMachine(m));
     this.httpApi = addHttpApi(this, this.wiring.functions, this.functions, LOG_RETENTION);
+    if (props.inventory) this.addInventory(props.inventory);
 
     for (const [key, table] of this.tables) new CfnOutput(this, `TableName${pascal(key)}`, { value: table.tableName, description: tableEnvName(key) });
     new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName, description: BUCKET_ENV });
@@ -221,6 +226,12 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     if (f.kind === 'scheduled') this.addSchedule(f, fn, id);
     acknowledgeFunction(this, fn, f);
     return fn;
+  }
+
+  private addInventory(inventory: Inventory): void {
+    const deploy = this.wiring.functions.filter((f) => f.kind === 'deploy');
+    if (deploy.length !== 1) throw new Error(`functions/wiring.ts: an inventory needs exactly one function of kind 'deploy', found ${deploy.length}.`);
+    addInventoryResource(this, this.functions.get(deploy[0]!.name)!, inventory, LOG_RETENTION);
   }
 
   /**
@@ -342,7 +353,8 @@ export interface BuildOptions {
 
 /**
  * The app `cdk synth` runs (infra/aws/app.ts) and the tests synth in-process. Context:
- * `removalPolicy` = `retain` (default) | `destroy`.
+ * `removalPolicy` = `retain` (default) | `destroy`; `inventory` = an inventory file applied at
+ * deploy time (relative to the working directory).
  */
 export function buildFerryApp(app: App = new App(), options: BuildOptions = {}): { app: App; stack: FerryStack } {
   // Access logs are delivered by a bucket policy rather than the legacy LogDelivery ACL, which
@@ -350,10 +362,12 @@ export function buildFerryApp(app: App = new App(), options: BuildOptions = {}):
   if (app.node.tryGetContext(S3_LOGS_BY_POLICY) === undefined) app.node.setContext(S3_LOGS_BY_POLICY, true);
   const policy = String(app.node.tryGetContext('removalPolicy') ?? 'retain').toLowerCase();
   if (policy !== 'retain' && policy !== 'destroy') throw new Error(`context removalPolicy must be retain or destroy, not ${policy}`);
+  const inventoryFile = app.node.tryGetContext('inventory') as string | undefined;
   const stack = new FerryStack(app, options.stackName ?? 'Ferry', {
     description: 'Ferry: Cinder/Manila/Nova move operations as serverless functions',
     removalPolicy: policy === 'destroy' ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
     wiring: options.wiring,
+    ...(inventoryFile ? { inventory: inventoryForDeploy(resolve(inventoryFile)) } : {}),
   });
   if (options.nag ?? true) Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
   return { app, stack };

@@ -1,16 +1,17 @@
 /**
- * What the local stack seeds on every start (each seed is idempotent, so a restart changes
- * nothing): the volume backends and types, the share backends and type, the compute cells, hosts,
- * services, flavors, network and images (in S3).
+ * What the local stack applies on every start: the sandbox inventory (inventories/sandbox.yaml), or
+ * the file FERRY_INVENTORY names. An apply is idempotent, so a restart changes nothing; a data
+ * directory seeded before inventories existed holds exactly what the sandbox inventory names, so
+ * its first apply changes nothing either (test/integration/inventory.test.ts shows both).
  */
-import { seedComputeSandbox } from '../../functions/compute/seed.js';
-import { seedImages } from '../../functions/servers/images.js';
-import { seedShareSandbox } from '../../functions/shares/seed.js';
-import { seedVolumeSandbox } from '../../functions/volumes/seed.js';
+import { applyInventory } from '../../functions/inventory/apply.js';
+import { formatPlan } from '../../functions/inventory/plan.js';
+import { SANDBOX_INVENTORY, readInventoryFile } from '../inventory-file.js';
 
-export async function seedSandbox(dataDir: string): Promise<void> {
-  await seedVolumeSandbox({ dataDir });
-  await seedShareSandbox({ dataDir });
-  await seedComputeSandbox({ dataDir });
-  await seedImages();
+export async function seedSandbox(dataDir: string, options: { file?: string; log?: (line: string) => void } = {}): Promise<void> {
+  const file = options.file ?? (process.env.FERRY_INVENTORY || SANDBOX_INVENTORY);
+  const log = options.log ?? (() => {});
+  const result = await applyInventory(readInventoryFile(file), { target: 'local', dataDir });
+  if (result.plan.refusals.length > 0) throw new Error(`inventory ${file} cannot be applied:\n${formatPlan(result.plan).join('\n')}`);
+  if (result.done.length > 0) log(`inventory ${file}: ${formatPlan(result.plan).join('; ')}`);
 }

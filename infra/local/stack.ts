@@ -54,6 +54,8 @@ export interface LocalStackOptions {
   reconcile?: Partial<ReconcileSchedule>;
   /** Default: functions/audit/reconciler.ts `reconcile` (tests observe when it runs). */
   reconciler?: Reconcile;
+  /** The inventory file applied at start; default FERRY_INVENTORY, else inventories/sandbox.yaml. */
+  inventory?: string;
 }
 
 export interface LocalStack {
@@ -120,7 +122,7 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     setS3(undefined);
     setSfn(undefined);
 
-    await seedSandbox(dataDir);
+    await seedSandbox(dataDir, { file: options.inventory, log: options.quiet ? undefined : (line) => console.log(line) });
 
     const functions = options.functions ?? FUNCTIONS;
     const copyTasks = copyTaskIntegration({ logDir: join(dataDir, 'copy-tasks'), quiet: options.quiet });

@@ -9,23 +9,12 @@
 import { replicationDeviceProblems, type BackendConfig, type ReplicationDriver, type SnapshotDriver, type VolumeDriver } from './driver.js';
 import { ConfigurationError } from '../../core/errors.js';
 import { withFaults } from '../../core/faults.js';
+import { canonicalJson } from '../../core/canonical.js';
 import { LocalVolumeDriver } from './local.js';
 import { AwsEbsVolumeDriver } from './aws-ebs.js';
 import { clearReplicationEngines } from './local-replication.js';
 
 const cache = new Map<string, { configKey: string; driver: VolumeDriver }>();
-
-/** JSON with sorted keys: DynamoDB does not keep a map's key order, so plain JSON would differ per read. */
-function stableKey(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(stableKey).join(',')}]`;
-  if (value && typeof value === 'object') {
-    const entries = Object.entries(value as Record<string, unknown>)
-      .filter(([, v]) => v !== undefined)
-      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${stableKey(v)}`).join(',')}}`;
-  }
-  return JSON.stringify(value);
-}
 
 function build(config: BackendConfig, activeBackendId: string): VolumeDriver {
   // Every kind's replication_devices are checked here, so a misnamed target of an aws-ebs backend is
@@ -48,7 +37,7 @@ function build(config: BackendConfig, activeBackendId: string): VolumeDriver {
  * replication target a failover moved the backend to, so a restarted stack talks to the right site.
  */
 export function driverFor(config: BackendConfig, activeBackendId = ''): VolumeDriver {
-  const configKey = stableKey({ config, activeBackendId });
+  const configKey = canonicalJson({ config, activeBackendId });
   const cached = cache.get(config.host);
   if (cached && cached.configKey === configKey) return cached.driver;
   const driver = withFaults('volume', config.host, build(config, activeBackendId));

@@ -1,0 +1,191 @@
+/**
+ * `ferry inventory apply`: validate, read what is there, plan (plan.ts), and unless it is a dry run
+ * or something is refused, make the changes and record the document as the last applied
+ * inventory — conditional on the record read before, so two applies racing each other cannot both
+ * record (the second is told to run again; every write it made is one the next run finds done).
+ *
+ * Idempotent: a second apply of the same document plans no change and writes nothing.
+ */
+import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { db, isConditionFailure } from '../core/db.js';
+import { Conflict } from '../core/errors.js';
+import { tableName } from '../core/tables.js';
+import type { BackendConfig } from '../drivers/volume/driver.js';
+import type { ShareBackendConfig } from '../drivers/share/driver.js';
+import { getBackend } from '../volumes/backends.js';
+import { getShareBackend } from '../shares/repo.js';
+import * as compute from './compute.js';
+import { KINDS, planInventory, type Change, type Kind, type LiveView, type Plan, type View } from './plan.js';
+import { canonical, flavorFields, hostConfig, shareBackendConfig, typeFields, volumeBackendConfig } from './records.js';
+import { parseInventory, resolveRoots, type Inventory, type InventoryTarget } from './schema.js';
+import * as storage from './storage.js';
+
+const RECORD_KEY = { pk: 'INVENTORY', sk: 'APPLIED' };
+
+export interface AppliedRecord {
+  version: number;
+  appliedAt: string;
+  document: Inventory;
+}
+
+export async function lastApplied(): Promise<AppliedRecord | undefined> {
+  const item = (await db().send(new GetCommand({ TableName: tableName('volume'), Key: RECORD_KEY, ConsistentRead: true }))).Item;
+  return item ? { version: item.version as number, appliedAt: item.appliedAt as string, document: item.document as Inventory } : undefined;
+}
+
+/** Each kind's entries as keys with their canonical fields (records.ts), as plan.ts compares them. */
+export function desiredViews(inv: Inventory): Map<Kind, View> {
+  const hosts = inv.cells.flatMap((c) => c.hosts.map((h) => [h.host, canonical(hostConfig(c, h))] as const));
+  return new Map<Kind, View>([
+    ['project', new Map(inv.projects.map((p) => [p, canonical({})]))],
+    ['volume backend', new Map(inv.volumeBackends.map((b) => [b.host, canonical(volumeBackendConfig(b))]))],
+    ['volume type', new Map(inv.volumeTypes.map((t) => [t.name, canonical(typeFields(t))]))],
+    ['share backend', new Map(inv.shareBackends.map((b) => [b.host, canonical(shareBackendConfig(b))]))],
+    ['share type', new Map(inv.shareTypes.map((t) => [t.name, canonical(typeFields(t))]))],
+    ['cell', new Map(inv.cells.map((c) => [c.name, canonical({ table: c.table })]))],
+    ['compute host', new Map(hosts)],
+    ['flavor', new Map(inv.flavors.map((f) => [f.id, canonical(flavorFields(f))]))],
+    ['network', new Map(inv.networks.map((n) => [n.name, canonical({ cidr: n.cidr })]))],
+    ['image', new Map(inv.images.map((i) => [i.name, canonical({ sizeBytes: i.sizeBytes })]))],
+  ]);
+}
+
+async function liveViews(want: Map<Kind, View>, before: Map<Kind, Set<string>>): Promise<Map<Kind, LiveView>> {
+  const named = (kind: Kind) => [...(want.get(kind)?.keys() ?? []), ...(before.get(kind) ?? [])];
+  return new Map<Kind, LiveView>([
+    ['project', await compute.liveProjects(named('project'))],
+    ['volume backend', await storage.liveVolumeBackends()],
+    ['volume type', await storage.liveVolumeTypes()],
+    ['share backend', await storage.liveShareBackends()],
+    ['share type', await storage.liveShareTypes()],
+    ['cell', await compute.liveCells()],
+    ['compute host', await compute.liveHosts()],
+    ['flavor', await compute.liveFlavors()],
+    ['network', await compute.liveNetworks()],
+    ['image', await compute.liveImages(named('image'))],
+  ]);
+}
+
+/** The keys of each kind a document names (what an apply of it manages). */
+export function managedKeys(inv: Inventory | undefined): Map<Kind, Set<string>> {
+  const views = inv ? desiredViews(inv) : new Map<Kind, View>();
+  return new Map(KINDS.map((k) => [k, new Set(views.get(k)?.keys() ?? [])]));
+}
+
+export interface ApplyResult {
+  plan: Plan;
+  applied: boolean;
+  /** The changes made, in order (all of the plan's when applied). */
+  done: Change[];
+}
+
+export interface ApplyOptions {
+  target: InventoryTarget;
+  /** Makes relative roots absolute (the local stack's data directory). */
+  dataDir?: string;
+  dryRun?: boolean;
+}
+
+export async function applyInventory(document: unknown, options: ApplyOptions): Promise<ApplyResult> {
+  let inv = parseInventory(document, options.target);
+  if (options.dataDir) inv = resolveRoots(inv, options.dataDir);
+  const record = await lastApplied();
+  const before = managedKeys(record?.document);
+  const plan = planInventory(desiredViews(inv), await liveViews(desiredViews(inv), before), before);
+  if (options.dryRun || plan.refusals.length > 0) return { plan, applied: false, done: [] };
+  const done: Change[] = [];
+  for (const change of plan.changes) {
+    await execute(change, inv);
+    done.push(change);
+  }
+  if (plan.changes.length > 0 || !record || canonical(record.document) !== canonical(inv)) await recordApplied(inv, record?.version);
+  return { plan, applied: true, done };
+}
+
+async function recordApplied(document: Inventory, previousVersion: number | undefined): Promise<void> {
+  const version = (previousVersion ?? 0) + 1;
+  try {
+    await db().send(
+      new PutCommand({
+        TableName: tableName('volume'),
+        Item: { ...RECORD_KEY, version, appliedAt: new Date().toISOString(), document },
+        ConditionExpression: previousVersion === undefined ? 'attribute_not_exists(pk)' : 'version = :v',
+        ...(previousVersion === undefined ? {} : { ExpressionAttributeValues: { ':v': previousVersion } }),
+      }),
+    );
+  } catch (e) {
+    if (isConditionFailure(e)) throw new Conflict('another inventory apply recorded meanwhile: run this one again (it will find its own changes made)');
+    throw e;
+  }
+}
+
+async function execute(c: Change, inv: Inventory): Promise<void> {
+  const entry = <T extends { [k: string]: unknown }>(list: T[], field: keyof T) => list.find((x) => x[field] === c.key)!;
+  const cellOfHost = (doc: Inventory) => doc.cells.find((cell) => cell.hosts.some((h) => h.host === c.key))!;
+  switch (`${c.action} ${c.kind}`) {
+    case 'add project':
+    case 'update project':
+      return compute.addProject(c.key);
+    case 'add volume backend':
+      return storage.addVolumeBackend(entry(inv.volumeBackends, 'host'));
+    case 'update volume backend':
+      return storage.updateVolumeBackend(entry(inv.volumeBackends, 'host'));
+    case 'remove volume backend':
+      return storage.removeVolumeBackend((await getBackend(c.key)) as BackendConfig);
+    case 'add volume type':
+      return storage.addVolumeType(entry(inv.volumeTypes, 'name'));
+    case 'update volume type':
+      return storage.updateVolumeTypeFields(entry(inv.volumeTypes, 'name'));
+    case 'remove volume type':
+      return storage.removeVolumeType(c.key);
+    case 'add share backend':
+      return storage.addShareBackend(entry(inv.shareBackends, 'host'));
+    case 'update share backend':
+      return storage.updateShareBackend(entry(inv.shareBackends, 'host'));
+    case 'remove share backend':
+      return storage.removeShareBackend((await getShareBackend(c.key)) as ShareBackendConfig);
+    case 'add share type':
+      return storage.addShareType(entry(inv.shareTypes, 'name'));
+    case 'update share type':
+      return storage.updateShareTypeFields(entry(inv.shareTypes, 'name'));
+    case 'remove share type':
+      return storage.removeShareType(c.key);
+    case 'add cell':
+      return compute.addCell(entry(inv.cells, 'name'));
+    case 'add compute host': {
+      const cell = cellOfHost(inv);
+      return compute.addHost(cell, cell.hosts.find((h) => h.host === c.key)!);
+    }
+    case 'remove compute host':
+      return compute.removeHost(c.key);
+    case 'add flavor':
+      return compute.addFlavor(entry(inv.flavors, 'id'));
+    case 'remove flavor':
+      return compute.removeFlavor(c.key);
+    case 'add network':
+      return compute.addNetwork(entry(inv.networks, 'name'));
+    case 'add image':
+      return compute.addImage(entry(inv.images, 'name'));
+    case 'remove image':
+      return compute.removeImage(c.key);
+    default:
+      throw new Error(`inventory: no writer for ${c.action} ${c.kind} (plan.ts RULES allow it; add one here)`);
+  }
+}
+
+/** `ferry inventory show`: everything there now, kind by kind, marked when an inventory manages it and when it is in use. */
+export async function showInventory(): Promise<string[]> {
+  const record = await lastApplied();
+  const managed = managedKeys(record?.document);
+  const live = await liveViews(new Map(), managed);
+  const lines = [record ? `last applied: version ${record.version} at ${record.appliedAt}` : 'no inventory applied yet'];
+  for (const kind of KINDS) {
+    const view = live.get(kind)!;
+    lines.push(`${kind}s (${view.size}):`);
+    for (const [key, { inUse }] of [...view].sort(([a], [b]) => a.localeCompare(b))) {
+      const marks = [managed.get(kind)!.has(key) ? 'inventory' : 'api', ...(inUse ? [`in use: ${inUse}`] : [])];
+      lines.push(`  ${key}  [${marks.join('; ')}]`);
+    }
+  }
+  return lines;
+}

@@ -1,0 +1,55 @@
+/**
+ * `cdk deploy -c inventory=FILE`: the example AWS inventory synthesizes into one custom resource
+ * run by the wiring's deploy function, carrying the validated document; cdk-nag has nothing to say
+ * about it; an inventory with a local driver fails synth with the reason.
+ */
+import { resolve } from 'node:path';
+import { App } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import { beforeAll, expect, test } from 'vitest';
+import { INVENTORY_PROPERTY } from '../../functions/inventory/deploy.js';
+import type { Inventory } from '../../functions/inventory/schema.js';
+import { REPO_ROOT, buildFerryApp, type FerryStack } from '../../infra/aws/ferry-stack.js';
+
+const AWS_EXAMPLE = resolve(REPO_ROOT, 'inventories/aws-sandbox.yaml');
+let app: App;
+let stack: FerryStack;
+let resources: Record<string, { Type: string; Properties: Record<string, any> }>;
+
+beforeAll(() => {
+  app = new App({ context: { inventory: AWS_EXAMPLE } });
+  ({ stack } = buildFerryApp(app, { nag: false }));
+  resources = Template.fromStack(stack).toJSON().Resources;
+}, 240_000);
+
+test('one inventory resource, applied by the deploy function through the provider, with the document as validated', () => {
+  const custom = Object.values(resources).filter((r) => r.Type === 'Custom::FerryInventory');
+  expect(custom).toHaveLength(1);
+  const doc = JSON.parse(custom[0]!.Properties[INVENTORY_PROPERTY]) as Inventory;
+  expect(doc.volumeBackends.map((b) => b.host)).toEqual(['ferry@ebs-a', 'ferry@ebs-b', 'ferry@ebs-multi']);
+  // Validated with the AWS rules: defaults filled in, no local volume or compute driver.
+  expect(doc.cells).toEqual([]);
+  expect(doc.volumeBackends.every((b) => b.driver === 'aws-ebs')).toBe(true);
+  expect(doc.shareBackends.every((b) => b.root.startsWith('/mnt/ferry-shares/'))).toBe(true);
+  const token = JSON.stringify(custom[0]!.Properties.ServiceToken);
+  const provider = Object.entries(resources).find(([id, r]) => r.Type === 'AWS::Lambda::Function' && id.startsWith('InventoryProviderframeworkonEvent'));
+  expect(provider).toBeDefined();
+  expect(token).toContain(provider![0]);
+  expect(JSON.stringify(provider![1].Properties.Environment)).toContain(stack.resolve(stack.getLogicalId(stack.functions.get('inventory-apply')!.node.defaultChild as never)));
+});
+
+test('cdk-nag reports nothing unacknowledged on the inventory resource', () => {
+  const report = new AwsSolutionsChecks().validateScope(app);
+  const findings = report.violations.flatMap((v) => v.violatingResources.map((r) => `${v.severity} ${v.ruleName} at ${r.constructPath}`));
+  expect(findings).toEqual([]);
+});
+
+test('an inventory with a local driver fails synth with the reason', () => {
+  const sandbox = new App({ context: { inventory: resolve(REPO_ROOT, 'inventories/sandbox.yaml') } });
+  expect(() => buildFerryApp(sandbox, { nag: false })).toThrow(/volume backend ferry@lvm-a: driver local keeps volumes in one Lambda's \/tmp; on AWS use aws-ebs/);
+});
+
+test('without the context there is no inventory resource', () => {
+  expect(Object.values(Template.fromStack(buildFerryApp(new App(), { nag: false }).stack).toJSON().Resources).filter((r: any) => r.Type === 'Custom::FerryInventory')).toEqual([]);
+});
