@@ -40,7 +40,9 @@ export function acknowledgeFunction(scope: AcknowledgementScope, fn: IFunction, 
     id: 'AwsSolutions-L1',
     reason: 'nodejs22.x is a supported Lambda runtime chosen on purpose: the same code runs unchanged on the local stack (Node 20/22); move to the newest runtime deliberately, not by lint.',
   });
-  if (f.mountsShareStorage) {
+  // Only a function that really mounts (in the VPC): without share backends (FerryStack
+  // shareBackends false) it has neither the VPC role nor the EFS grant these reasons speak of.
+  if (f.mountsShareStorage && fn.isBoundToVpc) {
     // Replaces the Resource::* reason above: a mounting function also has the EFS ClientMount grant.
     for (const [id, reason] of Object.entries(CopyWorker.FUNCTION_ACKNOWLEDGEMENTS)) v.acknowledge({ id, reason });
   }

@@ -74,6 +74,21 @@ export const RUN_TASK_SYNC = 'arn:aws:states:::ecs:runTask.sync';
 /** The EventBridge rule Step Functions manages to learn that a task it started has stopped. */
 export const ECS_TASK_EVENTS_RULE = 'StepFunctionsGetEventsForECSTaskRule';
 
+/**
+ * The context key that says whether the deployment has share backends (`-c shareBackends=false`).
+ * Without them nothing needs the share storage, and its fixed cost (the interface endpoints, about
+ * $58 a month idle) buys nothing: FerryStack then creates no copy worker at all.
+ */
+export const SHARE_BACKENDS_CONTEXT = 'shareBackends';
+
+/** `shareBackends` from the context: true (the default) or false, as a boolean or as the CLI's string. */
+export function shareBackendsFromContext(scope: Construct): boolean {
+  const raw: unknown = scope.node.tryGetContext(SHARE_BACKENDS_CONTEXT);
+  if (raw === undefined || raw === true || raw === 'true') return true;
+  if (raw === false || raw === 'false') return false;
+  throw new Error(`context ${SHARE_BACKENDS_CONTEXT} must be true or false, not ${String(raw)}`);
+}
+
 /** What a function that starts the copy task gets in its environment. */
 export const COPY_ENV = {
   cluster: 'FERRY_COPY_CLUSTER',

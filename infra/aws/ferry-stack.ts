@@ -27,11 +27,12 @@ import { DefinitionBody, LogLevel, StateMachine } from 'aws-cdk-lib/aws-stepfunc
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { Construct } from 'constructs';
 import { acknowledgeFunction, acknowledgeStateMachine, type AcknowledgementScope } from './acknowledgements.js';
-import { CopyWorker, RUN_TASK_SYNC } from './copy-worker.js';
+import { CopyWorker, RUN_TASK_SYNC, shareBackendsFromContext } from './copy-worker.js';
 import { grantVolumeDrivers } from './driver-permissions.js';
-import { addInventoryResource, inventoryForDeploy } from './inventory-resource.js';
+import { addInventoryResource, inventoryForDeploy, shareBackendsFor } from './inventory-resource.js';
 import type { Inventory } from '../../functions/inventory/schema.js';
 import { addHttpApi } from './http-api.js';
+import { addMonitoring } from './monitoring.js';
 import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName, type TableKey } from '../../functions/core/tables.js';
 import { FUNCTIONS, STATE_MACHINES, stateMachineEnvName, substitutionKey, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
 
@@ -75,6 +76,12 @@ export interface FerryStackProps extends StackProps {
   readonly wiring?: FerryWiring;
   /** Applied at deploy time by the wiring's `deploy` function (context `inventory=FILE`). @default none */
   readonly inventory?: Inventory;
+  /**
+   * Whether the deployment has share backends. When false the stack has no share storage and no
+   * copy worker (no VPC, EFS, interface endpoints, ECS); the share functions deploy outside any VPC.
+   * @default context `shareBackends`, else true
+   */
+  readonly shareBackends?: boolean;
 }
 
 /** What the stack is generated from: the wiring table, or a test's fixture of the same shape. */
@@ -93,12 +100,14 @@ export class FerryStack extends Stack implements AcknowledgementScope {
   readonly httpApi?: HttpApi;
   /** The share storage (VPC, EFS) and the copy task; only when a function or a machine needs them. */
   readonly copyWorker?: CopyWorker;
+  readonly shareBackends: boolean;
   readonly wiring: FerryWiring;
 
   constructor(scope: Construct, id: string, props: FerryStackProps = {}) {
     super(scope, id, props);
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
     this.wiring = props.wiring ?? { functions: FUNCTIONS, stateMachines: STATE_MACHINES };
+    this.shareBackends = props.shareBackends ?? shareBackendsFromContext(this);
 
     for (const t of TABLES) this.tables.set(t.key, this.addTable(t.key, removalPolicy));
     this.bucket = this.addBucket(removalPolicy);
@@ -116,6 +125,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
       new CfnOutput(this, 'CopyClusterArn', { value: this.copyWorker.cluster.clusterArn, description: 'ECS cluster of the copy worker (FERRY_COPY_CLUSTER)' });
       new CfnOutput(this, 'CopyTaskDefinitionArn', { value: this.copyWorker.taskDefinition.taskDefinitionArn, description: 'Fargate task definition of the copy worker (FERRY_COPY_TASK_DEFINITION)' });
     }
+    addMonitoring(this);
   }
 
   private addTable(key: TableKey, removalPolicy: RemovalPolicy): Table {
@@ -179,7 +189,8 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     for (const machine of [...(f.starts ?? []), ...(f.describes ?? [])]) environment[stateMachineEnvName(machine)] = this.stateMachineArn(machine);
     if (f.usesBucket) environment[BUCKET_ENV] = this.bucket.bucketName;
     if (f.kind === 'authorizer') environment[AUTH_MODE_ENV] = 'token';
-    const copyWorker = f.mountsShareStorage ? this.requireCopyWorker(`function ${f.name} has mountsShareStorage`) : undefined;
+    // Without share backends there is nothing to mount: the function deploys outside any VPC.
+    const copyWorker = f.mountsShareStorage && this.shareBackends ? this.requireCopyWorker(`function ${f.name} has mountsShareStorage`) : undefined;
     if (copyWorker) Object.assign(environment, copyWorker.functionEnvironment());
 
     const id = `Fn${pascal(f.name)}`;
@@ -283,7 +294,8 @@ export class FerryStack extends Stack implements AcknowledgementScope {
       },
     });
     for (const fn of invoked) fn.grantInvoke(machine);
-    if (readFileSync(file, 'utf8').includes(RUN_TASK_SYNC)) {
+    // Without share backends no migration can reach the copy step, so the machine gets no RunTask rights.
+    if (this.shareBackends && readFileSync(file, 'utf8').includes(RUN_TASK_SYNC)) {
       this.requireCopyWorker(`state machine ${m.name} uses ${RUN_TASK_SYNC}`).grantRunTaskSync(machine);
     }
     acknowledgeStateMachine(machine, invoked);
@@ -292,19 +304,20 @@ export class FerryStack extends Stack implements AcknowledgementScope {
 
   /**
    * The share storage (VPC, EFS) and the copy worker's Fargate task (infra/aws/copy-worker.ts),
-   * when the wiring asks for them: a function with `mountsShareStorage`, or a machine whose ASL
-   * runs `ecs:runTask.sync`. Those machines get the run permissions in addStateMachine; the task
-   * parameters reach them at run time from a step function (FERRY_COPY_*; migration-steps), not as
-   * substitutions. ContainerImage.fromAsset only copies the build context at synth, so synth stays
-   * Docker-free; Docker builds the image at deploy.
+   * when the deployment has share backends and the wiring asks for them: a function with
+   * `mountsShareStorage`, or a machine whose ASL runs `ecs:runTask.sync`. Those machines get the
+   * run permissions in addStateMachine; the task parameters reach them at run time from a step
+   * function (FERRY_COPY_*; migration-steps), not as substitutions. ContainerImage.fromAsset only
+   * copies the build context at synth, so synth stays Docker-free; Docker builds the image at deploy.
    */
   private addCopyWorker(removalPolicy: RemovalPolicy): CopyWorker | undefined {
     const needed =
-      this.wiring.functions.some((f) => f.mountsShareStorage) ||
+      this.shareBackends &&
+      (this.wiring.functions.some((f) => f.mountsShareStorage) ||
       this.wiring.stateMachines.some((m) => {
         const file = resolve(REPO_ROOT, m.file);
         return existsSync(file) && readFileSync(file, 'utf8').includes(RUN_TASK_SYNC);
-      });
+      }));
     if (!needed) return undefined;
     return new CopyWorker(this, 'CopyWorker', {
       shareTable: this.table('share', 'copy-worker'),
@@ -363,11 +376,12 @@ export function buildFerryApp(app: App = new App(), options: BuildOptions = {}):
   const policy = String(app.node.tryGetContext('removalPolicy') ?? 'retain').toLowerCase();
   if (policy !== 'retain' && policy !== 'destroy') throw new Error(`context removalPolicy must be retain or destroy, not ${policy}`);
   const inventoryFile = app.node.tryGetContext('inventory') as string | undefined;
+  const inventory = inventoryFile ? inventoryForDeploy(resolve(inventoryFile)) : undefined;
   const stack = new FerryStack(app, options.stackName ?? 'Ferry', {
     description: 'Ferry: Cinder/Manila/Nova move operations as serverless functions',
     removalPolicy: policy === 'destroy' ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
     wiring: options.wiring,
-    ...(inventoryFile ? { inventory: inventoryForDeploy(resolve(inventoryFile)) } : {}),
+    ...(inventory ? { inventory, shareBackends: shareBackendsFor(app, inventory) } : {}),
   });
   if (options.nag ?? true) Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
   return { app, stack };

@@ -1,7 +1,7 @@
 /**
  * The HTTP API in front of the api functions of the wiring table: one route pair (`<prefix>` and
  * `<prefix>/{proxy+}`) per api function behind the one token authorizer, public GET routes for
- * version discovery, access logs to CloudWatch.
+ * version discovery, access logs to CloudWatch, default route throttling on the stage.
  */
 import { CfnOutput, Duration, RemovalPolicy, Stack, Validations } from 'aws-cdk-lib';
 import { HttpApi, HttpMethod, HttpStage, LogGroupLogDestination } from 'aws-cdk-lib/aws-apigatewayv2';
@@ -14,6 +14,31 @@ import { substitutionKey, type FunctionWiring } from '../../functions/wiring.js'
 
 /** The header the HTTP API passes to the authorizer (the OpenStack clients send it). */
 export const AUTH_HEADER = 'X-Auth-Token';
+/** The one stage; its name is also the `Stage` dimension of the API's metrics (monitoring.ts). */
+export const HTTP_STAGE_NAME = '$default';
+
+/**
+ * Default route throttling of the stage, requests per second and burst. Without it one client in
+ * a loop could take the whole regional API Gateway quota (shared by every API of the account) and
+ * the account's Lambda concurrency. Ferry's callers are OpenStack CLIs and operators' tools, well
+ * under 100 requests per second (each write starts a state machine); a client over the limit gets
+ * 429 Too Many Requests. Override with `-c apiRateLimit=N -c apiBurstLimit=N`.
+ */
+export const API_RATE_LIMIT = 100;
+export const API_BURST_LIMIT = 200;
+export const API_RATE_LIMIT_CONTEXT = 'apiRateLimit';
+export const API_BURST_LIMIT_CONTEXT = 'apiBurstLimit';
+
+/** A limit from the context (a number, or the CLI's string), or the default; the burst is a whole number. */
+function limitFromContext(stack: Stack, key: string, fallback: number, whole: boolean): number {
+  const raw: unknown = stack.node.tryGetContext(key);
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n <= 0 || (whole && !Number.isInteger(n))) {
+    throw new Error(`context ${key} must be a positive ${whole ? 'whole ' : ''}number, not ${String(raw)}`);
+  }
+  return n;
+}
 
 const pascal = (name: string) => substitutionKey(name).slice(2);
 
@@ -35,8 +60,12 @@ export function addHttpApi(stack: Stack, wiring: readonly FunctionWiring[], depl
   const accessLogs = new LogGroup(stack, 'HttpApiAccessLogs', { retention: logRetention, removalPolicy: RemovalPolicy.DESTROY });
   const stage = new HttpStage(stack, 'HttpApiStage', {
     httpApi: api,
-    stageName: '$default',
+    stageName: HTTP_STAGE_NAME,
     autoDeploy: true,
+    throttle: {
+      rateLimit: limitFromContext(stack, API_RATE_LIMIT_CONTEXT, API_RATE_LIMIT, false),
+      burstLimit: limitFromContext(stack, API_BURST_LIMIT_CONTEXT, API_BURST_LIMIT, true),
+    },
     accessLogSettings: {
       destination: new LogGroupLogDestination(accessLogs),
       format: AccessLogFormat.jsonWithStandardFields(),

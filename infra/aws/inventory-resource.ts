@@ -5,7 +5,7 @@
  * applied after every table, bucket and function exists, so a fresh deploy is usable at once, and
  * again on every deploy whose document changed.
  */
-import { CustomResource, RemovalPolicy, Validations, type Stack } from 'aws-cdk-lib';
+import { CustomResource, RemovalPolicy, Validations, type App, type Stack } from 'aws-cdk-lib';
 import type { IFunction } from 'aws-cdk-lib/aws-lambda';
 import { LogGroup, type RetentionDays } from 'aws-cdk-lib/aws-logs';
 import { Provider } from 'aws-cdk-lib/custom-resources';
@@ -13,6 +13,7 @@ import { INVENTORY_PROPERTY } from '../../functions/inventory/deploy.js';
 import { parseInventory, type Inventory } from '../../functions/inventory/schema.js';
 import { readInventoryFile } from '../inventory-file.js';
 import { logicalIdOf } from './acknowledgements.js';
+import { shareBackendsFromContext } from './copy-worker.js';
 
 /** Reads and validates an inventory file for a deployment; a problem fails synth with its path in the document. */
 export function inventoryForDeploy(file: string): Inventory {
@@ -35,3 +36,17 @@ export function addInventoryResource(stack: Stack, onEvent: IFunction, inventory
     properties: { [INVENTORY_PROPERTY]: JSON.stringify(inventory) },
   });
 }
+
+/**
+ * With an inventory, the share storage (VPC, EFS, the copy worker and its interface endpoints, about
+ * $58 a month idle) exists only when it names share backends; context `shareBackends=false` with an
+ * inventory that names some is a contradiction, refused at synth.
+ */
+export function shareBackendsFor(app: App, inventory: Inventory): boolean {
+  const wanted = inventory.shareBackends.length > 0;
+  if (app.node.tryGetContext('shareBackends') !== undefined && shareBackendsFromContext(app) !== wanted) {
+    throw new Error(`context shareBackends=${String(!wanted)} contradicts the inventory, which names ${inventory.shareBackends.length} share backend(s): leave shareBackends out`);
+  }
+  return wanted;
+}
+

@@ -13,5 +13,6 @@ export async function seedSandbox(dataDir: string, options: { file?: string; log
   const log = options.log ?? (() => {});
   const result = await applyInventory(readInventoryFile(file), { target: 'local', dataDir });
   if (result.plan.refusals.length > 0) throw new Error(`inventory ${file} cannot be applied:\n${formatPlan(result.plan).join('\n')}`);
-  if (result.done.length > 0) log(`inventory ${file}: ${formatPlan(result.plan).join('; ')}`);
+  // One line: what it did in sum (`ferry inventory show` lists everything).
+  if (result.done.length > 0) log(`inventory ${file}: ${formatPlan(result.plan).at(-1)}`);
 }

@@ -26,25 +26,8 @@ export async function cinderCli(endpoint: string, user: string, project: string,
   }
 }
 
-/** Parses a prettytable of `| Property | Value |` rows into an object (later tables of the output are merged in). */
-export function parsePropertyTable(out: string): Record<string, string> {
-  const props: Record<string, string> = {};
-  for (const line of out.split('\n')) {
-    const m = /^\|\s*(.*?)\s*\|\s*(.*?)\s*\|$/.exec(line.trim());
-    if (!m || m[1] === 'Property') continue;
-    props[m[1]!] = m[2]!;
-  }
-  return props;
-}
-
-/** Parses a list table into rows keyed by the header cells. */
-export function parseListTable(out: string): Record<string, string>[] {
-  const lines = out.split('\n').map((l) => l.trim()).filter((l) => l.startsWith('|'));
-  if (lines.length === 0) return [];
-  const cells = (l: string) => l.slice(1, -1).split('|').map((c) => c.trim());
-  const header = cells(lines[0]!);
-  return lines.slice(1).map((l) => Object.fromEntries(cells(l).map((c, i) => [header[i], c])));
-}
+// The same parsers the smoke test (scripts/smoke) reads the CLIs' tables with.
+export { parseListTable, parsePropertyTable } from '../../scripts/smoke/cli.js';
 
 /** Runs `manila` in bypass-url/token mode (reference §4.1): X-Auth-Token `<user>:<project>`, endpoint `<url>/share/v2`. */
 export async function manilaCli(endpoint: string, token: string, args: string[]): Promise<CliResult> {
