@@ -79,7 +79,8 @@ async function finishIntents(before: Date): Promise<RepairRecord[]> {
   for (const r of [...(await recoverPendingConnects({ before })), ...(await recoverPendingDisconnects({ before }))]) out.push(fromAttachmentRepair(r));
   // Snapshots a crashed POST/DELETE /snapshots left creating or deleting (functions/snapshots/recovery.ts).
   for (const r of await recoverPendingSnapshots({ before })) {
-    out.push({ kind: 'pending-snapshot', resource: `snapshot ${r.snapshotId}`, saw: r.detail, did: r.action, outcome: r.action.endsWith('failed') ? 'failed' : 'repaired' });
+    const outcome = r.action === 'pending' ? 'left' : r.action.endsWith('failed') ? 'failed' : 'repaired';
+    out.push({ kind: 'pending-snapshot', resource: `snapshot ${r.snapshotId}`, saw: r.detail, did: r.action === 'pending' ? 'nothing yet: the backend is still making it; the next run looks again' : r.action, outcome });
   }
   // Extends a crashed os-extend left extending (functions/volumes/recovery.ts).
   for (const r of await recoverPendingExtends({ before })) {

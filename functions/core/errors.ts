@@ -98,6 +98,18 @@ export class DriverError extends FerryError {
 }
 
 /**
+ * A backend accepted the work but has not finished it (an EBS volume still `creating`, a detach
+ * still `detaching`, a snapshot still `pending`): nothing failed. A state machine Task runs the
+ * step again after a wait (its BackendNotReady retrier, infra/asl/policy.ts), so no function waits
+ * on the backend; the driver call is idempotent, so the next run carries on from where it is.
+ */
+export class BackendNotReady extends FerryError {
+  constructor(message: string, options?: { cause?: unknown; context?: Record<string, unknown> }) {
+    super(503, 'computeFault', message, options);
+  }
+}
+
+/**
  * Ferry's own configuration or wiring is wrong (an unknown driver kind, a function missing from the
  * wiring table, a malformed FERRY_* variable): an operator fixes it; no request of a client caused it.
  */

@@ -8,7 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import { DriverError } from './errors.js';
+import { BackendNotReady, DriverError } from './errors.js';
 
 export const FAULTS_ENV = 'FERRY_FAULTS';
 
@@ -27,8 +27,10 @@ export const faultSpecSchema = z.object({
    * call (the call never returns, even after the fault is cleared); crash-after: the real call
    * runs, then the process "dies" (its effect is made, nothing after it runs). The crash modes
    * model a kill -9 at that instant: a test stops the stack after one and starts it again.
+   * not-ready-after: the real call runs (its work is started), then BackendNotReady, as a cloud
+   * backend answers while a change is still in progress (the state machine waits and calls again).
    */
-  mode: z.enum(['fail', 'hang', 'fail-after', 'crash', 'crash-after']),
+  mode: z.enum(['fail', 'hang', 'fail-after', 'crash', 'crash-after', 'not-ready-after']),
   /** How many calls the fault applies to; unlimited when omitted. */
   times: z.number().int().positive().optional(),
   /** How many matching calls pass untouched (and uncounted) before the fault applies: a crash test aims at the n-th call. */
@@ -56,6 +58,8 @@ export type FaultCallOutcome =
   | 'injected-fail'
   /** The real method ran and succeeded, then a 'fail-after' fault threw. */
   | 'injected-fail-after'
+  /** The real method ran, then a 'not-ready-after' fault answered BackendNotReady. */
+  | 'injected-not-ready'
   /** A crash fault stopped the caller here for good (before the call, or after it for 'crash-after'). */
   | 'crashed';
 
@@ -216,6 +220,10 @@ async function callWithFault(
     throw injectedError(kind, backend, method, fault);
   }
   if (fault.mode === 'crash-after') return crashHere(entry);
+  if (fault.mode === 'not-ready-after') {
+    entry.outcome = 'injected-not-ready';
+    throw new BackendNotReady(fault.message ?? `injected: ${kind}.${method} on ${backend} is not finished yet`, { context: { kind, backend, method, faultId: fault.id } });
+  }
   entry.outcome = 'ok';
   return result;
 }

@@ -7,6 +7,7 @@
  * finished — the create made again and recorded available, the delete made again and the record
  * removed — or, when the backend refuses, put in the error state the API call would have recorded.
  */
+import { BackendNotReady } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { isSnapshotDriver } from '../drivers/volume/registry.js';
 import { driverForHost } from '../volumes/backends.js';
@@ -14,8 +15,8 @@ import { listSnapshots, removeSnapshotRecord, updateSnapshot } from './repo.js';
 
 export interface SnapshotRecovery {
   snapshotId: string;
-  /** created / deleted: finished; create-failed / delete-failed: the backend refused, the error state recorded. */
-  action: 'created' | 'deleted' | 'create-failed' | 'delete-failed';
+  /** created / deleted: finished; create-failed / delete-failed: the backend refused, the error state recorded; pending: the backend is still at it. */
+  action: 'created' | 'deleted' | 'create-failed' | 'delete-failed' | 'pending';
   detail: string;
 }
 
@@ -37,6 +38,11 @@ export async function recoverPendingSnapshots(options: { before: Date }): Promis
       }
       out.push({ snapshotId: s.id, action: creating ? 'created' : 'deleted', detail: `a ${creating ? 'create' : 'delete'} left ${s.status} since ${s.updatedAt}, finished` });
     } catch (e) {
+      if (e instanceof BackendNotReady) {
+        // Not a failure: the next pass looks again.
+        out.push({ snapshotId: s.id, action: 'pending', detail: e.message });
+        continue;
+      }
       const reason = e instanceof Error ? e.message : String(e);
       logger.error(`snapshot ${creating ? 'create' : 'delete'} left by a crash could not be finished`, { snapshotId: s.id, error: e as Error });
       await updateSnapshot(s.id, { type: creating ? 'create-failed' : 'delete-failed', at, reason });

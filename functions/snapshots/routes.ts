@@ -9,7 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type RouteSpec } from '../core/api.js';
-import { BadRequest, InvariantViolation, NotFound } from '../core/errors.js';
+import { BackendNotReady, BadRequest, InvariantViolation, NotFound } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { allowed, authorize, registerPolicies } from '../core/policy.js';
 import { isSnapshotDriver } from '../drivers/volume/registry.js';
@@ -134,11 +134,14 @@ async function createSnapshotRoute(req: ApiRequest) {
     version: 1,
   };
   await insertSnapshot(snapshot, inUseAllowed || r.force === true);
-  let result: Snapshot;
+  let result: Snapshot = snapshot;
   try {
     await driver.createSnapshot(v.backendName, snapshot.backendName);
     result = await updateSnapshot(id, { type: 'created', at: now() });
   } catch (e) {
+    // An EBS snapshot takes minutes: it stays `creating` (upstream answers 202 creating too) and
+    // the reconciler's pass over pending snapshots finishes it (snapshots/recovery.ts).
+    if (e instanceof BackendNotReady) return json(202, { snapshot: snapshotView(req, result, true) });
     logger.error('snapshot create failed on the backend', { snapshotId: id, error: e as Error });
     result = await updateSnapshot(id, { type: 'create-failed', at: now(), reason: e instanceof Error ? e.message : String(e) });
   }

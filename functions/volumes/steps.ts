@@ -13,7 +13,7 @@ import { createHash } from 'node:crypto';
 import type { AuthContext } from '../core/auth.js';
 import { db, isConditionFailure, withRetries } from '../core/db.js';
 import { tableName } from '../core/tables.js';
-import { BadRequest, Conflict, DriverError, reasonOf, type CaughtError } from '../core/errors.js';
+import { BackendNotReady, BadRequest, Conflict, DriverError, reasonOf, type CaughtError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import type { VolumeDriver } from '../drivers/volume/driver.js';
 import { isReplicationDriver } from '../drivers/volume/registry.js';
@@ -135,6 +135,8 @@ export async function rollbackCreate(volumeId: string, error: CaughtError | unde
       await driver.deleteVolume(v.backendName);
       await updateVolume(volumeId, { type: 'backend-object-released', at: now() });
     } catch (e) {
+      // The backend is still at it (an EBS volume still creating): the machine runs the rollback again after its wait.
+      if (e instanceof BackendNotReady) throw e;
       objectGone = false;
       reason = `${reason} (rollback could not delete ${v.backendName}: ${e instanceof Error ? e.message : String(e)}; capacity kept held until the volume is deleted)`;
       logger.error('rollback could not delete the backend object', { volumeId, error: e as Error });

@@ -5,7 +5,7 @@
  * which every machine's overall timeout must cover.
  */
 import { FUNCTIONS, substitutionKey, type FunctionWiring } from '../../functions/wiring.js';
-import { CATCH_ERRORS, CATCH_RESULT_PATHS, COPY_TASK_RESOURCE, COPY_TASK_TIMEOUT_SECONDS, LAMBDA_INVOKE_MARGIN_SECONDS, RETRIERS, type MachinePolicy, type Retrier, type RetrierName } from './policy.js';
+import { BACKEND_WAIT, CATCH_ERRORS, CATCH_RESULT_PATHS, COPY_TASK_RESOURCE, COPY_TASK_TIMEOUT_SECONDS, LAMBDA_INVOKE_MARGIN_SECONDS, RETRIERS, type MachinePolicy, type Retrier, type RetrierName } from './policy.js';
 import { allStates, isObject, type Json, type JsonObject } from './subset.js';
 
 /** A function's timeout when its wiring entry sets none (as in infra/aws and infra/local). */
@@ -24,6 +24,12 @@ function functionOf(state: JsonObject, functions: readonly FunctionWiring[]): Fu
 export function retrierOf(policy: MachinePolicy, stateName: string, state: JsonObject): RetrierName {
   if (state.Resource === COPY_TASK_RESOURCE) return 'copyTaskLaunch';
   return policy.tasks?.[stateName] ?? policy.retrier;
+}
+
+/** The Retry a Task must have: BACKEND_WAIT first when the machine lists it in `waits`, then its retrier. */
+export function retryOf(policy: MachinePolicy, stateName: string, state: JsonObject): Retrier[] {
+  const own = RETRIERS[retrierOf(policy, stateName, state)];
+  return policy.waits?.includes(stateName) ? [BACKEND_WAIT, own] : [own];
 }
 
 const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
@@ -52,8 +58,8 @@ export function policyDrift(definition: JsonObject, policy: MachinePolicy, funct
     }
     tasks.add(leaf(name));
     const retrier = retrierOf(policy, leaf(name), state);
-    const want = [RETRIERS[retrier]];
-    if (!same(state.Retry, want)) problems.push(`${name}: Retry is ${JSON.stringify(state.Retry ?? null)}, the policy's ${retrier} retrier is ${JSON.stringify(want)}`);
+    const want = retryOf(policy, leaf(name), state);
+    if (!same(state.Retry, want)) problems.push(`${name}: Retry is ${JSON.stringify(state.Retry ?? null)}, the policy's ${want.length > 1 ? 'BackendNotReady wait and ' : ''}${retrier} retrier is ${JSON.stringify(want)}`);
     for (const field of ['HeartbeatSeconds', 'HeartbeatSecondsPath', 'TimeoutSecondsPath']) {
       if (field in state) problems.push(`${name}: ${field} is not in the policy; a Task has a fixed TimeoutSeconds`);
     }
@@ -96,7 +102,7 @@ export function applyPolicy(definition: JsonObject, policy: MachinePolicy): Json
     if (state.Type !== 'Task') return state;
     const fields: JsonObject = {};
     if (state.Resource === COPY_TASK_RESOURCE) fields.TimeoutSeconds = COPY_TASK_TIMEOUT_SECONDS;
-    fields.Retry = [RETRIERS[retrierOf(policy, name, state)] as unknown as Json];
+    fields.Retry = retryOf(policy, name, state) as unknown as Json;
     return insertBefore(state, fields, ['Catch', 'Next', 'End']);
   });
 }

@@ -76,6 +76,15 @@ export const RETRIERS = {
 export type RetrierName = keyof typeof RETRIERS;
 
 /**
+ * A cloud backend works asynchronously (an EBS volume `creating`, a detach `detaching`): a driver
+ * call that finds its work accepted but unfinished throws BackendNotReady (functions/core/errors.ts)
+ * instead of waiting, and the Task runs again after this wait, with no function running meanwhile.
+ * 20 s apart, up to an hour: a new or detached EBS volume settles in seconds to a minute. It comes
+ * before the Task's own retrier, in the Tasks a machine lists in `waits`.
+ */
+export const BACKEND_WAIT = { ErrorEquals: ['BackendNotReady'], IntervalSeconds: 20, MaxAttempts: 180, BackoffRate: 1 } as const satisfies Retrier;
+
+/**
  * A Catch is one catcher of every error (`States.ALL`), writing it where the next step reads it:
  * `$.error` from a step, `$.rollbackError` from a step that is itself undoing an `$.error` (a
  * compensation whose own failure must not overwrite the error it was undoing).
@@ -108,6 +117,8 @@ export interface MachinePolicy {
   readonly retrier: RetrierName;
   /** Tasks (by state name) that take another retrier. */
   readonly tasks?: Readonly<Record<string, RetrierName>>;
+  /** Tasks (by state name) whose driver calls may find the backend not ready: BACKEND_WAIT first. */
+  readonly waits?: readonly string[];
   /**
    * What the worst-case bound cannot read from the ASL: how often a state in a loop may run
    * (`runs`), and how many items a Map is sized for (`mapItems`).
@@ -141,8 +152,9 @@ export const MIGRATION_COPY_RUNS = 3;
 export const MIGRATION_DRIVER_POLLS = 2000;
 
 export const MACHINE_POLICIES: Readonly<Record<StateMachineName, MachinePolicy>> = {
-  'volume-create': storageFlow,
-  'volume-delete': storageFlow,
+  /** Creating (and, in the rollback, deleting) the backend volume waits for the backend. */
+  'volume-create': { ...storageFlow, waits: ['CreateOnBackend', 'Rollback'] },
+  'volume-delete': { ...storageFlow, waits: ['DeleteOnBackend'] },
   /**
    * 10,000 volumes are 50 batches, 13 rounds of 4 at MaxConcurrency 4; with every batch at its
    * 600 s timeout on all 4 attempts that is 9.2 hours in all. Three days: room for eight times

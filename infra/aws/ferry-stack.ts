@@ -20,7 +20,7 @@ import { Rule, Schedule } from 'aws-cdk-lib/aws-events';
 import { LambdaFunction } from 'aws-cdk-lib/aws-events-targets';
 import { PolicyStatement } from 'aws-cdk-lib/aws-iam';
 import { Architecture, Runtime, Tracing, type IFunction } from 'aws-cdk-lib/aws-lambda';
-import { NodejsFunction, OutputFormat } from 'aws-cdk-lib/aws-lambda-nodejs';
+import { NodejsFunction, OutputFormat, type BundlingOptions } from 'aws-cdk-lib/aws-lambda-nodejs';
 import { LogGroup, RetentionDays } from 'aws-cdk-lib/aws-logs';
 import { BlockPublicAccess, Bucket, BucketEncryption, ObjectOwnership } from 'aws-cdk-lib/aws-s3';
 import { DefinitionBody, LogLevel, StateMachine } from 'aws-cdk-lib/aws-stepfunctions';
@@ -60,6 +60,23 @@ export const AUTH_MODE_ENV = 'FERRY_AUTH_MODE';
  * them one, built from the bundle's own URL.
  */
 export const ESM_REQUIRE_BANNER = "import { createRequire as __ferryCreateRequire } from 'node:module'; const require = __ferryCreateRequire(import.meta.url);";
+
+/**
+ * How every function is bundled. `keepNames`: an error's `name` is its class name (errors.ts), and
+ * the state machines' Retry and Catch match on it (`DriverError`, `ConcurrentModification`,
+ * `BackendNotReady`); minified without it, a class is renamed and no retrier would ever match.
+ */
+export const LAMBDA_BUNDLING: BundlingOptions = {
+  format: OutputFormat.ESM,
+  target: 'node22',
+  mainFields: ['module', 'main'],
+  banner: ESM_REQUIRE_BANNER,
+  sourceMap: true,
+  minify: true,
+  keepNames: true,
+  // The runtime provides AWS SDK v3; bundling it would only make cold starts slower.
+  externalModules: ['@aws-sdk/*'],
+};
 
 export { AUTH_HEADER } from './http-api.js';
 
@@ -209,16 +226,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
       logGroup: new LogGroup(this, `${id}Logs`, { retention: LOG_RETENTION, removalPolicy: RemovalPolicy.DESTROY }),
       projectRoot: REPO_ROOT,
       depsLockFilePath: resolve(REPO_ROOT, 'package-lock.json'),
-      bundling: {
-        format: OutputFormat.ESM,
-        target: 'node22',
-        mainFields: ['module', 'main'],
-        banner: ESM_REQUIRE_BANNER,
-        sourceMap: true,
-        minify: true,
-        // The runtime provides AWS SDK v3; bundling it would only make cold starts slower.
-        externalModules: ['@aws-sdk/*'],
-      },
+      bundling: LAMBDA_BUNDLING,
     });
 
     for (const key of f.tables) this.table(key, f.name).grantReadWriteData(fn);

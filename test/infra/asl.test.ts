@@ -19,6 +19,7 @@ import {
   COPY_TASK_RESOURCE,
   COPY_TASK_TIMEOUT_SECONDS,
   MACHINE_POLICIES,
+  BACKEND_WAIT,
   RETRIERS,
   type MachinePolicy,
 } from '../../infra/asl/policy.js';
@@ -259,6 +260,17 @@ describe('the policy check rejects drift', () => {
     const other = good();
     other.States.Undo!.Retry = [RETRIERS.transientOrDriver];
     expect(drift(other)).toMatch(/Undo: Retry .* cleanup retrier/);
+  });
+
+  test('a Task the policy says waits for its backend needs the BackendNotReady retrier first', () => {
+    const waiting: MachinePolicy = { ...policy, waits: ['Step'] };
+    expect(drift(good(), waiting)).toMatch(/Step: Retry is .*BackendNotReady wait and transientOrDriver retrier/);
+    const fixed = good();
+    fixed.States.Step!.Retry = [BACKEND_WAIT, RETRIERS.transientOrDriver];
+    // (Its worst case grows with the wait: the machine's timeout check sees that separately.)
+    expect(policyDrift(fixed as never, waiting).filter((line) => line.includes('Retry'))).toEqual([]);
+    // And only there: the wait on a Task the policy does not list is drift too.
+    expect(drift(fixed)).toMatch(/Step: Retry is .*BackendNotReady/);
   });
 
   test('a machine without TimeoutSeconds, or with another one than the policy, is rejected', () => {

@@ -8,7 +8,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { SFNClient, StartExecutionCommand, DescribeExecutionCommand } from '@aws-sdk/client-sfn';
-import { clearFaults, injectFault } from '../../functions/core/faults.js';
+import { clearFaultCalls, clearFaults, faultCalls, injectFault } from '../../functions/core/faults.js';
 import { driverForHost } from '../../functions/volumes/backends.js';
 import { stateMachineArn } from '../../functions/core/executions.js';
 import { getVolume } from '../../functions/volumes/repo.js';
@@ -85,6 +85,20 @@ describe('create and delete through the state machines', () => {
     const record = (await getVolume(failed.id))!;
     expect(record.capacity ?? null).toBeNull();
     expect(await (await driverForHost(record.host!)).getVolume(record.backendName)).toBeUndefined();
+  });
+
+  test('a backend still creating (BackendNotReady) is waited for by the machine, not in a function: created once, available', async () => {
+    // The backend accepts the create but answers "not finished" twice: the BackendNotReady retrier
+    // of CreateOnBackend runs the step again after its wait (infra/asl/policy.ts BACKEND_WAIT).
+    injectFault({ kind: 'volume', method: 'createVolume', mode: 'not-ready-after', times: 2 });
+    clearFaultCalls();
+    const created = await api('POST', '/volumes', { volume: { size: 1 } });
+    const volume = await statusBecomes(created.body.volume.id, ['available', 'error']);
+    expect(volume.status).toBe('available');
+    const creates = faultCalls().filter((c) => c.method === 'createVolume');
+    expect(creates.map((c) => c.outcome)).toEqual(['injected-not-ready', 'injected-not-ready', 'ok']);
+    const record = (await getVolume(volume.id))!;
+    expect(await (await driverForHost(record.host!)).getVolume(record.backendName)).toEqual({ backendName: record.backendName, sizeGb: 1 });
   });
 
   test('a volume larger than any pool ends in error with the scheduler reason', async () => {

@@ -9,9 +9,13 @@ export const EBS_DRIVER_VERSION = '1.0';
 export const DEFAULT_EBS_VOLUME_TYPE = 'gp3';
 /** EC2's recommended device names for EBS data volumes on Linux instances. */
 export const EBS_DEVICE_NAMES = 'fghijklmnop'.split('').map((c) => `/dev/sd${c}`);
-/** Volume and attachment state changes take seconds; 120 × 2 s stays well inside a Lambda's 15 minutes. */
-export const DEFAULT_POLL_INTERVAL_MS = 2_000;
-export const DEFAULT_POLL_ATTEMPTS = 120;
+/**
+ * How long a driver call looks at a change in progress before it answers BackendNotReady (3 looks,
+ * 1 s apart): a quick change finishes in the same call; a slower one is waited for by the state
+ * machine (infra/asl/policy.ts BACKEND_WAIT), never inside a function.
+ */
+export const DEFAULT_POLL_INTERVAL_MS = 1_000;
+export const DEFAULT_POLL_ATTEMPTS = 3;
 
 export const TAG_NAME = 'Name';
 export const TAG_BACKEND_NAME = 'ferry:backend-name';

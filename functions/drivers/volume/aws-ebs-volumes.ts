@@ -17,7 +17,7 @@ import {
   type VolumeAttachment,
   type VolumeType,
 } from '@aws-sdk/client-ec2';
-import { DriverError } from '../../core/errors.js';
+import { BackendNotReady, DriverError } from '../../core/errors.js';
 import type { BackendConfig, BackendConnection, BackendVolume, ConnectionProperties, Connector, PoolCapabilities, VolumeDriver } from './driver.js';
 import {
   CONNECTED_STATES,
@@ -116,15 +116,19 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     }
   }
 
-  /** Polls one volume until `done` holds (undefined = the volume is gone). */
+  /**
+   * Looks at one volume a few times (pollAttempts, pollIntervalMs apart) until `done` holds
+   * (undefined = the volume is gone); still not done is BackendNotReady, not a failure: the state
+   * machine runs the step again after its wait, so no function waits on EC2 for long.
+   */
   private async waitFor(volumeId: string, what: string, done: (v: Volume | undefined) => boolean): Promise<Volume | undefined> {
     for (let attempt = 0; attempt < this.pollAttempts; attempt++) {
       const v = await this.describeById(volumeId);
       if (done(v)) return v;
       if (v?.State === 'error') throw this.fail(`EBS volume ${volumeId} went into state error while waiting for it to be ${what}`, { volumeId });
-      await sleep(this.pollIntervalMs);
+      if (attempt + 1 < this.pollAttempts) await sleep(this.pollIntervalMs);
     }
-    throw this.fail(`EBS volume ${volumeId} was not ${what} after ${this.pollAttempts} checks`, { volumeId });
+    throw new BackendNotReady(`backend ${this.backendHost}: EBS volume ${volumeId} is not ${what} yet`, { context: { host: this.backendHost, volumeId } });
   }
 
   private async usedGb(pool: string): Promise<number> {
@@ -253,9 +257,10 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     const volume = await this.find(backendName);
     if (!volume) throw this.fail(`volume ${backendName} not found`, { backendName, instanceId });
     const volumeId = volume.VolumeId!;
-    let attachment = this.attachmentTo(volume, instanceId);
+    const attachment = this.attachmentTo(volume, instanceId);
+    let device = attachment?.Device;
     if (!attachment) {
-      const device = typeof connector.mountpoint === 'string' && connector.mountpoint ? connector.mountpoint : await this.freeDevice(instanceId, backendName);
+      device = typeof connector.mountpoint === 'string' && connector.mountpoint ? connector.mountpoint : await this.freeDevice(instanceId, backendName);
       try {
         await this.client.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: instanceId, Device: device }));
       } catch (e) {
@@ -267,22 +272,24 @@ export class AwsEbsVolumeStore implements VolumeDriver {
         } catch (lookError) {
           throw this.awsFail('AttachVolume', e, { backendName, volumeId, instanceId, device, lookError: (lookError as Error).message });
         }
-        if (!now || !this.attachmentTo(now, instanceId)) throw this.awsFail('AttachVolume', e, { backendName, volumeId, instanceId, device });
+        const found = now && this.attachmentTo(now, instanceId);
+        if (!found) throw this.awsFail('AttachVolume', e, { backendName, volumeId, instanceId, device });
+        device = found.Device ?? device;
       }
     }
-    if (attachment?.State !== 'attached') {
-      const v = await this.waitFor(volumeId, `attached to ${instanceId}`, (v) => this.attachmentTo(v, instanceId)?.State === 'attached');
-      attachment = this.attachmentTo(v, instanceId);
-    }
-    return { driverVolumeType: this.driverVolumeType, data: { volume_id: volumeId, instance_id: instanceId, device: attachment?.Device } };
+    // No wait for `attached`: the connection_info (volume, instance, device) is known once EC2 has
+    // accepted the attach, and the instance sees the device appear (reference §3.5: the export is
+    // made; connecting is the host's side). The API answers attachment_update at once.
+    return { driverVolumeType: this.driverVolumeType, data: { volume_id: volumeId, instance_id: instanceId, device } };
   }
 
   async terminateConnection(backendName: string, connector: Connector): Promise<void> {
     const instanceId = this.instanceOf(connector);
     const volume = await this.find(backendName);
     if (!volume || !this.attachmentTo(volume, instanceId)) return;
+    // No wait for the detach to finish: the export is gone once EC2 accepted it; a delete of the
+    // volume waits for `available` in its state machine (deleteVolume: BackendNotReady).
     await this.detach(volume.VolumeId!, instanceId, backendName);
-    await this.waitFor(volume.VolumeId!, `detached from ${instanceId}`, (v) => !this.attachmentTo(v, instanceId));
   }
 
   private async detach(volumeId: string, instanceId: string, backendName: string): Promise<void> {

@@ -12,6 +12,7 @@
  * ReplicationDriver and reports `replicationEnabled: false`.
  */
 import { CreateSnapshotCommand, DeleteSnapshotCommand, DescribeSnapshotsCommand, type Filter, type Snapshot } from '@aws-sdk/client-ec2';
+import { BackendNotReady } from '../../core/errors.js';
 import type { SnapshotDriver } from './driver.js';
 import { LIVE_SNAPSHOT_STATES, SNAPSHOT_NOT_FOUND_CODES, TAG_BACKEND, TAG_BACKEND_NAME, TAG_NAME, TAG_SNAPSHOT_NAME, errorCode, sleep, tagOf } from './aws-ebs-ec2.js';
 import { AwsEbsVolumeStore } from './aws-ebs-volumes.js';
@@ -76,7 +77,9 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
     if (!snapshotId) throw this.fail(`CreateSnapshot returned no snapshot id for ${snapshotName} of ${backendName}`, { backendName, snapshotName });
     for (let attempt = 0; snapshot?.State !== 'completed'; attempt++) {
       if (snapshot?.State === 'error') throw this.fail(`EBS snapshot ${snapshotId} (${snapshotName} of ${backendName}) went into state error: ${snapshot.StateMessage ?? ''}`, { snapshotId, backendName, snapshotName });
-      if (attempt >= this.pollAttempts) throw this.fail(`EBS snapshot ${snapshotId} was not completed after ${this.pollAttempts} checks`, { snapshotId, backendName, snapshotName });
+      // Still pending: not a failure. The call is idempotent (the snapshot is found by its tags); the
+      // caller comes back (the API leaves the snapshot `creating`, the reconciler finishes it).
+      if (attempt >= this.pollAttempts) throw new BackendNotReady(`backend ${this.backendHost}: EBS snapshot ${snapshotId} (${snapshotName} of ${backendName}) is not completed yet`, { context: { snapshotId, backendName, snapshotName } });
       await sleep(this.pollIntervalMs);
       snapshot = await this.describeSnapshotById(snapshotId);
       if (!snapshot) throw this.fail(`EBS snapshot ${snapshotId} (${snapshotName} of ${backendName}) vanished while being created`, { snapshotId, backendName, snapshotName });
