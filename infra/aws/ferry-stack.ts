@@ -118,6 +118,8 @@ export class FerryStack extends Stack implements AcknowledgementScope {
   /** The share storage (VPC, EFS) and the copy task; only when a function or a machine needs them. */
   readonly copyWorker?: CopyWorker;
   readonly shareBackends: boolean;
+  /** What `cdk deploy -c inventory=FILE` applies at deploy time, as validated. */
+  readonly inventory?: Inventory;
   readonly wiring: FerryWiring;
 
   constructor(scope: Construct, id: string, props: FerryStackProps = {}) {
@@ -133,6 +135,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     for (const f of this.wiring.functions) this.functions.set(f.name, this.addFunction(f));
     for (const m of this.wiring.stateMachines) this.stateMachines.set(m.name, this.addStateMachine(m));
     this.httpApi = addHttpApi(this, this.wiring.functions, this.functions, LOG_RETENTION);
+    this.inventory = props.inventory;
     if (props.inventory) this.addInventory(props.inventory);
 
     for (const [key, table] of this.tables) new CfnOutput(this, `TableName${pascal(key)}`, { value: table.tableName, description: tableEnvName(key) });

@@ -3,9 +3,7 @@
  * run by the wiring's deploy function, carrying the validated document; cdk-nag has nothing to say
  * about it; an inventory with a local driver fails synth with the reason.
  */
-import { mkdtemp, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { App } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import { AwsSolutionsChecks } from 'cdk-nag';
@@ -13,6 +11,7 @@ import { beforeAll, expect, test } from 'vitest';
 import { INVENTORY_PROPERTY } from '../../functions/inventory/deploy.js';
 import type { Inventory } from '../../functions/inventory/schema.js';
 import { REPO_ROOT, buildFerryApp, type FerryStack } from '../../infra/aws/ferry-stack.js';
+import { shareBackendsFor } from '../../infra/aws/inventory-resource.js';
 
 const AWS_EXAMPLE = resolve(REPO_ROOT, 'inventories/aws-sandbox.yaml');
 let app: App;
@@ -52,19 +51,14 @@ test('an inventory with a local driver fails synth with the reason', () => {
   expect(() => buildFerryApp(sandbox, { nag: false })).toThrow(/volume backend ferry@lvm-a: driver local keeps volumes in one Lambda's \/tmp; on AWS use aws-ebs/);
 });
 
-test('without the context there is no inventory resource', () => {
-  expect(Object.values(Template.fromStack(buildFerryApp(new App(), { nag: false }).stack).toJSON().Resources).filter((r: any) => r.Type === 'Custom::FerryInventory')).toEqual([]);
-});
 
-test('the share storage exists only when the inventory names share backends; a contradicting context is refused', async () => {
-  const dir = await mkdtemp(join(tmpdir(), 'ferry-inv-'));
-  const file = join(dir, 'ebs-only.yaml');
-  await writeFile(file, 'volumeBackends: [{ host: ferry@ebs-a, driver: aws-ebs, availabilityZone: eu-west-1a, volumeBackendName: ebs-a, pools: [{ name: gp3, totalCapacityGb: 100 }] }]\n');
-  const ebsOnly = Template.fromStack(buildFerryApp(new App({ context: { inventory: file } }), { nag: false }).stack).toJSON().Resources as Record<string, { Type: string }>;
-  const types = (r: Record<string, { Type: string }>) => Object.values(r).map((x) => x.Type);
-  expect(types(ebsOnly)).not.toContain('AWS::EC2::VPCEndpoint');
-  expect(types(ebsOnly)).not.toContain('AWS::EFS::FileSystem');
-  expect(types(resources)).toContain('AWS::EC2::VPCEndpoint');
-  expect(types(resources)).toContain('AWS::EFS::FileSystem');
-  expect(() => buildFerryApp(new App({ context: { inventory: AWS_EXAMPLE, shareBackends: 'false' } }), { nag: false })).toThrow(/contradicts the inventory, which names 2 share backend/);
-}, 120_000);
+
+test('the share storage exists only when the inventory names share backends; a contradicting context is refused', () => {
+  // The template without share storage is monitoring.test.ts's (shareBackends=false); here what decides it.
+  const ebsOnly = { ...(structuredClone(stack.inventory) as Inventory), shareBackends: [] };
+  expect(shareBackendsFor(new App(), ebsOnly)).toBe(false);
+  expect(shareBackendsFor(new App(), stack.inventory!)).toBe(true);
+  expect(Object.values(resources).map((r) => r.Type)).toEqual(expect.arrayContaining(['AWS::EC2::VPCEndpoint', 'AWS::EFS::FileSystem']));
+  expect(() => shareBackendsFor(new App({ context: { shareBackends: 'false' } }), stack.inventory!)).toThrow(/contradicts the inventory, which names 2 share backend/);
+  expect(() => buildFerryApp(new App({ context: { inventory: AWS_EXAMPLE, shareBackends: 'false' } }), { nag: false })).toThrow(/contradicts the inventory/);
+});
