@@ -7,16 +7,23 @@
  * execution of the same operation: StartExecution with an existing name and the same input
  * returns the existing execution.
  */
-import { SFNClient, StartExecutionCommand, DescribeExecutionCommand } from '@aws-sdk/client-sfn';
+import type { SFNClient } from '@aws-sdk/client-sfn';
 import { DependencyError } from './errors.js';
 import { stateMachineEnvName, type StateMachineName } from './machines.js';
 
 let client: SFNClient | undefined;
 
-export function sfn(): SFNClient {
+/** The Step Functions SDK module: loaded on first use, so a function that starts nothing never imports it (cold start). */
+export type SfnSdk = typeof import('@aws-sdk/client-sfn');
+let sdk: Promise<SfnSdk> | undefined;
+export const sfnSdk = (): Promise<SfnSdk> => (sdk ??= import('@aws-sdk/client-sfn'));
+
+/** The process-wide client. */
+export async function sfn(): Promise<SFNClient> {
   if (!client) {
     const endpoint = process.env.FERRY_SFN_ENDPOINT;
-    client = new SFNClient({
+    const { SFNClient: Client } = await sfnSdk();
+    client ??= new Client({
       region: process.env.AWS_REGION ?? 'us-east-1',
       ...(endpoint ? { endpoint, credentials: { accessKeyId: 'ferry', secretAccessKey: 'ferry' } } : {}),
     });
@@ -52,7 +59,7 @@ export function executionArnOf(machine: StateMachineName, name: string): string 
  */
 export async function startExecution(machine: StateMachineName, name: string, input: unknown): Promise<string> {
   try {
-    const out = await sfn().send(new StartExecutionCommand({ stateMachineArn: stateMachineArn(machine), name, input: JSON.stringify(input) }));
+    const out = await (await sfn()).send(new (await sfnSdk()).StartExecutionCommand({ stateMachineArn: stateMachineArn(machine), name, input: JSON.stringify(input) }));
     return out.executionArn!;
   } catch (e) {
     if ((e as { name?: string }).name === 'ExecutionAlreadyExists') return executionArnOf(machine, name);
@@ -61,7 +68,7 @@ export async function startExecution(machine: StateMachineName, name: string, in
 }
 
 export async function describeExecution(executionArn: string) {
-  return sfn().send(new DescribeExecutionCommand({ executionArn }));
+  return (await sfn()).send(new (await sfnSdk()).DescribeExecutionCommand({ executionArn }));
 }
 
 export type ExecutionStatus = 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'TIMED_OUT' | 'ABORTED';

@@ -4,7 +4,7 @@
  * the SDK's defaults apply. FERRY_BUCKET names the bucket (CDK sets it; the local stack sets
  * `ferry-local`).
  */
-import { S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
+import type { S3Client, S3ClientConfig } from '@aws-sdk/client-s3';
 
 let client: S3Client | undefined;
 
@@ -26,9 +26,17 @@ export function s3ConfigFromEnv(): S3ClientConfig {
   return config;
 }
 
+/** The S3 SDK module: loaded on first use, so a function that never touches the bucket never imports it (cold start). */
+export type S3Sdk = typeof import('@aws-sdk/client-s3');
+let sdk: Promise<S3Sdk> | undefined;
+export const s3Sdk = (): Promise<S3Sdk> => (sdk ??= import('@aws-sdk/client-s3'));
+
 /** The process-wide client. */
-export function s3(): S3Client {
-  client ??= new S3Client(s3ConfigFromEnv());
+export async function s3(): Promise<S3Client> {
+  if (!client) {
+    const { S3Client: Client } = await s3Sdk();
+    client ??= new Client(s3ConfigFromEnv());
+  }
   return client;
 }
 

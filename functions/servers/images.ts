@@ -5,11 +5,10 @@
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { Readable, Transform } from 'node:stream';
-import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { DeleteCommand, GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { db, isConditionFailure, queryAll } from '../core/db.js';
 import { BadRequest, Conflict, NotFound } from '../core/errors.js';
-import { bucket, s3 } from '../core/s3.js';
+import { bucket, s3, s3Sdk } from '../core/s3.js';
 import { tableName } from '../core/tables.js';
 import { stableUuid } from '../compute/model.js';
 import type { ImageSource } from '../drivers/compute/driver.js';
@@ -182,7 +181,7 @@ export async function uploadImage(id: string, body: Readable | Uint8Array, sizeB
   source.on('error', (e) => counting.destroy(e));
   counting.on('error', () => abort.abort());
   try {
-    await s3().send(new PutObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id), Body: counting, ContentLength: length }), { abortSignal: abort.signal });
+    await (await s3()).send(new (await s3Sdk()).PutObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id), Body: counting, ContentLength: length }), { abortSignal: abort.signal });
     if (counted !== length) throw wrongLength();
   } catch (e) {
     await transition(id, ['saving'], 'queued');
@@ -205,7 +204,7 @@ export async function openImage(id: string): Promise<Readable> {
   const image = await getImage(id);
   if (image.status !== 'active') throw new Conflict(`Image ${id} has no data (status ${image.status}).`);
   try {
-    const out = await s3().send(new GetObjectCommand({ Bucket: bucket(), Key: image.objectKey }));
+    const out = await (await s3()).send(new (await s3Sdk()).GetObjectCommand({ Bucket: bucket(), Key: image.objectKey }));
     return out.Body as Readable;
   } catch (e) {
     if ((e as { name?: string }).name === 'NoSuchKey') throw notFound(id);
@@ -221,7 +220,7 @@ export function imageSourceFor(image: Pick<Image, 'id'>): ImageSource & { stream
 /** Deletes the bytes, then the record; either already gone is fine. */
 export async function deleteImage(id: string): Promise<void> {
   // S3 answers a delete of a missing key with success.
-  await s3().send(new DeleteObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id) }));
+  await (await s3()).send(new (await s3Sdk()).DeleteObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id) }));
   await db().send(new DeleteCommand({ TableName: apiTable(), Key: imageKey(id) }));
 }
 

@@ -80,7 +80,7 @@ async function recordDriverCalls(): Promise<Recorded[]> {
 
 /** The EC2 commands the driver's source can send. */
 function driverCommands(): Set<string> {
-  const names = DRIVER_SOURCES.flatMap((f) => [...readFileSync(resolve(REPO_ROOT, f), 'utf8').matchAll(/new (\w+)Command\(/g)].map((m) => m[1]!));
+  const names = DRIVER_SOURCES.flatMap((f) => [...readFileSync(resolve(REPO_ROOT, f), 'utf8').matchAll(/(\w+)Command\(/g)].map((m) => m[1]!));
   return new Set(names);
 }
 

@@ -177,8 +177,8 @@ describe('S3', () => {
     const expected = createHash('sha256').update(Buffer.concat(chunks)).digest('hex');
 
     // Act
-    await s3().send(new PutObjectCommand({ Bucket: bucket(), Key: 'roundtrip/blob', Body: Readable.from(chunks), ContentLength: 80 * 64 * 1024 }));
-    const got = await s3().send(new GetObjectCommand({ Bucket: bucket(), Key: 'roundtrip/blob' }));
+    await (await s3()).send(new PutObjectCommand({ Bucket: bucket(), Key: 'roundtrip/blob', Body: Readable.from(chunks), ContentLength: 80 * 64 * 1024 }));
+    const got = await (await s3()).send(new GetObjectCommand({ Bucket: bucket(), Key: 'roundtrip/blob' }));
     const bytes = Buffer.from(await got.Body!.transformToByteArray());
 
     // Assess
@@ -191,11 +191,11 @@ describe('restart', () => {
   test('an execution stopped mid-run resumes after a restart and finishes, and DynamoDB and S3 keep their data', async () => {
     // Prepare: the execution has recorded its first run in DynamoDB and sits in its Wait state.
     const runsKey = RESTART_RUNS_KEY;
-    const { executionArn } = await sfn().send(
+    const { executionArn } = await (await sfn()).send(
       new StartExecutionCommand({ stateMachineArn: fixtureMachineArn('fixture-pause'), name: 'restart-1', input: JSON.stringify({ id: 'restart-1' }) }),
     );
     await eventually(async () => (await db().send(new GetCommand({ TableName: tableName('volume'), Key: runsKey }))).Item, 'the first run to be recorded');
-    await s3().send(new PutObjectCommand({ Bucket: bucket(), Key: 'restart/marker', Body: 'kept' }));
+    await (await s3()).send(new PutObjectCommand({ Bucket: bucket(), Key: 'restart/marker', Body: 'kept' }));
 
     // Act
     let statusWhileStopped: string | undefined;
@@ -205,7 +205,7 @@ describe('restart', () => {
       statusWhileStopped = JSON.parse(await readFile(file, 'utf8')).status;
     });
     const out = await eventually(async () => {
-      const d = await sfn().send(new DescribeExecutionCommand({ executionArn }));
+      const d = await (await sfn()).send(new DescribeExecutionCommand({ executionArn }));
       return d.status === 'RUNNING' ? undefined : d;
     }, 'the resumed execution to finish');
 
@@ -215,7 +215,7 @@ describe('restart', () => {
     expect(JSON.parse(out.output!)).toEqual({ id: 'restart-1', done: true, runs: 2 });
     const item = (await db().send(new GetCommand({ TableName: tableName('volume'), Key: runsKey }))).Item;
     expect(item?.runs).toBe(2);
-    const marker = await s3().send(new GetObjectCommand({ Bucket: bucket(), Key: 'restart/marker' }));
+    const marker = await (await s3()).send(new GetObjectCommand({ Bucket: bucket(), Key: 'restart/marker' }));
     expect(await marker.Body!.transformToString()).toBe('kept');
     // The reconciler ran at each start, with `before` = that start's time: at the restart before
     // the server listened and before the stopped execution resumed (its second run not begun).

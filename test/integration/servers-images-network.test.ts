@@ -58,7 +58,7 @@ async function readAll(stream: Readable): Promise<Buffer> {
 /** Only S3's own "not found" (HeadObject answers 404 NotFound) means absent; any other error fails the test. */
 async function objectExists(key: string): Promise<boolean> {
   try {
-    await s3().send(new HeadObjectCommand({ Bucket: bucket(), Key: key }));
+    await (await s3()).send(new HeadObjectCommand({ Bucket: bucket(), Key: key }));
     return true;
   } catch (e) {
     const err = e as { name?: string; $metadata?: { httpStatusCode?: number } };

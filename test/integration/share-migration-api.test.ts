@@ -126,9 +126,9 @@ async function executionsFor(machine: StateMachineName, shareId: string): Promis
   const out: string[] = [];
   let nextToken: string | undefined;
   do {
-    const page = await sfn().send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(machine), maxResults: 1000, nextToken }));
+    const page = await (await sfn()).send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(machine), maxResults: 1000, nextToken }));
     for (const e of page.executions ?? []) {
-      const d = await sfn().send(new DescribeExecutionCommand({ executionArn: e.executionArn! }));
+      const d = await (await sfn()).send(new DescribeExecutionCommand({ executionArn: e.executionArn! }));
       if (JSON.parse(d.input ?? '{}').shareId === shareId) out.push(e.name!);
     }
     nextToken = page.nextToken;

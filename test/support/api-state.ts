@@ -180,7 +180,7 @@ export async function settleExecutions(timeoutMs = 30_000): Promise<void> {
     async (note) => {
       const running: string[] = [];
       for (const m of STATE_MACHINES) {
-        const out = await sfn().send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(m.name), statusFilter: 'RUNNING' }));
+        const out = await (await sfn()).send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(m.name), statusFilter: 'RUNNING' }));
         for (const e of out.executions ?? []) running.push(`${m.name}/${e.name}`);
       }
       return note(running).length === 0 || undefined;

@@ -213,7 +213,7 @@ export async function crashAt<F>(stack: TestLocalStack, scenario: CrashScenario<
 async function runningExecutions(): Promise<string[]> {
   const running: string[] = [];
   for (const m of STATE_MACHINES) {
-    const out = await sfn().send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(m.name), statusFilter: 'RUNNING' }));
+    const out = await (await sfn()).send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(m.name), statusFilter: 'RUNNING' }));
     for (const e of out.executions ?? []) running.push(`${m.name}/${e.name}`);
   }
   return running;

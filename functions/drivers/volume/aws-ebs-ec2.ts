@@ -49,6 +49,11 @@ export function regionOfAvailabilityZone(az: string): string {
   return az.replace(/[a-z]$/, '');
 }
 
+/** The EC2 SDK module (1 s of import): loaded on the first EC2 call, so a function that never calls EC2 never pays for it. */
+export type Ec2Sdk = typeof import('@aws-sdk/client-ec2');
+let sdk: Promise<Ec2Sdk> | undefined;
+export const ec2Sdk = (): Promise<Ec2Sdk> => (sdk ??= import('@aws-sdk/client-ec2'));
+
 export const errorCode = (e: unknown) => (e as { name?: string; Code?: string } | undefined)?.Code ?? (e as { name?: string } | undefined)?.name ?? 'Error';
 export const tagOf = (v: Volume | Snapshot, key: string) => v.Tags?.find((t) => t.Key === key)?.Value;
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

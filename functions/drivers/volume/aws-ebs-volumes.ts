@@ -3,20 +3,7 @@
  * extends this). A Ferry volume is an EBS volume found by its tags, a host connection an EBS
  * attachment to the EC2 instance named by `connector.host`.
  */
-import {
-  AttachVolumeCommand,
-  CreateVolumeCommand,
-  DeleteVolumeCommand,
-  DescribeInstancesCommand,
-  DescribeVolumesCommand,
-  DetachVolumeCommand,
-  EC2Client,
-  ModifyVolumeCommand,
-  type Filter,
-  type Volume,
-  type VolumeAttachment,
-  type VolumeType,
-} from '@aws-sdk/client-ec2';
+import type { EC2Client, Filter, Volume, VolumeAttachment, VolumeType } from '@aws-sdk/client-ec2';
 import { BackendNotReady, DriverError } from '../../core/errors.js';
 import type { BackendConfig, BackendConnection, BackendVolume, ConnectionProperties, Connector, PoolCapabilities, VolumeDriver } from './driver.js';
 import {
@@ -37,6 +24,7 @@ import {
   clientTokenFor,
   errorCode,
   regionOfAvailabilityZone,
+  ec2Sdk,
   sleep,
   tagOf,
   type AwsEbsDriverOptions,
@@ -49,7 +37,7 @@ export class AwsEbsVolumeStore implements VolumeDriver {
   readonly backendHost: string;
   /** An EBS volume attached to an EC2 instance (connection_info `volume_id`, `instance_id`, `device`). */
   readonly driverVolumeType = 'aws_ebs';
-  protected readonly client: EC2Client;
+  private client?: EC2Client;
   protected readonly pollIntervalMs: number;
   protected readonly pollAttempts: number;
 
@@ -58,9 +46,18 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     options: AwsEbsDriverOptions = {},
   ) {
     this.backendHost = config.host;
-    this.client = options.client ?? new EC2Client(config.availabilityZone ? { region: regionOfAvailabilityZone(config.availabilityZone) } : {});
+    this.client = options.client;
     this.pollIntervalMs = options.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS;
     this.pollAttempts = options.pollAttempts ?? DEFAULT_POLL_ATTEMPTS;
+  }
+
+  /** The EC2 client: the injected one, or one made (and the SDK loaded) on the first call. */
+  protected async ec2Client(): Promise<EC2Client> {
+    if (!this.client) {
+      const { EC2Client: Client } = await ec2Sdk();
+      this.client = new Client(this.config.availabilityZone ? { region: regionOfAvailabilityZone(this.config.availabilityZone) } : {});
+    }
+    return this.client;
   }
 
   protected fail(message: string, context: Record<string, unknown> = {}, cause?: unknown): DriverError {
@@ -84,8 +81,8 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     const out: Volume[] = [];
     let NextToken: string | undefined;
     do {
-      const page = await this.send('DescribeVolumes', { filters }, () =>
-        this.client.send(new DescribeVolumesCommand({ Filters: filters, NextToken })),
+      const page = await this.send('DescribeVolumes', { filters }, async () =>
+        (await this.ec2Client()).send(new (await ec2Sdk()).DescribeVolumesCommand({ Filters: filters, NextToken })),
       );
       for (const v of page.Volumes ?? []) if (!GONE_STATES.has(v.State ?? '')) out.push(v);
       NextToken = page.NextToken;
@@ -108,7 +105,7 @@ export class AwsEbsVolumeStore implements VolumeDriver {
 
   private async describeById(volumeId: string): Promise<Volume | undefined> {
     try {
-      const out = await this.client.send(new DescribeVolumesCommand({ VolumeIds: [volumeId] }));
+      const out = await (await this.ec2Client()).send(new (await ec2Sdk()).DescribeVolumesCommand({ VolumeIds: [volumeId] }));
       return out.Volumes?.[0];
     } catch (e) {
       if (NOT_FOUND_CODES.has(errorCode(e))) return undefined;
@@ -174,9 +171,8 @@ export class AwsEbsVolumeStore implements VolumeDriver {
         { Key: TAG_BACKEND, Value: this.backendHost },
         { Key: TAG_POOL, Value: pool },
       ];
-      const created = await this.send('CreateVolume', { backendName }, () =>
-        this.client.send(
-          new CreateVolumeCommand({
+      const created = await this.send('CreateVolume', { backendName }, async () =>
+        (await this.ec2Client()).send(new (await ec2Sdk()).CreateVolumeCommand({
             Size: sizeGb,
             AvailabilityZone: this.config.availabilityZone,
             VolumeType: (this.config.ebsVolumeType ?? DEFAULT_EBS_VOLUME_TYPE) as VolumeType,
@@ -227,7 +223,7 @@ export class AwsEbsVolumeStore implements VolumeDriver {
       await this.waitFor(volumeId, 'detached', (v) => v === undefined || v.State === 'available' || v.State === 'error' || GONE_STATES.has(v.State ?? ''));
     }
     try {
-      await this.client.send(new DeleteVolumeCommand({ VolumeId: volumeId }));
+      await (await this.ec2Client()).send(new (await ec2Sdk()).DeleteVolumeCommand({ VolumeId: volumeId }));
     } catch (e) {
       if (NOT_FOUND_CODES.has(errorCode(e))) return;
       throw this.awsFail('DeleteVolume', e, { backendName, volumeId });
@@ -247,8 +243,8 @@ export class AwsEbsVolumeStore implements VolumeDriver {
       const free = poolConf.totalCapacityGb - (await this.usedGb(poolConf.name));
       if (newSizeGb - size > free) throw this.fail(`pool ${pool} has ${free} GiB free, ${backendName} needs ${newSizeGb - size} GiB more`, { pool, freeGb: free });
     }
-    await this.send('ModifyVolume', { backendName, volumeId: volume.VolumeId }, () =>
-      this.client.send(new ModifyVolumeCommand({ VolumeId: volume.VolumeId, Size: newSizeGb })),
+    await this.send('ModifyVolume', { backendName, volumeId: volume.VolumeId }, async () =>
+      (await this.ec2Client()).send(new (await ec2Sdk()).ModifyVolumeCommand({ VolumeId: volume.VolumeId, Size: newSizeGb })),
     );
   }
 
@@ -262,7 +258,7 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     if (!attachment) {
       device = typeof connector.mountpoint === 'string' && connector.mountpoint ? connector.mountpoint : await this.freeDevice(instanceId, backendName);
       try {
-        await this.client.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: instanceId, Device: device }));
+        await (await this.ec2Client()).send(new (await ec2Sdk()).AttachVolumeCommand({ VolumeId: volumeId, InstanceId: instanceId, Device: device }));
       } catch (e) {
         // The attach may have happened with its reply lost (or a racing call did it): look before
         // failing. If the look fails too, the attach's own error is the one to report (a retry looks again).
@@ -294,7 +290,7 @@ export class AwsEbsVolumeStore implements VolumeDriver {
 
   private async detach(volumeId: string, instanceId: string, backendName: string): Promise<void> {
     try {
-      await this.client.send(new DetachVolumeCommand({ VolumeId: volumeId, InstanceId: instanceId }));
+      await (await this.ec2Client()).send(new (await ec2Sdk()).DetachVolumeCommand({ VolumeId: volumeId, InstanceId: instanceId }));
     } catch (e) {
       const code = errorCode(e);
       if (NOT_ATTACHED_CODES.has(code) || NOT_FOUND_CODES.has(code)) return;
@@ -313,7 +309,7 @@ export class AwsEbsVolumeStore implements VolumeDriver {
   }
 
   private async freeDevice(instanceId: string, backendName: string): Promise<string> {
-    const out = await this.send('DescribeInstances', { instanceId }, () => this.client.send(new DescribeInstancesCommand({ InstanceIds: [instanceId] })));
+    const out = await this.send('DescribeInstances', { instanceId }, async () => (await this.ec2Client()).send(new (await ec2Sdk()).DescribeInstancesCommand({ InstanceIds: [instanceId] })));
     const instance = out.Reservations?.flatMap((r) => r.Instances ?? []).find((i) => i.InstanceId === instanceId);
     if (!instance) throw this.fail(`EC2 instance ${instanceId} not found`, { instanceId, backendName });
     // /dev/sdf and /dev/xvdf name the same slot on Xen instances: a taken one takes both.

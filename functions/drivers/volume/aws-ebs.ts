@@ -11,10 +11,10 @@
  * `ferry:snapshot-name`). EBS has no cross-site replication here: the driver is not a
  * ReplicationDriver and reports `replicationEnabled: false`.
  */
-import { CreateSnapshotCommand, DeleteSnapshotCommand, DescribeSnapshotsCommand, type Filter, type Snapshot } from '@aws-sdk/client-ec2';
+import type { Filter, Snapshot } from '@aws-sdk/client-ec2';
 import { BackendNotReady } from '../../core/errors.js';
 import type { SnapshotDriver } from './driver.js';
-import { LIVE_SNAPSHOT_STATES, SNAPSHOT_NOT_FOUND_CODES, TAG_BACKEND, TAG_BACKEND_NAME, TAG_NAME, TAG_SNAPSHOT_NAME, errorCode, sleep, tagOf } from './aws-ebs-ec2.js';
+import { LIVE_SNAPSHOT_STATES, SNAPSHOT_NOT_FOUND_CODES, TAG_BACKEND, TAG_BACKEND_NAME, TAG_NAME, TAG_SNAPSHOT_NAME, ec2Sdk, errorCode, sleep, tagOf } from './aws-ebs-ec2.js';
 import { AwsEbsVolumeStore } from './aws-ebs-volumes.js';
 
 // The driver's module is where callers (tests, operators' scripts) find its names.
@@ -27,8 +27,8 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
     const Filters = [{ Name: `tag:${TAG_BACKEND}`, Values: [this.backendHost] }, ...filters];
     let NextToken: string | undefined;
     do {
-      const page = await this.send('DescribeSnapshots', { filters: Filters }, () =>
-        this.client.send(new DescribeSnapshotsCommand({ OwnerIds: ['self'], Filters, NextToken })),
+      const page = await this.send('DescribeSnapshots', { filters: Filters }, async () =>
+        (await this.ec2Client()).send(new (await ec2Sdk()).DescribeSnapshotsCommand({ OwnerIds: ['self'], Filters, NextToken })),
       );
       out.push(...(page.Snapshots ?? []));
       NextToken = page.NextToken;
@@ -53,9 +53,8 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
     if (!snapshot) {
       const volume = await this.find(backendName);
       if (!volume) throw this.fail(`volume ${backendName} not found`, { backendName, snapshotName });
-      snapshot = await this.send('CreateSnapshot', { backendName, snapshotName, volumeId: volume.VolumeId }, () =>
-        this.client.send(
-          new CreateSnapshotCommand({
+      snapshot = await this.send('CreateSnapshot', { backendName, snapshotName, volumeId: volume.VolumeId }, async () =>
+        (await this.ec2Client()).send(new (await ec2Sdk()).CreateSnapshotCommand({
             VolumeId: volume.VolumeId,
             Description: `Ferry snapshot ${snapshotName} of ${backendName}`,
             TagSpecifications: [
@@ -88,7 +87,7 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
 
   private async describeSnapshotById(snapshotId: string): Promise<Snapshot | undefined> {
     try {
-      const out = await this.client.send(new DescribeSnapshotsCommand({ SnapshotIds: [snapshotId] }));
+      const out = await (await this.ec2Client()).send(new (await ec2Sdk()).DescribeSnapshotsCommand({ SnapshotIds: [snapshotId] }));
       return out.Snapshots?.[0];
     } catch (e) {
       if (SNAPSHOT_NOT_FOUND_CODES.has(errorCode(e))) return undefined;
@@ -100,7 +99,7 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
   async deleteSnapshot(backendName: string, snapshotName: string): Promise<void> {
     for (const s of await this.snapshotsNamed(backendName, snapshotName)) {
       try {
-        await this.client.send(new DeleteSnapshotCommand({ SnapshotId: s.SnapshotId }));
+        await (await this.ec2Client()).send(new (await ec2Sdk()).DeleteSnapshotCommand({ SnapshotId: s.SnapshotId }));
       } catch (e) {
         if (SNAPSHOT_NOT_FOUND_CODES.has(errorCode(e))) continue;
         throw this.awsFail('DeleteSnapshot', e, { backendName, snapshotName, snapshotId: s.SnapshotId });
