@@ -19,7 +19,12 @@ export const imageUuid = (name: string) => stableUuid(`image:${name}`);
 export function volumeBackendConfig(b: VolumeBackendEntry): BackendConfig {
   const common = { host: b.host, driver: b.driver, pools: b.pools, serviceUuid: b.serviceUuid ?? volumeServiceUuid(b.host), volumeBackendName: b.volumeBackendName };
   if (b.driver === 'local') return { ...common, root: b.root, ...(b.replicationDevices ? { replicationDevices: b.replicationDevices } : {}) };
-  return { ...common, availabilityZone: b.availabilityZone, ...(b.ebsVolumeType ? { ebsVolumeType: b.ebsVolumeType } : {}) };
+  return {
+    ...common,
+    availabilityZone: b.availabilityZone,
+    ...(b.ebsVolumeType ? { ebsVolumeType: b.ebsVolumeType } : {}),
+    ...(b.ebsIopsPerGb ? { ebsIopsPerGb: b.ebsIopsPerGb } : {}),
+  };
 }
 
 export function shareBackendConfig(b: ShareBackendEntry): LocalShareBackendConfig {

@@ -42,6 +42,8 @@ export const VolumeBackendSchema = z.discriminatedUnion('driver', [
       driver: z.literal('aws-ebs'),
       availabilityZone: z.string().regex(/^[a-z]{2}(-[a-z]+)+-\d[a-z]$/, 'must be an availability zone such as eu-west-1a'),
       ebsVolumeType: z.enum(['gp2', 'gp3', 'io1', 'io2', 'st1', 'sc1', 'standard']).optional(),
+      /** io1/io2: IOPS provisioned per GiB (the driver keeps within each type's range; default 50). */
+      ebsIopsPerGb: z.number().int().positive().max(1000).optional(),
     })
     .strict(),
 ]);

@@ -12,6 +12,7 @@ import { json, type ApiRequest, type RouteSpec } from '../core/api.js';
 import { BadRequest } from '../core/errors.js';
 import { authorize, registerPolicies } from '../core/policy.js';
 import type { BackendConfig } from '../drivers/volume/driver.js';
+import { adoptingDriverFor } from '../drivers/volume/registry.js';
 import { backendOf, driverForHost, getBackend, poolOf } from './backends.js';
 import type { Volume } from './model.js';
 import { listClaims, insertVolume, removeVolumeRecord } from './repo.js';
@@ -41,13 +42,23 @@ export interface ManageableVolume {
 export async function manageableVolumes(backend: BackendConfig): Promise<ManageableVolume[]> {
   // The active site: after a failover the backend's objects live on the replication target.
   const driver = await driverForHost(backend.host);
-  const [objects, connections, claims] = await Promise.all([driver.listVolumes(), driver.listConnections(), listClaims(backend.host)]);
+  const adopting = adoptingDriverFor(driver);
+  const [objects, connections, claims, adoptable] = await Promise.all([driver.listVolumes(), driver.listConnections(), listClaims(backend.host), adopting?.listAdoptable() ?? []]);
   const connected = new Set(connections.map((c) => c.backendName));
-  return objects.map((o) => {
-    const owner = claims.get(o.backendName) ?? null;
-    const reason = owner ? 'already managed' : connected.has(o.backendName) ? 'volume in use' : null;
-    return { reference: { 'source-name': o.backendName }, size: o.sizeGb, safe_to_manage: reason === null, reason_not_safe: reason, cinder_id: owner, extra_info: null };
+  const entry = (name: string, size: number, owner: string | null, reason: string | null): ManageableVolume => ({
+    reference: { 'source-name': name },
+    size,
+    safe_to_manage: reason === null,
+    reason_not_safe: reason,
+    cinder_id: owner,
+    extra_info: null,
   });
+  const known = objects.map((o) => {
+    const owner = claims.get(o.backendName) ?? null;
+    return entry(o.backendName, o.sizeGb, owner, owner ? 'already managed' : connected.has(o.backendName) ? 'volume in use' : null);
+  });
+  // What the backend could take over (EBS volumes of its zone no Ferry backend has tagged), by id.
+  return [...known, ...adoptable.map((o) => entry(o.backendName, o.sizeGb, null, o.inUse ? 'volume in use' : null))];
 }
 
 /** `host` (or `cluster`, which Ferry treats as a host) — upstream's common.get_cluster_host. */

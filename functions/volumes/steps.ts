@@ -16,7 +16,7 @@ import { tableName } from '../core/tables.js';
 import { BackendNotReady, BadRequest, Conflict, DriverError, reasonOf, type CaughtError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import type { VolumeDriver } from '../drivers/volume/driver.js';
-import { isReplicationDriver } from '../drivers/volume/registry.js';
+import { adoptingDriverFor, isReplicationDriver } from '../drivers/volume/registry.js';
 import { driverForHost, poolOf } from './backends.js';
 import { isReplicatedVolume } from './capabilities.js';
 import type { Volume } from './model.js';
@@ -89,13 +89,17 @@ export async function createOnBackend(volumeId: string): Promise<{ providerLocat
   if (!v.host) throw new DriverError(`Volume ${volumeId} has no host: schedule did not run.`);
   const driver = await driverForHost(v.host);
   if (v.managed) {
-    const found = await driver.getVolume(v.backendName);
+    // A backend that can take over what it did not make (EBS) marks the object as its own first;
+    // the volume record (`managing`, its backendName) is the intent, adoption is idempotent, and
+    // rollbackCreate releases it.
+    const adopting = adoptingDriverFor(driver);
+    const found = adopting ? await adopting.adoptVolume(v.backendName, poolOf(v.host)!) : await driver.getVolume(v.backendName);
     if (!found) throw new DriverError(`Manage existing volume failed: backend object ${v.backendName} is not on ${v.host}.`);
     await enableReplicationIfReplicated(v, driver);
     const after = await updateVolume(volumeId, { type: 'created-on-backend', at: now(), providerLocation: v.providerLocation, sizeGb: found.sizeGb });
     return { providerLocation: after.providerLocation };
   }
-  const { providerLocation } = await driver.createVolume({ backendName: v.backendName, sizeGb: v.size, pool: poolOf(v.host)! });
+  const { providerLocation } = await driver.createVolume({ backendName: v.backendName, sizeGb: v.size, pool: poolOf(v.host)!, multiattach: v.multiattach });
   // Once the backend object exists (seed 001): a volume of a replicated type is kept in sync on
   // every target. A failure here rolls the create back like any other (the object is deleted).
   await enableReplicationIfReplicated(v, driver);
@@ -140,6 +144,17 @@ export async function rollbackCreate(volumeId: string, error: CaughtError | unde
       objectGone = false;
       reason = `${reason} (rollback could not delete ${v.backendName}: ${e instanceof Error ? e.message : String(e)}; capacity kept held until the volume is deleted)`;
       logger.error('rollback could not delete the backend object', { volumeId, error: e as Error });
+    }
+  }
+  if (v.managed && v.host) {
+    // An object adopted for this manage goes back as it was (its tags removed); one Ferry made, or
+    // never adopted, is left alone by the driver. A failure here is kept in the reason, not hidden.
+    try {
+      await adoptingDriverFor(await driverForHost(v.host))?.releaseAdopted(v.backendName);
+    } catch (e) {
+      if (e instanceof BackendNotReady) throw e;
+      reason = `${reason} (rollback could not release ${v.backendName}: ${e instanceof Error ? e.message : String(e)}; its ferry:* tags remain)`;
+      logger.error('rollback could not release the adopted backend object', { volumeId, error: e as Error });
     }
   }
   if (objectGone) await releaseCapacity(volumeId);

@@ -8,14 +8,16 @@
  * needs.
  *
  * Scope: the account's EBS volumes and snapshots that carry `ferry:backend` (the driver tags all it
- * makes, and finds volumes only by that tag), in any region (a backend's region is its availability
+ * makes, and finds volumes only by that tag), in any region. Manage may adopt a volume that carries
+ * no `ferry:backend` yet by adding Ferry's tags (never retagging one that has it: that would take
+ * another backend's volume), and remove them again only from a volume it adopted (`ferry:adopted`) (a backend's region is its availability
  * zone's, which the inventory, not the stack, names). Instances are whatever an operator connects:
  * attach and detach may name any instance of the account, but only with a Ferry volume.
  */
 import { Aws, Validations } from 'aws-cdk-lib';
 import { PolicyStatement } from 'aws-cdk-lib/aws-iam';
 import type { IFunction } from 'aws-cdk-lib/aws-lambda';
-import { TAG_BACKEND } from '../../functions/drivers/volume/aws-ebs-ec2.js';
+import { TAG_ADOPTED, TAG_BACKEND } from '../../functions/drivers/volume/aws-ebs-ec2.js';
 
 /** `arn:<partition>:ec2:*:<account>:<type>/*`; an EBS snapshot's ARN has no account in it. */
 const ec2Arn = (type: string) => `arn:${Aws.PARTITION}:ec2:*:${type === 'snapshot' ? '' : Aws.ACCOUNT_ID}:${type}/*`;
@@ -43,6 +45,24 @@ export function ebsDriverStatements(): PolicyStatement[] {
       actions: ['ec2:AttachVolume', 'ec2:DetachVolume', 'ec2:DeleteVolume', 'ec2:ModifyVolume', 'ec2:CreateSnapshot'],
       resources: [ec2Arn('volume')],
       conditions: taggedResource,
+    }),
+    // Adoption (manage of a volume Ferry did not make): only ferry:* keys, only on a volume none of
+    // whose ferry:backend is set, so two backends racing for one volume cannot both take it.
+    new PolicyStatement({
+      sid: 'EbsAdoptVolumes',
+      actions: ['ec2:CreateTags'],
+      resources: [ec2Arn('volume')],
+      conditions: {
+        Null: { [`aws:ResourceTag/${TAG_BACKEND}`]: 'true' },
+        StringLike: { [`aws:RequestTag/${TAG_BACKEND}`]: '*' },
+        'ForAllValues:StringLike': { 'aws:TagKeys': ['ferry:*'] },
+      },
+    }),
+    new PolicyStatement({
+      sid: 'EbsReleaseAdopted',
+      actions: ['ec2:DeleteTags'],
+      resources: [ec2Arn('volume')],
+      conditions: { StringEquals: { [`aws:ResourceTag/${TAG_ADOPTED}`]: 'true' }, 'ForAllValues:StringLike': { 'aws:TagKeys': ['ferry:*'] } },
     }),
     new PolicyStatement({ sid: 'EbsFerrySnapshots', actions: ['ec2:DeleteSnapshot'], resources: [ec2Arn('snapshot')], conditions: taggedResource }),
     new PolicyStatement({ sid: 'EbsInstances', actions: ['ec2:AttachVolume', 'ec2:DetachVolume'], resources: [ec2Arn('instance')] }),

@@ -36,6 +36,12 @@ export interface VolumeDriverUnderTest {
    * make a driver copy a GiB (the local driver reads every hole of a sparse file); default: createVolume.
    */
   putSmallVolume?: (backendName: string) => Promise<void>;
+  /**
+   * Where the driver's own volumes cannot attach to two hosts at once (EBS outside io1/io2): a
+   * driver of the same kind and backend whose multiattach volumes can, with the size it needs.
+   * Default: the driver itself, volumes of 1 GiB created with `multiattach: true`.
+   */
+  multiattach?: { driver: VolumeDriver; pool: string; sizeGb: number };
   cleanup?: () => Promise<void>;
 }
 
@@ -172,18 +178,19 @@ export function describeVolumeDriverContract(name: string, makeDriver: () => Pro
 
       it('terminate retried succeeds; the driver does not count users, so one terminate removes the host', async () => {
         // Prepare: Cinder's attachments count the users of a host (volume item `connections`), not the driver.
-        await create('volume-a2');
-        await driver.initializeConnection('volume-a2', t.connectors[0]);
-        await driver.initializeConnection('volume-a2', t.connectors[0]);
-        await driver.initializeConnection('volume-a2', t.connectors[1]);
+        const multi = t.multiattach ?? { driver, pool: t.pool, sizeGb: 1 };
+        await multi.driver.createVolume({ backendName: 'volume-a2', sizeGb: multi.sizeGb, pool: multi.pool, multiattach: true });
+        await multi.driver.initializeConnection('volume-a2', t.connectors[0]);
+        await multi.driver.initializeConnection('volume-a2', t.connectors[0]);
+        await multi.driver.initializeConnection('volume-a2', t.connectors[1]);
 
         // Act
-        await driver.terminateConnection('volume-a2', t.connectors[0]);
-        await driver.terminateConnection('volume-a2', t.connectors[0]);
+        await multi.driver.terminateConnection('volume-a2', t.connectors[0]);
+        await multi.driver.terminateConnection('volume-a2', t.connectors[0]);
 
         // Assess
-        expect(await driver.listConnections()).toEqual([{ backendName: 'volume-a2', host: t.connectors[1].host }]);
-        expect(await driver.getVolume('volume-a2')).toBeDefined();
+        expect(await multi.driver.listConnections()).toEqual([{ backendName: 'volume-a2', host: t.connectors[1].host }]);
+        expect(await multi.driver.getVolume('volume-a2')).toBeDefined();
       });
 
       it('refuses a connector without a host (DriverError)', async () => {

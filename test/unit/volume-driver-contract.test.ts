@@ -9,6 +9,7 @@ import { mkdir, mkdtemp, rm, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
+import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
 import { LocalVolumeDriver } from '../../functions/drivers/volume/local.js';
 import { clearDriverCache } from '../../functions/drivers/volume/registry.js';
 import { describeVolumeDriverContract } from '../contracts/volume-driver.js';
@@ -52,21 +53,22 @@ describeVolumeDriverContract('aws-ebs', async () => {
   ec2.reset();
   wireFakeEc2(ec2, fake);
   const createVolume = (i: Parameters<FakeEc2['createVolume']>[0]) => fake.createVolume(i);
-  const driver = new AwsEbsVolumeDriver(
-    {
-      host: FAKE_EC2_BACKEND,
-      driver: 'aws-ebs',
-      availabilityZone: 'eu-west-1a',
-      ebsVolumeType: 'gp3',
-      pools: [{ name: 'gp', totalCapacityGb: 20 }],
-      serviceUuid: '22222222-2222-4222-8222-222222222222',
-      volumeBackendName: 'ebs-a',
-    },
-    { client, pollIntervalMs: 0, pollAttempts: 5 },
-  );
+  const ebsBackend = (ebsVolumeType: string, pool: string): BackendConfig => ({
+    host: FAKE_EC2_BACKEND,
+    driver: 'aws-ebs',
+    availabilityZone: 'eu-west-1a',
+    ebsVolumeType,
+    pools: [{ name: pool, totalCapacityGb: 20 }],
+    serviceUuid: '22222222-2222-4222-8222-222222222222',
+    volumeBackendName: 'ebs-a',
+  });
+  const driver = new AwsEbsVolumeDriver(ebsBackend('gp3', 'gp'), { client, pollIntervalMs: 0, pollAttempts: 5 });
+  // A gp3 volume attaches to one instance only (EC2 answers VolumeInUse): two hosts need io2.
+  const io2 = new AwsEbsVolumeDriver(ebsBackend('io2', 'io'), { client, pollIntervalMs: 0, pollAttempts: 5 });
   return {
     driver,
     pool: 'gp',
+    multiattach: { driver: io2, pool: 'io', sizeGb: 4 },
     connectors: [{ host: 'i-1' }, { host: 'i-2' }],
     declares: { driverVolumeType: 'aws_ebs', snapshots: true, replication: false },
     faults: {

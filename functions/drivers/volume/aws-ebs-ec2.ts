@@ -22,6 +22,13 @@ export const TAG_BACKEND_NAME = 'ferry:backend-name';
 export const TAG_BACKEND = 'ferry:backend';
 export const TAG_POOL = 'ferry:pool';
 export const TAG_SNAPSHOT_NAME = 'ferry:snapshot-name';
+/**
+ * On a volume Ferry did not make but took over by manage (adoptVolume): only such a volume's
+ * `ferry:*` tags may ever be removed (releaseAdopted; the IAM grant requires it too).
+ */
+export const TAG_ADOPTED = 'ferry:adopted';
+/** Every tag adoption puts on a volume, and what its release removes. */
+export const ADOPTION_TAG_KEYS = [TAG_BACKEND_NAME, TAG_BACKEND, TAG_POOL, TAG_ADOPTED];
 
 export const GONE_STATES = new Set(['deleting', 'deleted']);
 export const CONNECTED_STATES = new Set(['attaching', 'attached', 'busy']);
@@ -32,6 +39,33 @@ export const LIVE_SNAPSHOT_STATES = new Set(['pending', 'completed', 'recoverabl
 /** DetachVolume on a volume not attached to that instance. */
 export const NOT_ATTACHED_CODES = new Set(['IncorrectState', 'InvalidAttachment.NotFound']);
 export const MULTIATTACH_TYPES = new Set(['io1', 'io2']);
+
+/** The sizes EC2 accepts per volume type, in GiB (EBS volume types reference: io1/io2 from 4, st1/sc1 from 125). */
+export const EBS_SIZE_LIMITS: Record<string, { min: number; max: number }> = {
+  gp2: { min: 1, max: 16_384 },
+  gp3: { min: 1, max: 16_384 },
+  io1: { min: 4, max: 16_384 },
+  io2: { min: 4, max: 65_536 },
+  st1: { min: 125, max: 16_384 },
+  sc1: { min: 125, max: 16_384 },
+  standard: { min: 1, max: 1_024 },
+};
+
+/** io1 and io2 volumes must be given their IOPS (CreateVolume's Iops is required for them): the range and the most per GiB. */
+export const PROVISIONED_IOPS: Record<string, { min: number; max: number; maxPerGb: number }> = {
+  io1: { min: 100, max: 64_000, maxPerGb: 50 },
+  io2: { min: 100, max: 256_000, maxPerGb: 1_000 },
+};
+/** IOPS per GiB a backend provisions when its inventory entry names none: 50 is io1's most, valid for io2 too. */
+export const DEFAULT_IOPS_PER_GB = 50;
+
+/** The Iops to create a volume of this type and size with: undefined for types that take none. */
+export function provisionedIops(volumeType: string, sizeGb: number, iopsPerGb = DEFAULT_IOPS_PER_GB): number | undefined {
+  const limits = PROVISIONED_IOPS[volumeType];
+  if (!limits) return undefined;
+  const perGb = Math.min(iopsPerGb, limits.maxPerGb);
+  return Math.max(limits.min, Math.min(limits.max, Math.floor(sizeGb * perGb)));
+}
 
 export interface AwsEbsDriverOptions {
   client?: EC2Client;

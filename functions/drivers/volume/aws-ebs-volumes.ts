@@ -13,6 +13,7 @@ import {
   DEFAULT_POLL_INTERVAL_MS,
   EBS_DEVICE_NAMES,
   EBS_DRIVER_VERSION,
+  EBS_SIZE_LIMITS,
   GONE_STATES,
   MULTIATTACH_TYPES,
   NOT_ATTACHED_CODES,
@@ -23,6 +24,7 @@ import {
   TAG_POOL,
   clientTokenFor,
   errorCode,
+  provisionedIops,
   regionOfAvailabilityZone,
   ec2Sdk,
   sleep,
@@ -77,7 +79,7 @@ export class AwsEbsVolumeStore implements VolumeDriver {
   }
 
   /** Every live volume matching the filters, across pages. */
-  private async describe(filters: Filter[]): Promise<Volume[]> {
+  protected async describe(filters: Filter[]): Promise<Volume[]> {
     const out: Volume[] = [];
     let NextToken: string | undefined;
     do {
@@ -103,7 +105,7 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     return found[0];
   }
 
-  private async describeById(volumeId: string): Promise<Volume | undefined> {
+  protected async describeById(volumeId: string): Promise<Volume | undefined> {
     try {
       const out = await (await this.ec2Client()).send(new (await ec2Sdk()).DescribeVolumesCommand({ VolumeIds: [volumeId] }));
       return out.Volumes?.[0];
@@ -152,12 +154,18 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     });
   }
 
-  async createVolume(req: { backendName: string; sizeGb: number; pool: string }): Promise<{ providerLocation: string }> {
+  async createVolume(req: { backendName: string; sizeGb: number; pool: string; multiattach?: boolean }): Promise<{ providerLocation: string }> {
     const { backendName, sizeGb, pool } = req;
     const poolConf = this.config.pools.find((p) => p.name === pool);
     if (!poolConf) throw this.fail(`no pool ${pool}`, { pool });
     if (!this.config.availabilityZone) throw this.fail('the aws-ebs driver needs config.availabilityZone');
-    if (!Number.isInteger(sizeGb) || sizeGb <= 0) throw this.fail(`invalid size ${sizeGb} GiB for ${backendName}`, { backendName, sizeGb });
+    const volumeType = this.config.ebsVolumeType ?? DEFAULT_EBS_VOLUME_TYPE;
+    const limits = EBS_SIZE_LIMITS[volumeType] ?? { min: 1, max: Infinity };
+    // EC2 would refuse these with InvalidParameterValue; said here in Cinder's terms instead.
+    if (!Number.isInteger(sizeGb) || sizeGb < limits.min || sizeGb > limits.max) {
+      throw this.fail(`invalid size ${sizeGb} GiB for ${backendName}: EBS ${volumeType} volumes are ${limits.min} to ${limits.max} GiB`, { backendName, sizeGb, volumeType });
+    }
+    if (req.multiattach && !MULTIATTACH_TYPES.has(volumeType)) throw this.fail(`${backendName} is multiattach but EBS ${volumeType} volumes cannot attach to several instances (io1 and io2 can)`, { backendName, volumeType });
 
     let volume = await this.find(backendName);
     if (volume) {
@@ -175,7 +183,10 @@ export class AwsEbsVolumeStore implements VolumeDriver {
         (await this.ec2Client()).send(new (await ec2Sdk()).CreateVolumeCommand({
             Size: sizeGb,
             AvailabilityZone: this.config.availabilityZone,
-            VolumeType: (this.config.ebsVolumeType ?? DEFAULT_EBS_VOLUME_TYPE) as VolumeType,
+            VolumeType: volumeType as VolumeType,
+            Iops: provisionedIops(volumeType, sizeGb, this.config.ebsIopsPerGb),
+            // Per volume on EBS: only a volume of a multiattach type gets it (and its limits: Nitro instances, no boot).
+            ...(req.multiattach ? { MultiAttachEnabled: true } : {}),
             ClientToken: clientTokenFor(this.backendHost, backendName),
             TagSpecifications: [{ ResourceType: 'volume', Tags: tags }],
           }),
@@ -332,8 +343,21 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     return out;
   }
 
+
+  /**
+   * The volume a backend name names: Ferry's (by tag), or for manage a volume of this zone that no
+   * Ferry backend has tagged, named by its id (`vol-…`), which adoptVolume takes over.
+   */
   async getVolume(backendName: string): Promise<BackendVolume | undefined> {
-    const v = await this.find(backendName);
+    const v = (await this.find(backendName)) ?? (await this.foreignVolume(backendName));
     return v && { backendName, sizeGb: v.Size ?? 0 };
+  }
+
+  /** A live volume of this backend's zone carrying no `ferry:backend` tag, by its id; undefined for anything else. */
+  protected async foreignVolume(volumeId: string): Promise<Volume | undefined> {
+    if (!/^vol-[0-9a-f]+$/.test(volumeId)) return undefined;
+    const v = await this.describeById(volumeId);
+    if (!v || GONE_STATES.has(v.State ?? '') || v.AvailabilityZone !== this.config.availabilityZone || tagOf(v, TAG_BACKEND)) return undefined;
+    return v;
   }
 }

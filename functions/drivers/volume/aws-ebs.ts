@@ -10,17 +10,84 @@
  * Snapshots are EBS snapshots found the same way, by tags (`ferry:backend`, `ferry:backend-name`,
  * `ferry:snapshot-name`). EBS has no cross-site replication here: the driver is not a
  * ReplicationDriver and reports `replicationEnabled: false`.
+ *
+ * Manage adopts: a volume of the backend's zone that no Ferry backend has tagged, named by its EBS
+ * id, is tagged as this backend's (plus `ferry:adopted`) under that id as its backend name; a
+ * failed manage removes those tags again. Unmanage keeps them (the volume table's unmanaged marker
+ * says it is no longer Ferry's), so a later manage finds it under the same name.
  */
 import type { Filter, Snapshot } from '@aws-sdk/client-ec2';
 import { BackendNotReady } from '../../core/errors.js';
-import type { SnapshotDriver } from './driver.js';
-import { LIVE_SNAPSHOT_STATES, SNAPSHOT_NOT_FOUND_CODES, TAG_BACKEND, TAG_BACKEND_NAME, TAG_NAME, TAG_SNAPSHOT_NAME, ec2Sdk, errorCode, sleep, tagOf } from './aws-ebs-ec2.js';
+import type { AdoptingDriver, BackendVolume, SnapshotDriver } from './driver.js';
+import {
+  ADOPTION_TAG_KEYS,
+  CONNECTED_STATES,
+  LIVE_SNAPSHOT_STATES,
+  SNAPSHOT_NOT_FOUND_CODES,
+  TAG_ADOPTED,
+  TAG_BACKEND,
+  TAG_BACKEND_NAME,
+  TAG_NAME,
+  TAG_POOL,
+  TAG_SNAPSHOT_NAME,
+  ec2Sdk,
+  errorCode,
+  sleep,
+  tagOf,
+} from './aws-ebs-ec2.js';
 import { AwsEbsVolumeStore } from './aws-ebs-volumes.js';
 
 // The driver's module is where callers (tests, operators' scripts) find its names.
 export { DEFAULT_EBS_VOLUME_TYPE, EBS_DRIVER_VERSION, clientTokenFor, regionOfAvailabilityZone, type AwsEbsDriverOptions } from './aws-ebs-ec2.js';
 
-export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDriver {
+export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDriver, AdoptingDriver {
+  async listAdoptable(): Promise<(BackendVolume & { inUse: boolean })[]> {
+    if (!this.config.availabilityZone) return [];
+    const zone = await this.describe([{ Name: 'availability-zone', Values: [this.config.availabilityZone] }]);
+    return zone
+      .filter((v) => !tagOf(v, TAG_BACKEND))
+      .map((v) => ({ backendName: v.VolumeId!, sizeGb: v.Size ?? 0, inUse: (v.Attachments ?? []).some((a) => CONNECTED_STATES.has(a.State ?? '')) }));
+  }
+
+  async adoptVolume(sourceName: string, pool: string): Promise<BackendVolume> {
+    const mine = await this.find(sourceName);
+    if (mine) return { backendName: sourceName, sizeGb: mine.Size ?? 0 };
+    if (!this.config.pools.some((p) => p.name === pool)) throw this.fail(`no pool ${pool}`, { pool, sourceName });
+    const v = await this.describeById(sourceName).catch((e: unknown) => {
+      // Not an EBS id at all (a name only Ferry's tags could resolve): nothing to adopt.
+      if (errorCode(e) === 'InvalidParameterValue' || errorCode(e) === 'InvalidVolumeID.Malformed') return undefined;
+      throw e;
+    });
+    if (!v) throw this.fail(`no volume ${sourceName} to manage: neither a Ferry volume of this backend nor an EBS volume id`, { sourceName });
+    const owner = tagOf(v, TAG_BACKEND);
+    if (owner) throw this.fail(`EBS volume ${sourceName} belongs to Ferry backend ${owner}`, { sourceName, owner });
+    if (v.AvailabilityZone !== this.config.availabilityZone) throw this.fail(`EBS volume ${sourceName} is in ${v.AvailabilityZone}, this backend in ${this.config.availabilityZone}`, { sourceName });
+    const attached = (v.Attachments ?? []).filter((a) => CONNECTED_STATES.has(a.State ?? '')).map((a) => a.InstanceId);
+    // Ferry would record it detached while EC2 has it attached: it must come in free.
+    if (attached.length > 0) throw this.fail(`EBS volume ${sourceName} is attached to ${attached.join(', ')}: detach it before managing it`, { sourceName, attached });
+    await this.send('CreateTags', { sourceName }, async () =>
+      (await this.ec2Client()).send(new (await ec2Sdk()).CreateTagsCommand({
+          Resources: [sourceName],
+          Tags: [
+            { Key: TAG_BACKEND_NAME, Value: sourceName },
+            { Key: TAG_BACKEND, Value: this.backendHost },
+            { Key: TAG_POOL, Value: pool },
+            { Key: TAG_ADOPTED, Value: 'true' },
+          ],
+        }),
+      ),
+    );
+    return { backendName: sourceName, sizeGb: v.Size ?? 0 };
+  }
+
+  async releaseAdopted(sourceName: string): Promise<void> {
+    const v = await this.find(sourceName);
+    if (!v || tagOf(v, TAG_ADOPTED) !== 'true') return;
+    await this.send('DeleteTags', { sourceName }, async () =>
+      (await this.ec2Client()).send(new (await ec2Sdk()).DeleteTagsCommand({ Resources: [v.VolumeId!], Tags: ADOPTION_TAG_KEYS.map((Key) => ({ Key })) })),
+    );
+  }
+
   /** This backend's snapshots matching the extra filters, across pages (only our own account's). */
   private async describeSnapshots(filters: Filter[]): Promise<Snapshot[]> {
     const out: Snapshot[] = [];

@@ -65,7 +65,8 @@ export interface VolumeDriver {
    */
   readonly driverVolumeType: string;
   capabilities(): Promise<PoolCapabilities[]>;
-  createVolume(req: { backendName: string; sizeGb: number; pool: string }): Promise<{ providerLocation: string }>;
+  /** `multiattach`: the volume's type lets it attach to several hosts (a backend that must enable it per volume, as EBS io2 does, reads it). */
+  createVolume(req: { backendName: string; sizeGb: number; pool: string; multiattach?: boolean }): Promise<{ providerLocation: string }>;
   deleteVolume(backendName: string): Promise<void>;
   extendVolume(backendName: string, newSizeGb: number): Promise<void>;
   /** Exports the volume to the connector's host. Connecting an already connected host returns the same properties. */
@@ -90,12 +91,28 @@ export interface BackendConfig {
   /** aws-ebs driver: availability zone and volume type. */
   availabilityZone?: string;
   ebsVolumeType?: string;
+  /** aws-ebs driver, io1/io2: IOPS provisioned per GiB (default 50). */
+  ebsIopsPerGb?: number;
   pools: { name: string; totalCapacityGb: number }[];
   /** The services-table uuid of this backend's volume service (reference §3.6 `service_uuid`). */
   serviceUuid: string;
   volumeBackendName: string;
   /** Replication targets (`replication_device`); none = not replicated. */
   replicationDevices?: ReplicationDevice[];
+}
+
+/**
+ * A backend whose manage can take over an object it did not make (aws-ebs: any volume of the
+ * account in the backend's zone, named by its id). Adoption marks the object as this backend's
+ * under that same name, so the name stays stable through manage, unmanage and manage again.
+ */
+export interface AdoptingDriver {
+  /** Objects in reach that no Ferry backend has taken (the manageable listing adds them); `inUse` when attached somewhere. */
+  listAdoptable(): Promise<(BackendVolume & { inUse: boolean })[]>;
+  /** Takes the object `sourceName` for this backend's `pool` (idempotent: one already this backend's is returned); refuses one in use or another backend's. */
+  adoptVolume(sourceName: string, pool: string): Promise<BackendVolume>;
+  /** Undoes adoptVolume after a failed manage; an object this backend made, or one not adopted, is left as it is. */
+  releaseAdopted(sourceName: string): Promise<void>;
 }
 
 // ---- Replication v2.1 (seed 001, reference §2) -------------------------------------------------

@@ -6,7 +6,7 @@
  * Drivers are cached per backend host, keyed also by the configuration they were built from: an
  * operator's changed record (a new pool, a bigger capacity) takes effect on the next call.
  */
-import { replicationDeviceProblems, type BackendConfig, type ReplicationDriver, type SnapshotDriver, type VolumeDriver } from './driver.js';
+import { replicationDeviceProblems, type AdoptingDriver, type BackendConfig, type ReplicationDriver, type SnapshotDriver, type VolumeDriver } from './driver.js';
 import { ConfigurationError } from '../../core/errors.js';
 import { withFaults } from '../../core/faults.js';
 import { canonicalJson } from '../../core/canonical.js';
@@ -54,6 +54,8 @@ export function clearDriverCache(): void {
 const REPLICATION_METHODS = ['replicationTargets', 'enableReplication', 'disableReplication', 'failoverHost', 'freezeBackend', 'thawBackend', 'startDrill', 'endDrill'] as const;
 const SNAPSHOT_METHODS = ['createSnapshot', 'deleteSnapshot', 'listSnapshots'] as const;
 
+const ADOPTING_METHODS = ['listAdoptable', 'adoptVolume', 'releaseAdopted'] as const;
+
 const hasMethods = (driver: object, names: readonly string[]) => names.every((m) => typeof (driver as Record<string, unknown>)[m] === 'function');
 
 /** True when the driver implements ReplicationDriver (whether or not its backend has targets). */
@@ -63,6 +65,11 @@ export function isReplicationDriver(driver: VolumeDriver): driver is VolumeDrive
 
 export function isSnapshotDriver(driver: VolumeDriver): driver is VolumeDriver & SnapshotDriver {
   return hasMethods(driver, SNAPSHOT_METHODS);
+}
+
+/** The driver as an AdoptingDriver (manage may take over objects it did not make), or undefined. */
+export function adoptingDriverFor(driver: VolumeDriver): (VolumeDriver & AdoptingDriver) | undefined {
+  return hasMethods(driver, ADOPTING_METHODS) ? (driver as VolumeDriver & AdoptingDriver) : undefined;
 }
 
 /**

@@ -1,0 +1,58 @@
+/**
+ * A local stack whose inventory adds aws-ebs backends, with every EC2Client in the process answered
+ * by one FakeEc2 (test/support/fake-ec2.ts), and a Cinder v3 client for it: the EBS flows through
+ * the API (test/integration/volumes-ebs*.test.ts).
+ */
+import { EC2Client } from '@aws-sdk/client-ec2';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { mockClient, type AwsClientStub } from 'aws-sdk-client-mock';
+import { stringify } from 'yaml';
+import { clearDriverCache } from '../../functions/drivers/volume/registry.js';
+import type { Inventory } from '../../functions/inventory/schema.js';
+import { SANDBOX_INVENTORY, readInventoryFile } from '../../infra/inventory-file.js';
+import { FakeEc2, wireFakeEc2 } from './fake-ec2.js';
+import { useLocalStack, type TestLocalStack } from './stack.js';
+
+export interface EbsStack {
+  stack: TestLocalStack;
+  fake: FakeEc2;
+  ec2: AwsClientStub<EC2Client>;
+  /** A Cinder v3 call as admin at microversion 3.44; the body parsed. */
+  api(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }>;
+  stop(): Promise<void>;
+}
+
+/** The sandbox inventory plus these EBS backends and volume types, on a fresh local stack. */
+export async function startEbsStack(options: { backends: Inventory['volumeBackends']; types: Inventory['volumeTypes']; instances?: string[] }): Promise<EbsStack> {
+  const ec2 = mockClient(EC2Client);
+  const fake = new FakeEc2(options.backends[0]?.host);
+  wireFakeEc2(ec2, fake);
+  for (const instance of options.instances ?? []) fake.devices.set(instance, ['/dev/sda1']);
+  const inventory = structuredClone(readInventoryFile(SANDBOX_INVENTORY)) as Inventory;
+  inventory.volumeBackends.push(...options.backends);
+  inventory.volumeTypes.push(...options.types);
+  const file = join(await mkdtemp(join(tmpdir(), 'ferry-ebs-')), 'inventory.yaml');
+  await writeFile(file, stringify(inventory));
+  const stack = await useLocalStack({ inventory: file });
+  return {
+    stack,
+    fake,
+    ec2,
+    async api(method, path, body) {
+      const res = await fetch(`${stack.url}/volume/v3/admin${path}`, {
+        method,
+        headers: { 'X-Auth-Token': 'admin:admin', 'Content-Type': 'application/json', 'OpenStack-API-Version': 'volume 3.44' },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await res.text();
+      return { status: res.status, body: text ? JSON.parse(text) : undefined };
+    },
+    async stop() {
+      await stack.stop();
+      ec2.restore();
+      clearDriverCache();
+    },
+  };
+}
