@@ -174,7 +174,8 @@ async function inventory(args: string[], io: Io): Promise<number> {
   const dryRun = values['dry-run'] ?? false;
   let result;
   try {
-    result = await applyInventory(document, { target, dryRun, ...(target === 'local' ? { dataDir: resolve(dataDir()) } : {}) });
+    // Against a deployed stack this machine has no share storage to make roots on.
+    result = await applyInventory(document, { target, dryRun, makesShareRoots: target === 'local', ...(target === 'local' ? { dataDir: resolve(dataDir()) } : {}) });
   } catch (e) {
     if ((e as Error).name === 'BadRequest') throw new CannotRun((e as Error).message);
     throw e;

@@ -350,6 +350,9 @@ export const FUNCTIONS: FunctionWiring[] = [
     callsVolumeDrivers: true,
     // Images are uploaded to the bucket.
     usesBucket: true,
+    // A share backend's root is a directory on the share storage: the apply makes it, so it mounts
+    // that storage (in the VPC, reaching DynamoDB and S3 through its gateway endpoints).
+    mountsShareStorage: true,
     timeoutSeconds: 300,
   },
 ];

@@ -8,7 +8,7 @@
  */
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { db, isConditionFailure } from '../core/db.js';
-import { Conflict } from '../core/errors.js';
+import { BadRequest, Conflict } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import type { BackendConfig } from '../drivers/volume/driver.js';
 import type { ShareBackendConfig } from '../drivers/share/driver.js';
@@ -84,6 +84,13 @@ export interface ApplyOptions {
   /** Makes relative roots absolute (the local stack's data directory). */
   dataDir?: string;
   dryRun?: boolean;
+  /**
+   * Whether this process can make share backends' roots (default true): the local stack, and on
+   * AWS the deploy function, which mounts the share storage. `ferry inventory apply` run against a
+   * deployed stack cannot (the roots are on EFS, not on the operator's machine): a change to a
+   * share backend is refused there, before anything is written.
+   */
+  makesShareRoots?: boolean;
 }
 
 export async function applyInventory(document: unknown, options: ApplyOptions): Promise<ApplyResult> {
@@ -93,6 +100,13 @@ export async function applyInventory(document: unknown, options: ApplyOptions): 
   const before = managedKeys(record?.document);
   const plan = planInventory(desiredViews(inv), await liveViews(desiredViews(inv), before), before);
   if (options.dryRun || plan.refusals.length > 0) return { plan, applied: false, done: [] };
+  const shareChanges = plan.changes.filter((c) => c.kind === 'share backend' && c.action !== 'remove').map((c) => c.key);
+  if (options.makesShareRoots === false && shareChanges.length > 0) {
+    throw new BadRequest(
+      `share backend(s) ${shareChanges.join(', ')}: their roots are on the stack's share storage, which only the deployed functions mount; ` +
+        'apply this inventory with `cdk deploy -c inventory=FILE` (nothing was written)',
+    );
+  }
   const done: Change[] = [];
   for (const change of plan.changes) {
     await execute(change, inv);

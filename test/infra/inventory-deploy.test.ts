@@ -40,6 +40,13 @@ test('one inventory resource, applied by the deploy function through the provide
   expect(JSON.stringify(provider![1].Properties.Environment)).toContain(stack.resolve(stack.getLogicalId(stack.functions.get('inventory-apply')!.node.defaultChild as never)));
 });
 
+test('the deploy function mounts the share storage, where it makes the share backends\' roots', () => {
+  const id = stack.resolve(stack.getLogicalId(stack.functions.get('inventory-apply')!.node.defaultChild as never)) as string;
+  const fn = resources[id]!.Properties;
+  expect(fn.VpcConfig?.SubnetIds).toBeDefined();
+  expect(fn.FileSystemConfigs).toEqual([expect.objectContaining({ LocalMountPath: '/mnt/ferry-shares' })]);
+});
+
 test('cdk-nag reports nothing unacknowledged on the inventory resource', () => {
   const report = new AwsSolutionsChecks().validateScope(app);
   const findings = report.violations.flatMap((v) => v.violatingResources.map((r) => `${v.severity} ${v.ruleName} at ${r.constructPath}`));
@@ -50,8 +57,6 @@ test('an inventory with a local driver fails synth with the reason', () => {
   const sandbox = new App({ context: { inventory: resolve(REPO_ROOT, 'inventories/sandbox.yaml') } });
   expect(() => buildFerryApp(sandbox, { nag: false })).toThrow(/volume backend ferry@lvm-a: driver local keeps volumes in one Lambda's \/tmp; on AWS use aws-ebs/);
 });
-
-
 
 test('the share storage exists only when the inventory names share backends; a contradicting context is refused', () => {
   // The template without share storage is monitoring.test.ts's (shareBackends=false); here what decides it.
