@@ -341,6 +341,17 @@ export const FUNCTIONS: FunctionWiring[] = [
     memoryMb: 1024,
   },
   {
+    name: 'replication-pass',
+    kind: 'scheduled',
+    entry: 'functions/replication/pass.ts',
+    export: 'handler',
+    description: 'The replication schedule of aws-ebs backends with replication targets: each run snapshots every replicated volume, copies the newest completed snapshot to each target region and prunes older ones (never waits; frozen and failed-over backends are skipped).',
+    tables: ['volume'],
+    callsVolumeDrivers: true,
+    scheduleRateMinutes: 5,
+    timeoutSeconds: 280,
+  },
+  {
     name: 'inventory-apply',
     kind: 'deploy',
     entry: 'functions/inventory/deploy.ts',

@@ -24,6 +24,7 @@ export function volumeBackendConfig(b: VolumeBackendEntry): BackendConfig {
     availabilityZone: b.availabilityZone,
     ...(b.ebsVolumeType ? { ebsVolumeType: b.ebsVolumeType } : {}),
     ...(b.ebsIopsPerGb ? { ebsIopsPerGb: b.ebsIopsPerGb } : {}),
+    ...(b.replicationDevices ? { replicationDevices: b.replicationDevices } : {}),
   };
 }
 

@@ -44,6 +44,17 @@ export const VolumeBackendSchema = z.discriminatedUnion('driver', [
       ebsVolumeType: z.enum(['gp2', 'gp3', 'io1', 'io2', 'st1', 'sc1', 'standard']).optional(),
       /** io1/io2: IOPS provisioned per GiB (the driver keeps within each type's range; default 50). */
       ebsIopsPerGb: z.number().int().positive().max(1000).optional(),
+      /** Replication targets: zones in other regions (aws-ebs-replication.ts). */
+      replicationDevices: z
+        .array(
+          z
+            .object({
+              backend_id: name.refine((v) => v !== 'default', 'default means fail back; name a target otherwise'),
+              availability_zone: z.string().regex(/^[a-z]{2}(-[a-z]+)+-\d[a-z]$/, 'must be an availability zone such as eu-central-1a'),
+            })
+            .strict(),
+        )
+        .optional(),
     })
     .strict(),
 ]);
@@ -162,6 +173,14 @@ export function parseInventory(document: unknown, target: InventoryTarget): Inve
   unique('project', inv.projects);
   for (const b of inv.volumeBackends) unique(`pool of ${b.host}:`, b.pools.map((p) => p.name));
   for (const b of inv.shareBackends) unique(`pool of ${b.host}:`, b.pools.map((p) => p.name));
+  for (const b of inv.volumeBackends) {
+    if (b.driver !== 'aws-ebs') continue;
+    unique(`replication_device of ${b.host}:`, (b.replicationDevices ?? []).map((d) => d.backend_id));
+    const region = b.availabilityZone.replace(/[a-z]$/, '');
+    for (const d of b.replicationDevices ?? []) {
+      if (d.availability_zone.replace(/[a-z]$/, '') === region) problems.push(`volume backend ${b.host}: replication_device ${d.backend_id} is in ${region}, the backend's own region; an EBS target is another region`);
+    }
+  }
   if (target === 'aws') {
     for (const b of inv.volumeBackends) if (b.driver === 'local') problems.push(`volume backend ${b.host}: driver local keeps volumes in one Lambda's /tmp; on AWS use aws-ebs`);
     for (const c of inv.cells) for (const h of c.hosts) problems.push(`cell ${c.name} host ${h.host}: driver local runs guests in one Lambda's /tmp; Ferry has no AWS compute driver yet`);

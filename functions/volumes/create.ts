@@ -14,7 +14,7 @@ import { authorize } from '../core/policy.js';
 import { listBackends } from './backends.js';
 import { defaultBackendName, type Volume } from './model.js';
 import { insertVolume, removeVolumeRecord } from './repo.js';
-import { availabilityZoneOf, DEFAULT_AVAILABILITY_ZONE } from './scheduler.js';
+import { ANY_ZONE, availabilityZoneOf, DEFAULT_AVAILABILITY_ZONE } from './scheduler.js';
 import { DEFAULT_VOLUME_TYPE, getVolumeTypeByName, getVolumeTypeByNameOrId, isMultiattachType, visibleType } from './types.js';
 import { invalidField, isUuidLike, metadataField, optionalString, pyRepr, sizeField, wrapped } from './validation.js';
 import { viewContext, volumeDetail } from './views.js';
@@ -78,8 +78,10 @@ export async function recordNewVolume(auth: AuthContext, r: NewVolumeRequest, id
   const type = r.volumeType
     ? await visibleType(auth, r.volumeType, getVolumeTypeByNameOrId)
     : await getVolumeTypeByName(DEFAULT_VOLUME_TYPE);
-  const zone = r.availabilityZone ?? DEFAULT_AVAILABILITY_ZONE;
-  if (!(await knownZones()).has(zone)) throw new BadRequest(`Availability zone '${zone}' is invalid.`);
+  const known = await knownZones();
+  // Upstream's default zone when Ferry has one by that name; otherwise (on AWS) the scheduler's choice.
+  const zone = r.availabilityZone ?? (known.has(DEFAULT_AVAILABILITY_ZONE) ? DEFAULT_AVAILABILITY_ZONE : ANY_ZONE);
+  if (zone !== ANY_ZONE && !known.has(zone)) throw new BadRequest(`Availability zone '${zone}' is invalid.`);
   const at = now();
   const v: Volume = {
     id,

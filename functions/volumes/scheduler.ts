@@ -25,6 +25,11 @@ import { getVolumeTypeById, IS_TRUE } from './types.js';
 
 /** The availability zone of a backend with none configured (Cinder's storage_availability_zone default). */
 export const DEFAULT_AVAILABILITY_ZONE = 'nova';
+/**
+ * A volume created without a zone where no backend is in `nova` (an AWS deployment, whose zones
+ * are the EBS backends'): the scheduler chooses among every zone, and the volume takes its pool's.
+ */
+export const ANY_ZONE = '';
 
 /** Cinder's NoValidBackend: no pool passed the filters. The create machine catches it and marks the volume error. */
 export class NoValidBackend extends FerryError {
@@ -92,7 +97,7 @@ export function filterAndWeigh(pools: PoolState[], req: ScheduleRequest): { chos
       rejected.push({ host: p.host, filter: 'replication_enabled', reason: 'does not report replication_enabled' });
       return false;
     }
-    if (availabilityZoneOf(p.backend) !== req.availabilityZone) {
+    if (req.availabilityZone !== ANY_ZONE && availabilityZoneOf(p.backend) !== req.availabilityZone) {
       rejected.push({ host: p.host, filter: 'availability_zone', reason: `is in availability zone ${availabilityZoneOf(p.backend)}` });
       return false;
     }
@@ -170,6 +175,7 @@ export async function reserveOnPool(v: Volume, pool: PoolState): Promise<Reserve
     capacity: { pool: pool.host, gb: v.size },
     serviceUuid: pool.backend.serviceUuid,
     sharedTargets: sharedTargetsOf(pool.caps),
+    availabilityZone: availabilityZoneOf(pool.backend),
   });
   if (after instanceof FerryError) throw after;
   if (after === v) return { kind: 'reserved', volume: v };

@@ -28,7 +28,7 @@ export const RESETTABLE_MIGRATION_STATUSES = ['migrating', 'error', 'success', '
 
 export type VolumeEvent =
   /** The scheduler reserved capacity on a pool (repo writes the pool item in the same transaction). */
-  | { type: 'scheduled'; at: string; capacity: HeldCapacity; serviceUuid: string; sharedTargets: boolean | null }
+  | { type: 'scheduled'; at: string; capacity: HeldCapacity; serviceUuid: string; sharedTargets: boolean | null; availabilityZone?: string }
   /** The driver created (or found, for manage) the backend object. */
   | { type: 'created-on-backend'; at: string; providerLocation: string | null; sizeGb?: number }
   | { type: 'mark-available'; at: string }
@@ -82,7 +82,8 @@ export function transition(v: Volume, e: VolumeEvent): TransitionResult {
     case 'scheduled': {
       if (!creatingStatuses.includes(v.status)) return new InvalidVolume(`Volume ${v.id} status must be creating or managing to be scheduled, but the current status is ${v.status}.`);
       if (v.capacity) return v.capacity.pool === e.capacity.pool ? v : new InvalidVolume(`Volume ${v.id} is already scheduled to ${v.capacity.pool}.`);
-      return next({ capacity: e.capacity, host: e.capacity.pool, serviceUuid: e.serviceUuid, sharedTargets: e.sharedTargets });
+      // A volume asked for no zone (ANY_ZONE) takes its pool's.
+      return next({ capacity: e.capacity, host: e.capacity.pool, serviceUuid: e.serviceUuid, sharedTargets: e.sharedTargets, availabilityZone: v.availabilityZone || (e.availabilityZone ?? v.availabilityZone) });
     }
     case 'created-on-backend': {
       if (!creatingStatuses.includes(v.status)) return new InvalidVolume(`Volume ${v.id} status must be creating or managing, but the current status is ${v.status}.`);

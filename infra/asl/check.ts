@@ -29,7 +29,7 @@ export function retrierOf(policy: MachinePolicy, stateName: string, state: JsonO
 /** The Retry a Task must have: BACKEND_WAIT first when the machine lists it in `waits`, then its retrier. */
 export function retryOf(policy: MachinePolicy, stateName: string, state: JsonObject): Retrier[] {
   const own = RETRIERS[retrierOf(policy, stateName, state)];
-  return policy.waits?.includes(stateName) ? [BACKEND_WAIT, own] : [own];
+  return policy.waits?.includes(stateName) ? [policy.waitRetrier ?? BACKEND_WAIT, own] : [own];
 }
 
 const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);

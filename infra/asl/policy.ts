@@ -85,6 +85,13 @@ export type RetrierName = keyof typeof RETRIERS;
 export const BACKEND_WAIT = { ErrorEquals: ['BackendNotReady'], IntervalSeconds: 20, MaxAttempts: 180, BackoffRate: 1 } as const satisfies Retrier;
 
 /**
+ * The longer wait of a failback from EBS (functions/drivers/volume/aws-ebs-failback.ts): a batch's
+ * volumes go home by snapshot and cross-region copy, minutes to hours. Every 5 minutes for up to 6
+ * hours: 72 runs of a batch, so 50 batches stay far under Step Functions' 25,000 history events.
+ */
+export const FAILBACK_WAIT = { ErrorEquals: ['BackendNotReady'], IntervalSeconds: 300, MaxAttempts: 72, BackoffRate: 1 } as const satisfies Retrier;
+
+/**
  * A Catch is one catcher of every error (`States.ALL`), writing it where the next step reads it:
  * `$.error` from a step, `$.rollbackError` from a step that is itself undoing an `$.error` (a
  * compensation whose own failure must not overwrite the error it was undoing).
@@ -119,6 +126,8 @@ export interface MachinePolicy {
   readonly tasks?: Readonly<Record<string, RetrierName>>;
   /** Tasks (by state name) whose driver calls may find the backend not ready: BACKEND_WAIT first. */
   readonly waits?: readonly string[];
+  /** The wait those Tasks take instead of BACKEND_WAIT (the same error, another pace). */
+  readonly waitRetrier?: Retrier;
   /**
    * What the worst-case bound cannot read from the ASL: how often a state in a loop may run
    * (`runs`), and how many items a Map is sized for (`mapItems`).
@@ -156,15 +165,20 @@ export const MACHINE_POLICIES: Readonly<Record<StateMachineName, MachinePolicy>>
   'volume-create': { ...storageFlow, waits: ['CreateOnBackend', 'Rollback'] },
   'volume-delete': { ...storageFlow, waits: ['DeleteOnBackend'] },
   /**
-   * 10,000 volumes are 50 batches, 13 rounds of 4 at MaxConcurrency 4; with every batch at its
-   * 600 s timeout on all 4 attempts that is 9.2 hours in all. Three days: room for eight times
-   * that, so a failover of a large fleet on a slow target still ends by itself, with its Fail
-   * step, and never half-done by the overall timeout.
+   * 10,000 volumes are 50 batches, 13 rounds of 4 at MaxConcurrency 4. A failover's batch is one
+   * driver call (9.2 hours in all with every batch at its 600 s timeout on all 4 attempts); a
+   * failback batch from EBS also waits for its volumes' copies (FAILBACK_WAIT, up to 6 h per
+   * batch), which makes the worst case 10.1 days. Eleven days: a failover or failback of a large
+   * fleet on a slow site still ends by itself, with its Fail step, never half-done by the timeout.
    */
   'volume-failover': {
-    timeoutSeconds: 3 * DAY,
+    timeoutSeconds: 11 * DAY,
     retrier: 'transientOrDriver',
     tasks: { Finish: 'transient', Fail: 'transient' },
+    // A failback from EBS brings each volume home by snapshot and copy (aws-ebs-failback.ts): the
+    // batch answers BackendNotReady until its volumes have arrived, and runs again after a wait.
+    waits: ['Batch'],
+    waitRetrier: FAILBACK_WAIT,
     sizing: { mapItems: { Batches: Math.ceil(FAILOVER_SIZED_FOR_VOLUMES / FAILOVER_BATCH_SIZE) } },
   },
   'share-create': storageFlow,

@@ -18,6 +18,7 @@ import { Aws, Validations } from 'aws-cdk-lib';
 import { PolicyStatement } from 'aws-cdk-lib/aws-iam';
 import type { IFunction } from 'aws-cdk-lib/aws-lambda';
 import { TAG_ADOPTED, TAG_BACKEND } from '../../functions/drivers/volume/aws-ebs-ec2.js';
+import { TAG_REPLICATED } from '../../functions/drivers/volume/aws-ebs-replication.js';
 
 /** `arn:<partition>:ec2:*:<account>:<type>/*`; an EBS snapshot's ARN has no account in it. */
 const ec2Arn = (type: string) => `arn:${Aws.PARTITION}:ec2:*:${type === 'snapshot' ? '' : Aws.ACCOUNT_ID}:${type}/*`;
@@ -32,13 +33,14 @@ export function ebsDriverStatements(): PolicyStatement[] {
     new PolicyStatement({ sid: 'EbsDescribe', actions: ['ec2:DescribeVolumes', 'ec2:DescribeSnapshots', 'ec2:DescribeInstances'], resources: ['*'] }),
     // A new volume or snapshot must carry the backend tag, so everything below can require it.
     new PolicyStatement({ sid: 'EbsCreateVolume', actions: ['ec2:CreateVolume'], resources: [ec2Arn('volume')], conditions: taggedRequest }),
-    new PolicyStatement({ sid: 'EbsCreateSnapshot', actions: ['ec2:CreateSnapshot'], resources: [ec2Arn('snapshot')], conditions: taggedRequest }),
+    // CopySnapshot (replication to a target region, failback home) makes a snapshot like CreateSnapshot.
+    new PolicyStatement({ sid: 'EbsCreateSnapshot', actions: ['ec2:CreateSnapshot', 'ec2:CopySnapshot'], resources: [ec2Arn('snapshot')], conditions: taggedRequest }),
     // Tagging on create (TagSpecifications) is authorized as ec2:CreateTags with ec2:CreateAction.
     new PolicyStatement({
       sid: 'EbsTagOnCreate',
       actions: ['ec2:CreateTags'],
       resources: [ec2Arn('volume'), ec2Arn('snapshot')],
-      conditions: { StringEquals: { 'ec2:CreateAction': ['CreateVolume', 'CreateSnapshot'] } },
+      conditions: { StringEquals: { 'ec2:CreateAction': ['CreateVolume', 'CreateSnapshot', 'CopySnapshot'] } },
     }),
     new PolicyStatement({
       sid: 'EbsFerryVolumes',
@@ -64,7 +66,15 @@ export function ebsDriverStatements(): PolicyStatement[] {
       resources: [ec2Arn('volume')],
       conditions: { StringEquals: { [`aws:ResourceTag/${TAG_ADOPTED}`]: 'true' }, 'ForAllValues:StringLike': { 'aws:TagKeys': ['ferry:*'] } },
     }),
-    new PolicyStatement({ sid: 'EbsFerrySnapshots', actions: ['ec2:DeleteSnapshot'], resources: [ec2Arn('snapshot')], conditions: taggedResource }),
+    // A Ferry snapshot may be deleted, copied to another region, or made a volume (failover, drill, failback).
+    new PolicyStatement({ sid: 'EbsFerrySnapshots', actions: ['ec2:DeleteSnapshot', 'ec2:CopySnapshot', 'ec2:CreateVolume'], resources: [ec2Arn('snapshot')], conditions: taggedResource }),
+    // Replication marks a Ferry volume for the passes by one tag, and only that tag.
+    new PolicyStatement({
+      sid: 'EbsMarkReplicated',
+      actions: ['ec2:CreateTags', 'ec2:DeleteTags'],
+      resources: [ec2Arn('volume')],
+      conditions: { ...taggedResource, 'ForAllValues:StringEquals': { 'aws:TagKeys': [TAG_REPLICATED] } },
+    }),
     new PolicyStatement({ sid: 'EbsInstances', actions: ['ec2:AttachVolume', 'ec2:DetachVolume'], resources: [ec2Arn('instance')] }),
   ];
 }

@@ -17,10 +17,10 @@ import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
 import { FUNCTIONS } from '../../functions/wiring.js';
 import { REPO_ROOT, buildFerryApp, type FerryStack } from '../../infra/aws/ferry-stack.js';
 import { ebsDriverStatements } from '../../infra/aws/driver-permissions.js';
-import { FAKE_EC2_BACKEND, FakeEc2, awsError, wireFakeEc2 } from '../support/fake-ec2.js';
+import { FAKE_EC2_BACKEND, FakeEc2, awsError, fakeRegions, wireFakeEc2 } from '../support/fake-ec2.js';
 import { ec2Requests, resolveIntrinsics, simulate, type IamRequest, type PolicyStatementJson } from '../support/iam-requests.js';
 
-const DRIVER_SOURCES = ['functions/drivers/volume/aws-ebs.ts', 'functions/drivers/volume/aws-ebs-volumes.ts'];
+const DRIVER_SOURCES = ['aws-ebs.ts', 'aws-ebs-volumes.ts', 'aws-ebs-replication.ts', 'aws-ebs-failback.ts'].map((f) => `functions/drivers/volume/${f}`);
 const DRIVER_MODULE = 'functions/drivers/volume/aws-ebs-volumes.ts';
 const REGION = 'eu-west-1';
 
@@ -85,6 +85,62 @@ async function recordDriverCalls(): Promise<Recorded[]> {
   return out;
 }
 
+/**
+ * Replication across two regions: passes (snapshot, copy, prune), a drill, failover with the
+ * primary region's client, failback until done, disable. Each call recorded with its region.
+ */
+async function recordReplicationCalls(): Promise<Recorded[]> {
+  const target = 'eu-central-1';
+  const fakes = fakeRegions(FAKE_EC2_BACKEND, [`${REGION}a`, `${target}a`]);
+  const calls: { region: string; command: string; input: Record<string, unknown>; tags: Map<string, { Key?: string; Value?: string }[] | undefined> }[] = [];
+  const clients = new Map<string, EC2Client>();
+  const mocks = [];
+  for (const [region, fake] of fakes) {
+    const client = new EC2Client({ region });
+    clients.set(region, client);
+    const mock = mockClient(client);
+    mocks.push(mock);
+    wireFakeEc2(mock, fake, (command, input) => {
+      const i = input as Record<string, string | string[] | undefined>;
+      const tags = new Map<string, { Key?: string; Value?: string }[] | undefined>();
+      const snapshotTags = (id: string) => [...fakes.values()].map((f) => f.snapshots.get(id)?.Tags).find(Boolean);
+      if (typeof i.VolumeId === 'string') tags.set(`volume/${i.VolumeId}`, structuredClone(fake.volumes.get(i.VolumeId)?.Tags));
+      for (const id of [i.SnapshotId, i.SourceSnapshotId]) if (typeof id === 'string') tags.set(`snapshot/${id}`, structuredClone(snapshotTags(id)));
+      for (const id of (i.Resources as string[] | undefined) ?? []) tags.set(`volume/${id}`, structuredClone(fake.volumes.get(id)?.Tags));
+      calls.push({ region, command, input: structuredClone(input) as Record<string, unknown>, tags });
+    });
+  }
+  const config = {
+    host: FAKE_EC2_BACKEND,
+    driver: 'aws-ebs' as const,
+    availabilityZone: `${REGION}a`,
+    ebsVolumeType: 'gp3',
+    pools: [{ name: 'gp', totalCapacityGb: 40 }],
+    serviceUuid: '22222222-2222-4222-8222-222222222222',
+    volumeBackendName: 'ebs-a',
+    replicationDevices: [{ backend_id: 'fra', availability_zone: `${target}a` }],
+  };
+  const on = (activeBackendId = '') => new AwsEbsVolumeDriver(config, { clientFor: (r) => clients.get(r)!, pollIntervalMs: 0, pollAttempts: 5, activeBackendId });
+  const ref = { volumeId: 'id-1', backendName: 'volume-r', sizeGb: 1 };
+  await on().createVolume({ backendName: 'volume-r', sizeGb: 1, pool: 'gp' });
+  await on().enableReplication('volume-r');
+  for (let i = 0; i < 6; i++) await on().syncNow(0);
+  await on().replicationStatus('volume-r');
+  await on().endDrill(await on().startDrill([ref], 'fra'));
+  await on().failoverHost([ref], 'fra');
+  for (let i = 0; i < 6; i++) if (await on('fra').failoverHost([ref], 'default').catch(() => undefined)) break;
+  await on().enableReplication('volume-r');
+  for (let i = 0; i < 3; i++) await on().syncNow(0);
+  await on().disableReplication('volume-r');
+  for (const m of mocks) m.restore();
+  const out: Recorded[] = [];
+  for (const c of calls) {
+    const known = { tagsOf: (type: string, id: string) => c.tags.get(`${type}/${id}`) };
+    out.push({ command: c.command, requests: await ec2Requests(c.region, c.command, c.input, known) });
+  }
+  return out;
+}
+
 /** The EC2 commands the driver's source can send. */
 function driverCommands(): Set<string> {
   const names = DRIVER_SOURCES.flatMap((f) => [...readFileSync(resolve(REPO_ROOT, f), 'utf8').matchAll(/(\w+)Command\(/g)].map((m) => m[1]!));
@@ -115,7 +171,7 @@ let recorded: Recorded[];
 const reach = new Map<string, boolean>();
 
 beforeAll(async () => {
-  recorded = await recordDriverCalls();
+  recorded = [...(await recordDriverCalls()), ...(await recordReplicationCalls())];
   for (const f of FUNCTIONS) reach.set(f.name, await bundlesDriver(f.entry));
   ({ stack } = buildFerryApp(new App(), { nag: false }));
   resources = (await import('aws-cdk-lib/assertions')).Template.fromStack(stack).toJSON().Resources;
@@ -178,11 +234,22 @@ describe('the check can fail', () => {
     ]);
   });
 
-  test('without tag-on-create, CreateVolume and CreateSnapshot fail on their tags', async () => {
+  test('without tag-on-create, CreateVolume, CreateSnapshot and CopySnapshot fail on their tags, in every region', async () => {
     expect(await deniedWith(statementsWithout('EbsTagOnCreate'))).toEqual([
+      'ec2:CreateTags arn:aws:ec2:eu-central-1:111122223333:volume/…',
+      'ec2:CreateTags arn:aws:ec2:eu-central-1::snapshot/…',
       `ec2:CreateTags arn:aws:ec2:${REGION}:111122223333:volume/…`,
       `ec2:CreateTags arn:aws:ec2:${REGION}::snapshot/…`,
     ]);
+  });
+
+  test('without the replication statements, copies and failover volumes are denied', async () => {
+    expect(await deniedWith(statementsWithout('EbsMarkReplicated'))).toEqual([
+      `ec2:CreateTags arn:aws:ec2:${REGION}:111122223333:volume/…`,
+      `ec2:DeleteTags arn:aws:ec2:${REGION}:111122223333:volume/…`,
+    ]);
+    const denied = await deniedWith(statementsWithout('EbsFerrySnapshots'));
+    expect(denied).toEqual(expect.arrayContaining(['ec2:CopySnapshot arn:aws:ec2:eu-west-1::snapshot/…', 'ec2:CreateVolume arn:aws:ec2:eu-central-1::snapshot/…']));
   });
 
   test('without the adoption statements, managing a volume Ferry did not make is denied', async () => {

@@ -12,25 +12,37 @@ import { stringify } from 'yaml';
 import { clearDriverCache } from '../../functions/drivers/volume/registry.js';
 import type { Inventory } from '../../functions/inventory/schema.js';
 import { SANDBOX_INVENTORY, readInventoryFile } from '../../infra/inventory-file.js';
-import { FakeEc2, wireFakeEc2 } from './fake-ec2.js';
+import { FakeEc2, fakeRegions, wireFakeEc2 } from './fake-ec2.js';
 import { useLocalStack, type TestLocalStack } from './stack.js';
 
 export interface EbsStack {
   stack: TestLocalStack;
+  /** The fake of the first backend's zone's region. */
   fake: FakeEc2;
+  /** With `zones`: one fake per region, each client answered by its region's. */
+  fakes: Map<string, FakeEc2>;
   ec2: AwsClientStub<EC2Client>;
   /** A Cinder v3 call as admin at microversion 3.44; the body parsed. */
   api(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }>;
   stop(): Promise<void>;
 }
 
-/** The sandbox inventory plus these EBS backends and volume types, on a fresh local stack. */
-export async function startEbsStack(options: { backends: Inventory['volumeBackends']; types: Inventory['volumeTypes']; instances?: string[] }): Promise<EbsStack> {
+/** The sandbox inventory plus these EBS backends and volume types, on a fresh local stack (with `zones`, one fake EC2 per zone's region). */
+export async function startEbsStack(options: {
+  backends: Inventory['volumeBackends'];
+  types: Inventory['volumeTypes'];
+  instances?: string[];
+  zones?: string[];
+  /** Only these volume backends (the sandbox's local ones dropped), as on AWS. */
+  onlyThese?: boolean;
+}): Promise<EbsStack> {
   const ec2 = mockClient(EC2Client);
-  const fake = new FakeEc2(options.backends[0]?.host);
-  wireFakeEc2(ec2, fake);
+  const fakes = options.zones ? fakeRegions(options.backends[0]!.host, options.zones) : new Map<string, FakeEc2>();
+  const fake = fakes.values().next().value ?? new FakeEc2(options.backends[0]?.host);
+  wireFakeEc2(ec2, options.zones ? fakes : fake);
   for (const instance of options.instances ?? []) fake.devices.set(instance, ['/dev/sda1']);
   const inventory = structuredClone(readInventoryFile(SANDBOX_INVENTORY)) as Inventory;
+  if (options.onlyThese) inventory.volumeBackends = [];
   inventory.volumeBackends.push(...options.backends);
   inventory.volumeTypes.push(...options.types);
   const file = join(await mkdtemp(join(tmpdir(), 'ferry-ebs-')), 'inventory.yaml');
@@ -39,6 +51,7 @@ export async function startEbsStack(options: { backends: Inventory['volumeBacken
   return {
     stack,
     fake,
+    fakes,
     ec2,
     async api(method, path, body) {
       const res = await fetch(`${stack.url}/volume/v3/admin${path}`, {

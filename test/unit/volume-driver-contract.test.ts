@@ -70,7 +70,7 @@ describeVolumeDriverContract('aws-ebs', async () => {
     pool: 'gp',
     multiattach: { driver: io2, pool: 'io', sizeGb: 4 },
     connectors: [{ host: 'i-1' }, { host: 'i-2' }],
-    declares: { driverVolumeType: 'aws_ebs', snapshots: true, replication: false },
+    declares: { driverVolumeType: 'aws_ebs', snapshots: true, replication: true },
     faults: {
       throttleNext: () => {
         ec2.on(CreateVolumeCommand)

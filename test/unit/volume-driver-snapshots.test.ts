@@ -16,6 +16,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DriverError } from '../../functions/core/errors.js';
 import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
 import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
+import { replicationDriverFor } from '../../functions/drivers/volume/registry.js';
 import { LocalVolumeDriver, snapshotPath, volumeFilePath } from '../../functions/drivers/volume/local.js';
 import { clearDriverCache, driverFor, snapshotDriverFor } from '../../functions/drivers/volume/registry.js';
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
@@ -299,12 +300,12 @@ describe('aws-ebs snapshots', () => {
     expect(await driver.listSnapshots()).toEqual([]);
   });
 
-  it('reports no replication and is not a ReplicationDriver', async () => {
+  it('without replication_devices it reports no replication, and replicationDriverFor gives nothing', async () => {
     // Act
     const caps = await driver.capabilities();
 
-    // Assess
+    // Assess: a ReplicationDriver by kind (aws-ebs replicates to other regions when configured to).
     expect(caps[0].replicationEnabled).toBe(false);
-    expect('failoverHost' in driver).toBe(false);
+    expect(replicationDriverFor(driver)).toBeUndefined();
   });
 });

@@ -22,6 +22,8 @@ export const TAG_BACKEND_NAME = 'ferry:backend-name';
 export const TAG_BACKEND = 'ferry:backend';
 export const TAG_POOL = 'ferry:pool';
 export const TAG_SNAPSHOT_NAME = 'ferry:snapshot-name';
+/** On a drill's copy in a target region (aws-ebs-replication.ts): never one of the backend's volumes. */
+export const TAG_DRILL = 'ferry:drill';
 /**
  * On a volume Ferry did not make but took over by manage (adoptVolume): only such a volume's
  * `ferry:*` tags may ever be removed (releaseAdopted; the IAM grant requires it too).
@@ -68,7 +70,14 @@ export function provisionedIops(volumeType: string, sizeGb: number, iopsPerGb = 
 }
 
 export interface AwsEbsDriverOptions {
+  /** The client of the site the driver works on (tests inject a mocked one). */
   client?: EC2Client;
+  /** Clients of other regions (replication targets); default: made on first use. */
+  clientFor?: (region: string) => EC2Client;
+  /** The service's active backend id: '' the primary, or the replication target a failover moved it to. */
+  activeBackendId?: string;
+  /** The clock replication's intervals and lag are measured with (tests give a fixed one). */
+  now?: () => number;
   pollIntervalMs?: number;
   pollAttempts?: number;
 }

@@ -20,6 +20,7 @@ import {
   NOT_FOUND_CODES,
   TAG_BACKEND,
   TAG_BACKEND_NAME,
+  TAG_DRILL,
   TAG_NAME,
   TAG_POOL,
   clientTokenFor,
@@ -39,27 +40,42 @@ export class AwsEbsVolumeStore implements VolumeDriver {
   readonly backendHost: string;
   /** An EBS volume attached to an EC2 instance (connection_info `volume_id`, `instance_id`, `device`). */
   readonly driverVolumeType = 'aws_ebs';
-  private client?: EC2Client;
+  private readonly clients = new Map<string, EC2Client>();
+  private readonly clientFor?: (region: string) => EC2Client;
   protected readonly pollIntervalMs: number;
   protected readonly pollAttempts: number;
 
+  /** `config` is the site the driver works on: the primary's, or after a failover the target's zone (aws-ebs.ts). */
   constructor(
     protected readonly config: BackendConfig,
     options: AwsEbsDriverOptions = {},
   ) {
     this.backendHost = config.host;
-    this.client = options.client;
+    if (options.client) this.clients.set(this.homeRegion(), options.client);
+    this.clientFor = options.clientFor;
     this.pollIntervalMs = options.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS;
     this.pollAttempts = options.pollAttempts ?? DEFAULT_POLL_ATTEMPTS;
   }
 
-  /** The EC2 client: the injected one, or one made (and the SDK loaded) on the first call. */
-  protected async ec2Client(): Promise<EC2Client> {
-    if (!this.client) {
+  /** The region of the zone the driver works in ('' when the configuration names none: the SDK's default). */
+  protected homeRegion(): string {
+    return this.config.availabilityZone ? regionOfAvailabilityZone(this.config.availabilityZone) : '';
+  }
+
+  /** The EC2 client of the site the driver works on. */
+  protected ec2Client(): Promise<EC2Client> {
+    return this.ec2ClientFor(this.homeRegion());
+  }
+
+  /** The EC2 client of a region: an injected one, or one made (and the SDK loaded) on first use. */
+  protected async ec2ClientFor(region: string): Promise<EC2Client> {
+    let client = this.clients.get(region) ?? this.clientFor?.(region);
+    if (!client) {
       const { EC2Client: Client } = await ec2Sdk();
-      this.client = new Client(this.config.availabilityZone ? { region: regionOfAvailabilityZone(this.config.availabilityZone) } : {});
+      client = new Client(region ? { region } : {});
     }
-    return this.client;
+    this.clients.set(region, client);
+    return client;
   }
 
   protected fail(message: string, context: Record<string, unknown> = {}, cause?: unknown): DriverError {
@@ -78,13 +94,17 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     }
   }
 
-  /** Every live volume matching the filters, across pages. */
-  protected async describe(filters: Filter[]): Promise<Volume[]> {
+  /** Every live volume matching the filters, across pages, in the region the driver works in. */
+  protected describe(filters: Filter[]): Promise<Volume[]> {
+    return this.describeIn(this.homeRegion(), filters);
+  }
+
+  protected async describeIn(region: string, filters: Filter[]): Promise<Volume[]> {
     const out: Volume[] = [];
     let NextToken: string | undefined;
     do {
-      const page = await this.send('DescribeVolumes', { filters }, async () =>
-        (await this.ec2Client()).send(new (await ec2Sdk()).DescribeVolumesCommand({ Filters: filters, NextToken })),
+      const page = await this.send('DescribeVolumes', { filters, region }, async () =>
+        (await this.ec2ClientFor(region)).send(new (await ec2Sdk()).DescribeVolumesCommand({ Filters: filters, NextToken })),
       );
       for (const v of page.Volumes ?? []) if (!GONE_STATES.has(v.State ?? '')) out.push(v);
       NextToken = page.NextToken;
@@ -92,8 +112,9 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     return out;
   }
 
-  private backendVolumes(): Promise<Volume[]> {
-    return this.describe([{ Name: `tag:${TAG_BACKEND}`, Values: [this.backendHost] }]);
+  /** The backend's volumes in the region it works in (a replication drill's copies are not among them). */
+  private async backendVolumes(): Promise<Volume[]> {
+    return (await this.describe([{ Name: `tag:${TAG_BACKEND}`, Values: [this.backendHost] }])).filter((v) => !tagOf(v, TAG_DRILL));
   }
 
   protected async find(backendName: string): Promise<Volume | undefined> {

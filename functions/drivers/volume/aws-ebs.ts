@@ -17,8 +17,20 @@
  * says it is no longer Ferry's), so a later manage finds it under the same name.
  */
 import type { Filter, Snapshot } from '@aws-sdk/client-ec2';
-import { BackendNotReady } from '../../core/errors.js';
-import type { AdoptingDriver, BackendVolume, SnapshotDriver } from './driver.js';
+import { BackendNotReady, ConfigurationError } from '../../core/errors.js';
+import {
+  FAILBACK_SENTINEL,
+  InvalidReplicationTarget,
+  type AdoptingDriver,
+  type BackendConfig,
+  type BackendVolume,
+  type DrillCopy,
+  type FailoverResult,
+  type PoolCapabilities,
+  type ReplicatedVolumeRef,
+  type ReplicationDriver,
+  type SnapshotDriver,
+} from './driver.js';
 import {
   ADOPTION_TAG_KEYS,
   CONNECTED_STATES,
@@ -32,15 +44,147 @@ import {
   TAG_SNAPSHOT_NAME,
   ec2Sdk,
   errorCode,
+  regionOfAvailabilityZone,
   sleep,
   tagOf,
+  type AwsEbsDriverOptions,
 } from './aws-ebs-ec2.js';
+import { failBack } from './aws-ebs-failback.js';
+import { DEFAULT_REPLICATION_INTERVAL_MS, EbsReplication, TAG_REPLICATED, ebsTargets, type EbsReplicationContext, type EbsSite } from './aws-ebs-replication.js';
 import { AwsEbsVolumeStore } from './aws-ebs-volumes.js';
+
+/** What a replication pass started, per the schedule (or the local stack's loop) that ran it. */
+export interface EbsPassReport {
+  skipped?: string;
+  volumes: number;
+  snapshotsStarted: number;
+  copiesStarted: number;
+  errors: { backendName: string; message: string }[];
+}
 
 // The driver's module is where callers (tests, operators' scripts) find its names.
 export { DEFAULT_EBS_VOLUME_TYPE, EBS_DRIVER_VERSION, clientTokenFor, regionOfAvailabilityZone, type AwsEbsDriverOptions } from './aws-ebs-ec2.js';
 
-export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDriver, AdoptingDriver {
+export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDriver, AdoptingDriver, ReplicationDriver {
+  private readonly targets: EbsSite[];
+  /** The replication target the backend was failed over to, or undefined on the primary. */
+  private readonly activeTarget?: EbsSite;
+  private readonly replicationContext: EbsReplicationContext;
+  private readonly replication: EbsReplication;
+
+  /** After a failover (options.activeBackendId) the driver works in the target's zone and region. */
+  constructor(primaryConfig: BackendConfig, options: AwsEbsDriverOptions = {}) {
+    const targets = ebsTargets(primaryConfig);
+    const active = options.activeBackendId ? targets.find((t) => t.backendId === options.activeBackendId) : undefined;
+    if (options.activeBackendId && !active) throw new ConfigurationError(`backend ${primaryConfig.host} is active on ${options.activeBackendId}, which is not one of its replication_devices`);
+    super(active ? { ...primaryConfig, availabilityZone: active.availabilityZone } : primaryConfig, options);
+    this.targets = targets;
+    this.activeTarget = active;
+    const zone = primaryConfig.availabilityZone ?? '';
+    this.replicationContext = {
+      host: primaryConfig.host,
+      config: primaryConfig,
+      primary: { backendId: '', availabilityZone: zone, region: regionOfAvailabilityZone(zone) },
+      targets,
+      client: (region) => this.ec2ClientFor(region),
+      volumes: (region, filters) => this.describeIn(region, [{ Name: `tag:${TAG_BACKEND}`, Values: [this.backendHost] }, ...filters]),
+      send: (operation, context, call) => this.send(operation, context, call),
+      fail: (message, context) => this.fail(message, context),
+      now: options.now ?? (() => Date.now()),
+    };
+    this.replication = new EbsReplication(this.replicationContext);
+  }
+
+  // ---- replication (seed 001): aws-ebs-replication.ts, aws-ebs-failback.ts ----------------------
+
+  replicationTargets(): string[] {
+    return this.targets.map((t) => t.backendId);
+  }
+
+  override async capabilities(): Promise<PoolCapabilities[]> {
+    const pools = await super.capabilities();
+    if (this.targets.length === 0) return pools;
+    return pools.map((p) => ({ ...p, replicationEnabled: true, replicationTargets: this.replicationTargets(), replicationCount: this.targets.length, replicationType: ['async'] }));
+  }
+
+  /** Marks the volume for the replication passes (its `ferry:replicated` tag); the next pass snapshots it. */
+  async enableReplication(backendName: string): Promise<void> {
+    if (this.targets.length === 0) return;
+    const volume = await this.find(backendName);
+    if (!volume) throw this.fail(`volume ${backendName} not found`, { backendName });
+    if (tagOf(volume, TAG_REPLICATED) === 'true') return;
+    await this.send('CreateTags', { backendName }, async () =>
+      (await this.ec2Client()).send(new (await ec2Sdk()).CreateTagsCommand({ Resources: [volume.VolumeId!], Tags: [{ Key: TAG_REPLICATED, Value: 'true' }] })),
+    );
+  }
+
+  /** Stops replicating the volume and deletes its snapshots and copies in every region. */
+  async disableReplication(backendName: string): Promise<void> {
+    if (this.targets.length === 0) return;
+    const volume = await this.find(backendName);
+    if (volume && tagOf(volume, TAG_REPLICATED)) {
+      await this.send('DeleteTags', { backendName }, async () =>
+        (await this.ec2Client()).send(new (await ec2Sdk()).DeleteTagsCommand({ Resources: [volume.VolumeId!], Tags: [{ Key: TAG_REPLICATED }] })),
+      );
+    }
+    await this.replication.removeReplicas(backendName);
+  }
+
+  async failoverHost(volumes: ReplicatedVolumeRef[], secondaryId: string | null): Promise<FailoverResult> {
+    if (secondaryId === FAILBACK_SENTINEL) {
+      if (!this.activeTarget) throw new InvalidReplicationTarget(`${this.backendHost} is not failed over; there is nothing to fail back from.`, { host: this.backendHost });
+      return failBack(this.replication, this.replicationContext, this.activeTarget, volumes);
+    }
+    // null: always the first target, so a retried failover_host(null) lands where the first try did.
+    const target = secondaryId ?? this.targets[0]?.backendId;
+    if (!target) throw new InvalidReplicationTarget(`${this.backendHost} has no replication targets.`, { host: this.backendHost });
+    if (this.activeTarget && this.activeTarget.backendId !== target) throw new InvalidReplicationTarget(`${this.backendHost} is failed over to ${this.activeTarget.backendId}; fail back first.`, { host: this.backendHost });
+    return this.replication.failOver(volumes, target);
+  }
+
+  /** The service's `frozen` flag is what refuses changes and stops the passes (the schedule reads it); EBS holds no state of its own for it. */
+  async freezeBackend(): Promise<void> {}
+
+  async thawBackend(): Promise<void> {}
+
+  async startDrill(volumes: ReplicatedVolumeRef[], targetBackendId: string): Promise<DrillCopy[]> {
+    if (this.activeTarget?.backendId === targetBackendId) throw new InvalidReplicationTarget(`${targetBackendId} is the active site of ${this.backendHost}, not a replica to drill on.`, { host: this.backendHost, targetBackendId });
+    return this.replication.startDrill(volumes, targetBackendId);
+  }
+
+  endDrill(copies: DrillCopy[]): Promise<void> {
+    return this.replication.endDrill(copies);
+  }
+
+  /**
+   * One replication pass: each replicated volume of the backend moves one step (snapshot, copy,
+   * prune). Skipped when failed over: nothing replicates until failback. One volume's failure is
+   * reported and does not stop the others.
+   */
+  async syncNow(intervalMs = DEFAULT_REPLICATION_INTERVAL_MS): Promise<EbsPassReport> {
+    const report: EbsPassReport = { volumes: 0, snapshotsStarted: 0, copiesStarted: 0, errors: [] };
+    if (this.targets.length === 0) return { ...report, skipped: 'not replicated' };
+    if (this.activeTarget) return { ...report, skipped: `failed over to ${this.activeTarget.backendId}` };
+    for (const volume of await this.describe([{ Name: `tag:${TAG_BACKEND}`, Values: [this.backendHost] }, { Name: `tag:${TAG_REPLICATED}`, Values: ['true'] }])) {
+      report.volumes++;
+      try {
+        const started = await this.replication.replicateVolume(volume, intervalMs);
+        report.snapshotsStarted += started.snapshots;
+        report.copiesStarted += started.copies;
+      } catch (e) {
+        report.errors.push({ backendName: tagOf(volume, TAG_BACKEND_NAME) ?? volume.VolumeId!, message: (e as Error).message });
+      }
+    }
+    return report;
+  }
+
+  /** Per target: when the newest copy that has arrived was taken, and the lag (now minus that). */
+  async replicationStatus(backendName: string): Promise<{ targetBackendId: string; lastSyncAt: number | null; lagMs: number }[]> {
+    const volume = await this.find(backendName);
+    if (!volume) throw this.fail(`volume ${backendName} not found`, { backendName });
+    return this.replication.status(backendName, volume.CreateTime ? new Date(volume.CreateTime).getTime() : this.replicationContext.now());
+  }
+
   async listAdoptable(): Promise<(BackendVolume & { inUse: boolean })[]> {
     if (!this.config.availabilityZone) return [];
     const zone = await this.describe([{ Name: 'availability-zone', Values: [this.config.availabilityZone] }]);

@@ -7,6 +7,7 @@
  * A volume on the backend is named by its stable backend name (`Volume.backendName`), fixed for
  * the volume's whole life (seed 003: attachments never rename a volume).
  */
+import { BadRequest } from '../../core/errors.js';
 
 /** A host's connector, as Nova / os-brick send it (`connector` in the attachments API). */
 export interface Connector {
@@ -121,6 +122,13 @@ export interface AdoptingDriver {
 export interface ReplicationDevice {
   backend_id: string;
   [key: string]: string;
+}
+
+/** Upstream's InvalidReplicationTarget (an Invalid, so 400): an unknown secondary id, or failback while on the primary. */
+export class InvalidReplicationTarget extends BadRequest {
+  constructor(reason: string, context?: Record<string, unknown>) {
+    super(`Invalid Replication Target: ${reason}`, { context });
+  }
 }
 
 /** `failover_host(..., 'default')` means fail back (upstream `VolumeManager.FAILBACK_SENTINEL`): no replication_device may be named so. */

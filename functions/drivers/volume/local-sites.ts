@@ -18,7 +18,7 @@
 import { lstat, mkdir, readlink, rename, rm, rmdir, symlink } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
 import { BadRequest, DriverError } from '../../core/errors.js';
-import { replicationDeviceProblems, type BackendConfig, type ReplicationDevice } from './driver.js';
+import { InvalidReplicationTarget, replicationDeviceProblems, type BackendConfig, type ReplicationDevice } from './driver.js';
 import { isDirectory, isErrno, listVisible, readJson, statOrUndefined, tempName, unlinkIfPresent, writeFileAtomic } from '../files.js';
 import { REPLICATION_CHUNK_BYTES, sparseCopyFile } from './sparse-copy.js';
 
@@ -34,12 +34,7 @@ export const SNAPSHOTS_DIR = '.snapshots';
 export const PROMOTED_MARKER = 'promoted';
 export const FROZEN_MARKER = 'frozen';
 
-/** Upstream's InvalidReplicationTarget (an Invalid, so 400): an unknown secondary id, or failback while on the primary. */
-export class InvalidReplicationTarget extends BadRequest {
-  constructor(reason: string, context?: Record<string, unknown>) {
-    super(`Invalid Replication Target: ${reason}`, { context });
-  }
-}
+export { InvalidReplicationTarget };
 
 /** The backend's replication devices, checked: each has a backend_id (never `default`, unique) and a root. */
 export function replicationDevicesOf(config: BackendConfig): ReplicationDevice[] {

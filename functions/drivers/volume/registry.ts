@@ -25,7 +25,7 @@ function build(config: BackendConfig, activeBackendId: string): VolumeDriver {
     case 'local':
       return new LocalVolumeDriver(config, { activeBackendId });
     case 'aws-ebs':
-      return new AwsEbsVolumeDriver(config);
+      return new AwsEbsVolumeDriver(config, { activeBackendId });
     default:
       throw new ConfigurationError(`backend ${config.host}: unknown volume driver ${JSON.stringify((config as { driver: unknown }).driver)} (expected 'local' or 'aws-ebs')`);
   }

@@ -1,0 +1,291 @@
+/**
+ * Replication v2.1 (seed 001) on EBS. A replication_device is another AWS region, named by a zone
+ * there (`{backend_id, availability_zone}`). Replication is asynchronous and incremental: each pass
+ * (the stack's schedule) snapshots every replicated volume — EBS snapshots store only the blocks
+ * changed since the previous one — copies the newest completed snapshot to every target region
+ * (CopySnapshot, incremental too once an earlier copy is there), and prunes what no failover needs.
+ * A pass never waits: what EC2 has not finished, the next pass looks at again.
+ *
+ * Failover creates, in the target zone, a volume from the newest copy that has arrived of each
+ * volume, tagged as the backend's under the same backend name, so the driver built for the target
+ * (activeBackendId) finds it as any other; nothing is asked of the primary region, which may be
+ * gone. Its ClientToken derives from the backend, target and name, so a failover repeated after a
+ * crash makes no second volume. Failback runs the same way the other way round (aws-ebs-failback.ts).
+ *
+ * Every object is found by its tags (`ferry:backend`, `ferry:replica-of`, `ferry:replication`),
+ * never by a remembered id, so each call is idempotent.
+ */
+import type { EC2Client, Filter, Snapshot, Volume, VolumeType } from '@aws-sdk/client-ec2';
+import { ConfigurationError, type DriverError } from '../../core/errors.js';
+import { InvalidReplicationTarget, type BackendConfig, type DrillCopy, type FailoverResult, type ReplicatedVolumeRef } from './driver.js';
+import {
+  DEFAULT_EBS_VOLUME_TYPE,
+  NOT_FOUND_CODES,
+  TAG_BACKEND,
+  TAG_BACKEND_NAME,
+  TAG_DRILL,
+  TAG_NAME,
+  TAG_POOL,
+  clientTokenFor,
+  ec2Sdk,
+  errorCode,
+  provisionedIops,
+  regionOfAvailabilityZone,
+  tagOf,
+} from './aws-ebs-ec2.js';
+
+export const TAG_REPLICATED = 'ferry:replicated';
+export const TAG_REPLICA_OF = 'ferry:replica-of';
+/** `source` (a snapshot in the volume's region), `copy` (its copy in a target region), `drill`. */
+export const TAG_REPLICATION = 'ferry:replication';
+export const TAG_SOURCE_SNAPSHOT = 'ferry:source-snapshot';
+/** When the source snapshot of a copy was taken (ISO): what the replica holds the volume as of. */
+export const TAG_SOURCE_TIME = 'ferry:source-time';
+export const TAG_TARGET = 'ferry:target';
+
+/** A pass does not snapshot a volume again sooner than this after its newest snapshot. */
+export const DEFAULT_REPLICATION_INTERVAL_MS = 5 * 60_000;
+
+export interface EbsSite {
+  /** '' for the primary. */
+  backendId: string;
+  availabilityZone: string;
+  region: string;
+}
+
+/** The targets of an aws-ebs backend, checked: each names a zone (`availability_zone`) in another region. */
+export function ebsTargets(config: BackendConfig): EbsSite[] {
+  const primary = regionOfAvailabilityZone(config.availabilityZone ?? '');
+  return (config.replicationDevices ?? []).map((d) => {
+    const zone = d.availability_zone;
+    if (typeof zone !== 'string' || !/^[a-z]{2}(-[a-z]+)+-\d[a-z]$/.test(zone)) {
+      throw new ConfigurationError(`backend ${config.host}: replication_device ${d.backend_id} needs availability_zone, a zone such as us-east-1a`);
+    }
+    const region = regionOfAvailabilityZone(zone);
+    if (region === primary) throw new ConfigurationError(`backend ${config.host}: replication_device ${d.backend_id} is in ${region}, the backend's own region; a target is another region`);
+    return { backendId: d.backend_id, availabilityZone: zone, region };
+  });
+}
+
+/** What the replication needs of the driver it serves. */
+export interface EbsReplicationContext {
+  host: string;
+  config: BackendConfig;
+  primary: EbsSite;
+  targets: EbsSite[];
+  client(region: string): Promise<EC2Client>;
+  /** Live volumes of a region matching the filters (and `ferry:backend` = host). */
+  volumes(region: string, filters: Filter[]): Promise<Volume[]>;
+  send<T>(operation: string, context: Record<string, unknown>, call: () => Promise<T>): Promise<T>;
+  fail(message: string, context?: Record<string, unknown>): DriverError;
+  now(): number;
+}
+
+export class EbsReplication {
+  constructor(private readonly c: EbsReplicationContext) {}
+
+  target(backendId: string): EbsSite {
+    const t = this.c.targets.find((x) => x.backendId === backendId);
+    if (!t) throw new InvalidReplicationTarget(`${backendId} is not a replication target of ${this.c.host} (expected ${this.c.targets.map((x) => x.backendId).join(', ') || 'none'}).`, { host: this.c.host, backendId });
+    return t;
+  }
+
+  /** This backend's snapshots in a region with the given tags, across pages. */
+  async snapshots(region: string, tags: Record<string, string>): Promise<Snapshot[]> {
+    const Filters = [{ Name: `tag:${TAG_BACKEND}`, Values: [this.c.host] }, ...Object.entries(tags).map(([k, v]) => ({ Name: `tag:${k}`, Values: [v] }))];
+    const out: Snapshot[] = [];
+    let NextToken: string | undefined;
+    do {
+      const page = await this.c.send('DescribeSnapshots', { region, tags }, async () =>
+        (await this.c.client(region)).send(new (await ec2Sdk()).DescribeSnapshotsCommand({ OwnerIds: ['self'], Filters, NextToken })),
+      );
+      out.push(...(page.Snapshots ?? []));
+      NextToken = page.NextToken;
+    } while (NextToken);
+    return out;
+  }
+
+  async deleteSnapshot(region: string, snapshotId: string): Promise<void> {
+    try {
+      await (await this.c.client(region)).send(new (await ec2Sdk()).DeleteSnapshotCommand({ SnapshotId: snapshotId }));
+    } catch (e) {
+      if (errorCode(e) === 'InvalidSnapshot.NotFound') return;
+      throw this.c.fail(`EBS DeleteSnapshot failed: ${errorCode(e)}: ${(e as Error).message}`, { region, snapshotId });
+    }
+  }
+
+  /** The newest completed copy of a volume in a region (what a failover or drill there starts from). */
+  async newestCopy(region: string, backendName: string): Promise<Snapshot | undefined> {
+    const copies = (await this.snapshots(region, { [TAG_REPLICA_OF]: backendName, [TAG_REPLICATION]: 'copy' })).filter((s) => s.State === 'completed');
+    return copies.sort((a, b) => sourceTime(b) - sourceTime(a))[0];
+  }
+
+  /** Per target: when the newest arrived copy's snapshot was taken, and the lag that makes. */
+  async status(backendName: string, createdAt: number): Promise<{ targetBackendId: string; lastSyncAt: number | null; lagMs: number }[]> {
+    const now = this.c.now();
+    const out = [];
+    for (const t of this.c.targets) {
+      const newest = await this.newestCopy(t.region, backendName);
+      const at = newest ? sourceTime(newest) : null;
+      out.push({ targetBackendId: t.backendId, lastSyncAt: at, lagMs: Math.max(0, now - (at ?? createdAt)) });
+    }
+    return out;
+  }
+
+  /**
+   * One step of a volume's replication: a snapshot when none is pending and the newest is older than
+   * the interval; the newest completed one copied to each target that lacks it; older copies and
+   * sources pruned once something newer has arrived everywhere. Returns what it started.
+   */
+  async replicateVolume(volume: Volume, intervalMs: number): Promise<{ snapshots: number; copies: number }> {
+    const backendName = tagOf(volume, TAG_BACKEND_NAME) ?? volume.VolumeId!;
+    const started = { snapshots: 0, copies: 0 };
+    const sources = await this.snapshots(this.c.primary.region, { [TAG_REPLICA_OF]: backendName, [TAG_REPLICATION]: 'source' });
+    const completed = sources.filter((s) => s.State === 'completed').sort((a, b) => time(b) - time(a));
+    const pending = sources.some((s) => s.State === 'pending');
+    if (!pending && (!completed[0] || this.c.now() - time(completed[0]) >= intervalMs)) {
+      await this.snapshotVolume(volume, backendName);
+      started.snapshots++;
+    }
+    const newest = completed[0];
+    if (!newest) return started;
+    let arrivedEverywhere = Infinity;
+    for (const t of this.c.targets) {
+      const copies = await this.snapshots(t.region, { [TAG_REPLICA_OF]: backendName, [TAG_REPLICATION]: 'copy' });
+      // One copy in flight per target: a replication that falls behind (copies slower than the
+      // interval) lets its lag grow, not its pile of pending copies; the next one takes the newest.
+      const inFlight = copies.some((c) => c.State === 'pending');
+      if (!inFlight && !copies.some((c) => tagOf(c, TAG_SOURCE_SNAPSHOT) === newest.SnapshotId)) {
+        await this.copy(newest, t, backendName, volume);
+        started.copies++;
+      }
+      const arrived = copies.filter((c) => c.State === 'completed').sort((a, b) => sourceTime(b) - sourceTime(a));
+      // Only the newest arrived copy is needed for a failover; a pending one replaces it when it arrives.
+      for (const old of arrived.slice(1)) await this.deleteSnapshot(t.region, old.SnapshotId!);
+      arrivedEverywhere = Math.min(arrivedEverywhere, arrived[0] ? sourceTime(arrived[0]) : -Infinity);
+    }
+    // A source is needed until a newer one has arrived in every target (and the newest is the base
+    // of the next incremental copy), so only those older than what arrived everywhere go.
+    for (const s of completed.slice(1)) if (time(s) < arrivedEverywhere) await this.deleteSnapshot(this.c.primary.region, s.SnapshotId!);
+    return started;
+  }
+
+  private async snapshotVolume(volume: Volume, backendName: string): Promise<void> {
+    await this.c.send('CreateSnapshot', { backendName, volumeId: volume.VolumeId }, async () =>
+      (await this.c.client(this.c.primary.region)).send(new (await ec2Sdk()).CreateSnapshotCommand({
+          VolumeId: volume.VolumeId,
+          Description: `Ferry replication of ${backendName}`,
+          TagSpecifications: [{ ResourceType: 'snapshot', Tags: tags({ [TAG_NAME]: `replica-${backendName}`, [TAG_BACKEND]: this.c.host, [TAG_REPLICA_OF]: backendName, [TAG_REPLICATION]: 'source', [TAG_POOL]: tagOf(volume, TAG_POOL) ?? '' }) }],
+        }),
+      ),
+    );
+  }
+
+  private async copy(source: Snapshot, t: EbsSite, backendName: string, volume: Volume): Promise<void> {
+    await this.c.send('CopySnapshot', { backendName, target: t.backendId, snapshotId: source.SnapshotId }, async () =>
+      (await this.c.client(t.region)).send(new (await ec2Sdk()).CopySnapshotCommand({
+          SourceRegion: this.c.primary.region,
+          SourceSnapshotId: source.SnapshotId,
+          Description: `Ferry replica of ${backendName} for ${t.backendId}`,
+          TagSpecifications: [
+            {
+              ResourceType: 'snapshot',
+              Tags: tags({
+                [TAG_NAME]: `replica-${backendName}`,
+                [TAG_BACKEND]: this.c.host,
+                [TAG_REPLICA_OF]: backendName,
+                [TAG_REPLICATION]: 'copy',
+                [TAG_SOURCE_SNAPSHOT]: source.SnapshotId!,
+                [TAG_SOURCE_TIME]: new Date(time(source)).toISOString(),
+                [TAG_TARGET]: t.backendId,
+                [TAG_POOL]: tagOf(volume, TAG_POOL) ?? tagOf(source, TAG_POOL) ?? '',
+              }),
+            },
+          ],
+        }),
+      ),
+    );
+  }
+
+  /** A volume in a site's zone from a snapshot there, once per token (EC2 answers a reused ClientToken with the volume it made). */
+  async volumeFrom(site: EbsSite, snapshot: Snapshot, token: string, volumeTags: Record<string, string>): Promise<string> {
+    const type = this.c.config.ebsVolumeType ?? DEFAULT_EBS_VOLUME_TYPE;
+    const size = snapshot.VolumeSize ?? 1;
+    const created = await this.c.send('CreateVolume', { site: site.backendId, snapshotId: snapshot.SnapshotId }, async () =>
+      (await this.c.client(site.region)).send(new (await ec2Sdk()).CreateVolumeCommand({
+          AvailabilityZone: site.availabilityZone,
+          SnapshotId: snapshot.SnapshotId,
+          VolumeType: type as VolumeType,
+          Iops: provisionedIops(type, size, this.c.config.ebsIopsPerGb),
+          ClientToken: token,
+          TagSpecifications: [{ ResourceType: 'volume', Tags: tags({ ...volumeTags, [TAG_BACKEND]: this.c.host }) }],
+        }),
+      ),
+    );
+    if (!created.VolumeId) throw this.c.fail(`CreateVolume returned no volume id in ${site.region}`, { snapshotId: snapshot.SnapshotId });
+    return created.VolumeId;
+  }
+
+  /**
+   * To a target: each volume's newest arrived copy becomes a volume in the target zone under the
+   * same backend name (`{status: 'error'}` for one with no copy there). Not waited for: the volume
+   * is `creating` for a moment, and attaching it waits as any attach does.
+   */
+  async failOver(volumes: ReplicatedVolumeRef[], targetId: string): Promise<FailoverResult> {
+    const t = this.target(targetId);
+    const volumeUpdates: FailoverResult['volumeUpdates'] = [];
+    for (const v of volumes) {
+      const there = await this.c.volumes(t.region, [{ Name: `tag:${TAG_BACKEND_NAME}`, Values: [v.backendName] }]);
+      if (there[0]) {
+        volumeUpdates.push({ volumeId: v.volumeId, updates: { replicationStatus: 'failed-over', providerLocation: there[0].VolumeId! } });
+        continue;
+      }
+      const copy = await this.newestCopy(t.region, v.backendName);
+      if (!copy) {
+        volumeUpdates.push({ volumeId: v.volumeId, updates: { status: 'error' } });
+        continue;
+      }
+      const token = clientTokenFor(this.c.host, `failover:${t.backendId}:${v.backendName}`);
+      const id = await this.volumeFrom(t, copy, token, { [TAG_NAME]: v.backendName, [TAG_BACKEND_NAME]: v.backendName, [TAG_POOL]: tagOf(copy, TAG_POOL) ?? '' });
+      volumeUpdates.push({ volumeId: v.volumeId, updates: { replicationStatus: 'failed-over', providerLocation: id } });
+    }
+    return { activeBackendId: t.backendId, volumeUpdates };
+  }
+
+  /** Copies of the volumes in a target from their newest arrived copies, tagged as a drill (never the backend's volumes). */
+  async startDrill(volumes: ReplicatedVolumeRef[], targetId: string): Promise<DrillCopy[]> {
+    const t = this.target(targetId);
+    const out: DrillCopy[] = [];
+    for (const v of volumes) {
+      const copy = await this.newestCopy(t.region, v.backendName);
+      if (!copy) throw this.c.fail(`no replica of ${v.backendName} has arrived in ${t.backendId} yet: nothing to drill on`, { backendName: v.backendName, target: t.backendId });
+      const token = clientTokenFor(this.c.host, `drill:${t.backendId}:${v.backendName}:${copy.SnapshotId}`);
+      const id = await this.volumeFrom(t, copy, token, { [TAG_NAME]: `drill-${v.backendName}`, [TAG_DRILL]: v.backendName, [TAG_REPLICATION]: 'drill' });
+      out.push({ volumeId: v.volumeId, backendName: v.backendName, targetBackendId: t.backendId, location: id });
+    }
+    return out;
+  }
+
+  async endDrill(copies: DrillCopy[]): Promise<void> {
+    for (const copy of copies) {
+      const t = this.target(copy.targetBackendId);
+      try {
+        await (await this.c.client(t.region)).send(new (await ec2Sdk()).DeleteVolumeCommand({ VolumeId: copy.location }));
+      } catch (e) {
+        if (NOT_FOUND_CODES.has(errorCode(e))) continue;
+        throw this.c.fail(`EBS DeleteVolume of drill copy ${copy.location} failed: ${errorCode(e)}: ${(e as Error).message}`, { copy });
+      }
+    }
+  }
+
+  /** Every replica of a volume, in its region and the targets (disable, delete). */
+  async removeReplicas(backendName: string): Promise<void> {
+    for (const site of [this.c.primary, ...this.c.targets]) {
+      for (const s of await this.snapshots(site.region, { [TAG_REPLICA_OF]: backendName })) await this.deleteSnapshot(site.region, s.SnapshotId!);
+    }
+  }
+}
+
+const tags = (o: Record<string, string>) => Object.entries(o).map(([Key, Value]) => ({ Key, Value }));
+const time = (s: Snapshot) => (s.StartTime ? new Date(s.StartTime).getTime() : 0);
+const sourceTime = (s: Snapshot) => Date.parse(tagOf(s, TAG_SOURCE_TIME) ?? '') || time(s);

@@ -1,0 +1,113 @@
+/**
+ * Replication v2.1 on EBS through the Cinder API, EC2 mocked per region (test/support/fake-ec2.ts):
+ * volumes of a replicated type on an aws-ebs backend whose target is another region; the
+ * replication schedule (functions/replication/pass.ts) snapshots and copies them; freeze stops it;
+ * failover_host runs the volume-failover machine with the primary region not answering; a failed-
+ * over volume attaches to an instance of the target zone; failback ('default') brings the volumes
+ * home, waiting in the machine while the copies travel; the audit is clean at the end.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { runAudit } from '../../functions/audit/audit.js';
+import { runReplicationPasses } from '../../functions/replication/pass.js';
+import { awsError, type FakeEc2 } from '../support/fake-ec2.js';
+import { startEbsStack, type EbsStack } from '../support/ebs-stack.js';
+import { eventually } from '../support/poll.js';
+
+const HOST = 'ferry@ebs-r';
+let ebs: EbsStack;
+let home: FakeEc2;
+let frankfurt: FakeEc2;
+const ids: string[] = [];
+const api = (method: string, path: string, body?: unknown) => ebs.api(method, path, body);
+const volume = async (id: string) => (await api('GET', `/volumes/${id}`)).body.volume as Record<string, any>;
+const service = async () => (await api('GET', `/os-services?host=${encodeURIComponent(HOST)}&binary=cinder-volume`)).body.services[0] as Record<string, any>;
+const serviceBecomes = (status: string) => eventually(async (note) => note((await service()).replication_status) === status || undefined, `service ${status}`);
+const kinds = (fake: FakeEc2) => [...fake.snapshots.values()].map((s) => `${s.Tags?.find((t) => t.Key === 'ferry:replication')?.Value}:${s.State}`).sort();
+
+beforeAll(async () => {
+  ebs = await startEbsStack({
+    zones: ['eu-west-1a', 'eu-central-1a'],
+    backends: [
+      {
+        host: HOST,
+        driver: 'aws-ebs',
+        availabilityZone: 'eu-west-1a',
+        ebsVolumeType: 'gp3',
+        volumeBackendName: 'ebs-r',
+        pools: [{ name: 'gp', totalCapacityGb: 100 }],
+        replicationDevices: [{ backend_id: 'frankfurt', availability_zone: 'eu-central-1a' }],
+      },
+    ],
+    types: [{ name: 'ebs-replicated', extraSpecs: { volume_backend_name: 'ebs-r', replication_enabled: '<is> True' } }],
+  });
+  home = ebs.fakes.get('eu-west-1')!;
+  frankfurt = ebs.fakes.get('eu-central-1')!;
+}, 120_000);
+afterAll(async () => {
+  await ebs?.stop();
+});
+
+describe('EBS replication to another region through the API (EC2 mocked per region)', () => {
+  test('volumes of a replicated type are marked; the schedule snapshots them and copies the snapshots to the target', async () => {
+    for (const name of ['db', 'logs']) {
+      const created = await api('POST', '/volumes', { volume: { size: 1, name, volume_type: 'ebs-replicated', availability_zone: 'eu-west-1a' } });
+      expect(created.status).toBe(202);
+      ids.push(created.body.volume.id);
+    }
+    for (const id of ids) await eventually(async (note) => note(JSON.stringify(await volume(id))).includes(`"status":"available"`) || undefined, `volume ${id} available`);
+    expect((await volume(ids[0]!)).replication_status).toBe('enabled');
+    expect([...home.volumes.values()].every((v) => v.Tags?.some((t) => t.Key === 'ferry:replicated' && t.Value === 'true'))).toBe(true);
+
+    // Five runs of the schedule: snapshot, (pending), copy, (pending), arrived.
+    for (let i = 0; i < 5; i++) expect((await runReplicationPasses()).flatMap((o) => o.errors)).toEqual([]);
+    expect(kinds(frankfurt)).toEqual(['copy:completed', 'copy:completed']);
+  });
+
+  test('a frozen backend is skipped by the schedule; thaw resumes it', async () => {
+    expect((await api('PUT', '/os-services/freeze', { host: HOST })).status).toBe(200);
+    expect(await runReplicationPasses()).toEqual([expect.objectContaining({ host: HOST, skipped: 'frozen', volumes: 0 })]);
+    expect((await api('PUT', '/os-services/thaw', { host: HOST })).status).toBe(200);
+    await serviceBecomes('enabled');
+    expect((await runReplicationPasses())[0]).toMatchObject({ host: HOST, volumes: 2 });
+  });
+
+  test('failover with the primary region gone: each volume is a volume in Frankfurt, and attaches to an instance there', async () => {
+    const primary = { describeVolumes: home.describeVolumes, describeSnapshots: home.describeSnapshots };
+    const gone = (): never => {
+      throw awsError('RequestTimeout', 'eu-west-1 does not answer');
+    };
+    home.describeVolumes = gone;
+    home.describeSnapshots = gone;
+    try {
+      expect((await api('PUT', '/os-services/failover_host', { host: HOST, backend_id: 'frankfurt' })).status).toBe(202);
+      await serviceBecomes('failed-over');
+    } finally {
+      Object.assign(home, primary);
+    }
+    expect((await service()).active_backend_id).toBe('frankfurt');
+    expect(frankfurt.volumes.size).toBe(2);
+    for (const id of ids) expect((await volume(id)).replication_status).toBe('failed-over');
+    expect((await runReplicationPasses())[0]).toMatchObject({ skipped: 'failed over to frankfurt' });
+
+    frankfurt.devices.set('i-fra', ['/dev/sda1']);
+    const att = await api('POST', '/attachments', { attachment: { volume_uuid: ids[0], instance_uuid: '66666666-6666-4666-8666-666666666666' } });
+    const updated = await api('PUT', `/attachments/${att.body.attachment.id}`, { attachment: { connector: { host: 'i-fra' } } });
+    expect(updated.status).toBe(200);
+    const there = [...frankfurt.volumes.values()].find((v) => v.Tags?.some((t) => t.Key === 'ferry:backend-name' && t.Value === `volume-${ids[0]}`))!;
+    expect(updated.body.attachment.connection_info).toMatchObject({ volume_id: there.VolumeId, instance_id: 'i-fra' });
+    expect((await api('DELETE', `/attachments/${att.body.attachment.id}`)).status).toBe(200);
+  });
+
+  test('failback waits in the machine while the copies travel home, then the volumes are home and Frankfurt is empty', async () => {
+    expect((await api('PUT', '/os-services/failover_host', { host: HOST, backend_id: 'default' })).status).toBe(202);
+    await serviceBecomes('enabled');
+
+    expect((await service()).active_backend_id ?? null).toBeNull();
+    for (const id of ids) expect((await volume(id)).replication_status).toBe('enabled');
+    expect(frankfurt.volumes.size).toBe(0);
+    const homeNames = [...home.volumes.values()].map((v) => v.Tags?.find((t) => t.Key === 'ferry:backend-name')?.Value).sort();
+    expect(homeNames).toEqual(ids.map((id) => `volume-${id}`).sort());
+    expect(kinds(home).filter((k) => k.startsWith('failback'))).toEqual([]);
+    expect((await runAudit()).findings).toEqual([]);
+  });
+});

@@ -1,0 +1,207 @@
+/**
+ * Replication v2.1 on EBS (aws-ebs-replication.ts, aws-ebs-failback.ts) against three mocked
+ * regions (test/support/fake-ec2.ts: snapshots pending until looked at once, CopySnapshot only of a
+ * completed source, CreateVolume from a snapshot, ClientToken answered with the volume it made):
+ * passes that snapshot, copy and prune; the lag; failover with the primary region not answering;
+ * failback; drills; disable; throttling and a replication that falls behind.
+ */
+import { CopySnapshotCommand, CreateVolumeCommand, EC2Client } from '@aws-sdk/client-ec2';
+import { mockClient, type AwsClientStub } from 'aws-sdk-client-mock';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { BackendNotReady, ConfigurationError } from '../../functions/core/errors.js';
+import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
+import type { BackendConfig, ReplicatedVolumeRef } from '../../functions/drivers/volume/driver.js';
+import { InvalidReplicationTarget } from '../../functions/drivers/volume/driver.js';
+import { awsError, fakeRegions, wireFakeEc2, type FakeEc2 } from '../support/fake-ec2.js';
+
+const HOST = 'ferry@ebs-r';
+const config: BackendConfig = {
+  host: HOST,
+  driver: 'aws-ebs',
+  availabilityZone: 'eu-west-1a',
+  ebsVolumeType: 'gp3',
+  pools: [{ name: 'gp', totalCapacityGb: 100 }],
+  serviceUuid: '44444444-4444-4444-8444-444444444444',
+  volumeBackendName: 'ebs-r',
+  replicationDevices: [
+    { backend_id: 'frankfurt', availability_zone: 'eu-central-1a' },
+    { backend_id: 'virginia', availability_zone: 'us-east-1a' },
+  ],
+};
+const REGIONS = ['eu-west-1', 'eu-central-1', 'us-east-1'];
+
+let fakes: Map<string, FakeEc2>;
+let clients: Map<string, EC2Client>;
+let mocks: Map<string, AwsClientStub<EC2Client>>;
+let clock: number;
+
+const driverOn = (activeBackendId = '') => new AwsEbsVolumeDriver(config, { clientFor: (r) => clients.get(r)!, pollIntervalMs: 0, pollAttempts: 5, activeBackendId, now: () => clock });
+const fake = (region: string) => fakes.get(region)!;
+const kinds = (region: string) => [...fake(region).snapshots.values()].map((s) => `${s.Tags?.find((t) => t.Key === 'ferry:replication')?.Value}:${s.State}`).sort();
+const ref = (backendName: string): ReplicatedVolumeRef => ({ volumeId: `id-${backendName}`, backendName, sizeGb: 1 });
+/** A replicated volume of 1 GiB, with `passes` replication passes run (each a tick of the clock). */
+async function replicated(backendName: string, passes: number): Promise<AwsEbsVolumeDriver> {
+  const driver = driverOn();
+  await driver.createVolume({ backendName, sizeGb: 1, pool: 'gp' });
+  await driver.enableReplication(backendName);
+  for (let i = 0; i < passes; i++) await pass(driver);
+  return driver;
+}
+async function pass(driver: AwsEbsVolumeDriver) {
+  clock += 60_000;
+  const report = await driver.syncNow(0);
+  expect(report.errors).toEqual([]);
+  return report;
+}
+
+beforeEach(() => {
+  clock = Date.parse('2026-11-25T00:00:00Z');
+  fakes = fakeRegions(HOST, ['eu-west-1a', 'eu-central-1a', 'us-east-1a']);
+  for (const f of fakes.values()) f.clock = () => clock;
+  clients = new Map(REGIONS.map((r) => [r, new EC2Client({ region: r })]));
+  mocks = new Map(REGIONS.map((r) => [r, mockClient(clients.get(r)!)]));
+  for (const r of REGIONS) wireFakeEc2(mocks.get(r)!, fake(r));
+});
+afterEach(() => {
+  for (const m of mocks.values()) m.restore();
+});
+
+describe('configuration and capabilities', () => {
+  it('reports its targets as pools\' replication capabilities; a target in its own region is refused', async () => {
+    const pools = await driverOn().capabilities();
+    expect(pools[0]).toMatchObject({ replicationEnabled: true, replicationTargets: ['frankfurt', 'virginia'], replicationCount: 2, replicationType: ['async'] });
+
+    const sameRegion = { ...config, replicationDevices: [{ backend_id: 'near', availability_zone: 'eu-west-1b' }] };
+    expect(() => new AwsEbsVolumeDriver(sameRegion, { clientFor: (r) => clients.get(r)! })).toThrow(ConfigurationError);
+    expect(() => driverOn('nowhere')).toThrow(/not one of its replication_devices/);
+  });
+});
+
+describe('replication passes', () => {
+  it('snapshot, then copies to each target, then the lag is the age of the newest arrived copy; older ones are pruned', async () => {
+    // EC2 (the fake) reports a new snapshot pending the first time it is looked at, completed after.
+    const driver = await replicated('volume-1', 1);
+    expect(kinds('eu-west-1')).toEqual(['source:pending']);
+
+    await pass(driver); // sees it pending: nothing else to do yet
+    await pass(driver); // completed: a copy to each target starts, and the next snapshot
+    expect(kinds('eu-central-1')).toEqual(['copy:pending']);
+    await pass(driver);
+    await pass(driver); // the copies have arrived
+    const status = await driver.replicationStatus('volume-1');
+    expect(status.map((s) => s.targetBackendId)).toEqual(['frankfurt', 'virginia']);
+    for (const s of status) {
+      expect(s.lastSyncAt).toBe(Date.parse('2026-11-25T00:01:00Z'));
+      expect(s.lagMs).toBe(clock - s.lastSyncAt!);
+    }
+
+    for (let i = 0; i < 4; i++) await pass(driver);
+    // One arrived copy per target (plus at most one in flight); the primary keeps only sources newer than what arrived everywhere.
+    for (const r of ['eu-central-1', 'us-east-1']) expect(kinds(r).filter((k) => k === 'copy:completed')).toHaveLength(1);
+    expect(kinds('eu-west-1').length).toBeLessThanOrEqual(3);
+    const [newer] = await driver.replicationStatus('volume-1');
+    expect(newer!.lastSyncAt).toBeGreaterThan(Date.parse('2026-11-25T00:01:00Z'));
+  });
+
+  it('a throttled copy is reported for that volume and made by the next pass', async () => {
+    const driver = await replicated('volume-1', 2);
+    mocks.get('us-east-1')!.on(CopySnapshotCommand).rejectsOnce(awsError('RequestLimitExceeded', 'Request limit exceeded.')).callsFake((i) => fake('us-east-1').copySnapshot(i));
+    clock += 60_000;
+    const throttled = await driver.syncNow(0);
+    expect(throttled.errors).toEqual([{ backendName: 'volume-1', message: expect.stringMatching(/RequestLimitExceeded/) }]);
+    await pass(driver);
+    expect(kinds('us-east-1')).toEqual(['copy:pending']);
+  });
+
+  it('falling behind: while a copy is in flight no other starts, and the lag grows', async () => {
+    const driver = await replicated('volume-1', 2);
+    // Copies to Virginia stay pending (a slow region): described, never completed.
+    const slow = fake('us-east-1');
+    slow.describeSnapshots = (input) => ({ Snapshots: [...slow.snapshots.values()].filter((s) => !input.Filters || input.Filters.every((f) => f.Values!.includes(s.Tags?.find((t) => `tag:${t.Key}` === f.Name)?.Value ?? ''))) });
+    for (let i = 0; i < 5; i++) await pass(driver);
+    expect(kinds('us-east-1')).toEqual(['copy:pending']);
+    const virginia = (await driver.replicationStatus('volume-1')).find((s) => s.targetBackendId === 'virginia')!;
+    expect(virginia.lastSyncAt).toBeNull();
+    expect(virginia.lagMs).toBeGreaterThanOrEqual(5 * 60_000);
+  });
+
+  it('disable removes the tag and every replica in every region', async () => {
+    const driver = await replicated('volume-1', 3);
+    await driver.disableReplication('volume-1');
+    for (const r of REGIONS) expect(fake(r).snapshots.size).toBe(0);
+    expect((await pass(driver)).volumes).toBe(0);
+  });
+});
+
+describe('failover, failback and drills', () => {
+  it('fails over with the primary region gone: a volume per arrived copy in the target, once; one without a copy goes to error', async () => {
+    await replicated('volume-1', 5);
+    await driverOn().createVolume({ backendName: 'volume-2', sizeGb: 1, pool: 'gp' });
+    mocks.get('eu-west-1')!.reset();
+    mocks.get('eu-west-1')!.onAnyCommand().rejects(awsError('RequestTimeout', 'the region does not answer'));
+
+    const first = await driverOn().failoverHost([ref('volume-1'), ref('volume-2')], 'frankfurt');
+    const again = await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
+
+    const [made] = [...fake('eu-central-1').volumes.values()];
+    expect(first).toEqual({
+      activeBackendId: 'frankfurt',
+      volumeUpdates: [
+        { volumeId: 'id-volume-1', updates: { replicationStatus: 'failed-over', providerLocation: made!.VolumeId } },
+        { volumeId: 'id-volume-2', updates: { status: 'error' } },
+      ],
+    });
+    expect(again.volumeUpdates).toEqual([first.volumeUpdates[0]]);
+    expect(fake('eu-central-1').volumes.size).toBe(1);
+    expect(mocks.get('eu-central-1')!.commandCalls(CreateVolumeCommand)).toHaveLength(1);
+    // The driver of the failed-over backend works in Frankfurt and finds it under its name.
+    const there = driverOn('frankfurt');
+    expect(await there.getVolume('volume-1')).toEqual({ backendName: 'volume-1', sizeGb: 1 });
+    fake('eu-central-1').devices.set('i-fra', ['/dev/sda1']);
+    expect((await there.initializeConnection('volume-1', { host: 'i-fra' })).data).toMatchObject({ volume_id: made!.VolumeId, instance_id: 'i-fra' });
+    expect((await there.syncNow(0)).skipped).toBe('failed over to frankfurt');
+    await expect(there.failoverHost([ref('volume-1')], 'virginia')).rejects.toBeInstanceOf(InvalidReplicationTarget);
+  });
+
+  it('fails back: snapshot in the target, copy home, a volume there; the stale and the target volume go; a repeat changes nothing', async () => {
+    await replicated('volume-1', 5);
+    await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
+    const there = driverOn('frankfurt');
+    const stale = [...fake('eu-west-1').volumes.keys()];
+
+    const tries: string[] = [];
+    let result;
+    for (let i = 0; i < 5 && !result; i++) {
+      result = await there.failoverHost([ref('volume-1')], 'default').catch((e: unknown) => {
+        expect(e).toBeInstanceOf(BackendNotReady);
+        tries.push((e as Error).message);
+        return undefined;
+      });
+    }
+
+    expect(tries.length).toBeGreaterThanOrEqual(2);
+    const home = [...fake('eu-west-1').volumes.values()];
+    expect(home).toHaveLength(1);
+    expect(stale).not.toContain(home[0]!.VolumeId);
+    expect(result).toEqual({ activeBackendId: '', volumeUpdates: [{ volumeId: 'id-volume-1', updates: { replicationStatus: 'enabled', providerLocation: home[0]!.VolumeId } }] });
+    expect(fake('eu-central-1').volumes.size).toBe(0);
+    expect(kinds('eu-west-1').filter((k) => k.startsWith('failback'))).toEqual([]);
+    expect(await there.failoverHost([ref('volume-1')], 'default')).toEqual(result);
+    expect(await driverOn().getVolume('volume-1')).toEqual({ backendName: 'volume-1', sizeGb: 1 });
+    await expect(driverOn().failoverHost([ref('volume-1')], 'default')).rejects.toBeInstanceOf(InvalidReplicationTarget);
+  });
+
+  it('a drill makes copies in the target that are never the backend\'s volumes, and its end removes them', async () => {
+    await replicated('volume-1', 5);
+    const driver = driverOn();
+    const copies = await driver.startDrill([ref('volume-1')], 'virginia');
+
+    expect(copies).toEqual([{ volumeId: 'id-volume-1', backendName: 'volume-1', targetBackendId: 'virginia', location: expect.stringMatching(/^vol-/) }]);
+    expect(fake('us-east-1').volumes.get(copies[0]!.location)?.Tags).toEqual(expect.arrayContaining([{ Key: 'ferry:drill', Value: 'volume-1' }]));
+    expect(await driverOn('virginia').listVolumes()).toEqual([]);
+    await driver.endDrill(copies);
+    await driver.endDrill(copies);
+    expect(fake('us-east-1').volumes.size).toBe(0);
+    await expect(driver.startDrill([ref('volume-2')], 'virginia')).rejects.toThrow(/no replica of volume-2 has arrived in virginia/);
+  });
+});
