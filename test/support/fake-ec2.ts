@@ -26,6 +26,7 @@ import {
   type Volume,
 } from '@aws-sdk/client-ec2';
 import type { AwsClientStub } from 'aws-sdk-client-mock';
+import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
 
 /** The backend host whose tags the fake's `add` puts on a volume. */
 export const FAKE_EC2_BACKEND = 'ferry@ebs-a';
@@ -294,4 +295,22 @@ export function fakeRegions(backend: string, zones: string[]): Map<string, FakeE
   const fakes = new Map(zones.map((z) => [z.replace(/[a-z]$/, ''), new FakeEc2(backend, z)]));
   for (const f of fakes.values()) f.peers = fakes;
   return fakes;
+}
+
+/** An aws-ebs backend in eu-west-1a replicated to Frankfurt and Virginia: the fakeRegions(host, REPLICATED_EBS_ZONES) setup of the replication tests. */
+export const REPLICATED_EBS_ZONES = ['eu-west-1a', 'eu-central-1a', 'us-east-1a'];
+export function replicatedEbsBackend(host: string): BackendConfig {
+  return {
+    host,
+    driver: 'aws-ebs',
+    availabilityZone: 'eu-west-1a',
+    ebsVolumeType: 'gp3',
+    pools: [{ name: 'gp', totalCapacityGb: 100 }],
+    serviceUuid: '44444444-4444-4444-8444-444444444444',
+    volumeBackendName: 'ebs-r',
+    replicationDevices: [
+      { backend_id: 'frankfurt', availability_zone: 'eu-central-1a' },
+      { backend_id: 'virginia', availability_zone: 'us-east-1a' },
+    ],
+  };
 }

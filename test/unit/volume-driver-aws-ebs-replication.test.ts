@@ -10,24 +10,12 @@ import { mockClient, type AwsClientStub } from 'aws-sdk-client-mock';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BackendNotReady, ConfigurationError } from '../../functions/core/errors.js';
 import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
-import type { BackendConfig, ReplicatedVolumeRef } from '../../functions/drivers/volume/driver.js';
+import type { ReplicatedVolumeRef } from '../../functions/drivers/volume/driver.js';
 import { InvalidReplicationTarget } from '../../functions/drivers/volume/driver.js';
-import { awsError, fakeRegions, wireFakeEc2, type FakeEc2 } from '../support/fake-ec2.js';
+import { REPLICATED_EBS_ZONES, awsError, fakeRegions, replicatedEbsBackend, wireFakeEc2, type FakeEc2 } from '../support/fake-ec2.js';
 
 const HOST = 'ferry@ebs-r';
-const config: BackendConfig = {
-  host: HOST,
-  driver: 'aws-ebs',
-  availabilityZone: 'eu-west-1a',
-  ebsVolumeType: 'gp3',
-  pools: [{ name: 'gp', totalCapacityGb: 100 }],
-  serviceUuid: '44444444-4444-4444-8444-444444444444',
-  volumeBackendName: 'ebs-r',
-  replicationDevices: [
-    { backend_id: 'frankfurt', availability_zone: 'eu-central-1a' },
-    { backend_id: 'virginia', availability_zone: 'us-east-1a' },
-  ],
-};
+const config = replicatedEbsBackend(HOST);
 const REGIONS = ['eu-west-1', 'eu-central-1', 'us-east-1'];
 
 let fakes: Map<string, FakeEc2>;
@@ -56,7 +44,7 @@ async function pass(driver: AwsEbsVolumeDriver) {
 
 beforeEach(() => {
   clock = Date.parse('2026-11-25T00:00:00Z');
-  fakes = fakeRegions(HOST, ['eu-west-1a', 'eu-central-1a', 'us-east-1a']);
+  fakes = fakeRegions(HOST, REPLICATED_EBS_ZONES);
   for (const f of fakes.values()) f.clock = () => clock;
   clients = new Map(REGIONS.map((r) => [r, new EC2Client({ region: r })]));
   mocks = new Map(REGIONS.map((r) => [r, mockClient(clients.get(r)!)]));
