@@ -43,6 +43,9 @@ export const TAG_SOURCE_SNAPSHOT = 'ferry:source-snapshot';
 export const TAG_SOURCE_TIME = 'ferry:source-time';
 export const TAG_TARGET = 'ferry:target';
 
+/** EC2's most values in one filter: the batch reads of a failover go by this many names. */
+const MAX_FILTER_VALUES = 200;
+
 /** A pass does not snapshot a volume again sooner than this after its newest snapshot. */
 export const DEFAULT_REPLICATION_INTERVAL_MS = 5 * 60_000;
 
@@ -91,8 +94,8 @@ export class EbsReplication {
   }
 
   /** This backend's snapshots in a region with the given tags, across pages. */
-  async snapshots(region: string, tags: Record<string, string>): Promise<Snapshot[]> {
-    const Filters = [{ Name: `tag:${TAG_BACKEND}`, Values: [this.c.host] }, ...Object.entries(tags).map(([k, v]) => ({ Name: `tag:${k}`, Values: [v] }))];
+  async snapshots(region: string, tags: Record<string, string>, filters: Filter[] = []): Promise<Snapshot[]> {
+    const Filters = [{ Name: `tag:${TAG_BACKEND}`, Values: [this.c.host] }, ...Object.entries(tags).map(([k, v]) => ({ Name: `tag:${k}`, Values: [v] })), ...filters];
     const out: Snapshot[] = [];
     let NextToken: string | undefined;
     do {
@@ -229,25 +232,32 @@ export class EbsReplication {
   /**
    * To a target: each volume's newest arrived copy becomes a volume in the target zone under the
    * same backend name (`{status: 'error'}` for one with no copy there). Not waited for: the volume
-   * is `creating` for a moment, and attaching it waits as any attach does.
+   * is `creating` for a moment, and attaching it waits as any attach does. What is already there
+   * and the copies are read for the whole batch at once (EC2 takes up to 200 values per filter), so
+   * a volume costs its one CreateVolume and a share of two Describe calls.
    */
   async failOver(volumes: ReplicatedVolumeRef[], targetId: string): Promise<FailoverResult> {
     const t = this.target(targetId);
+    const there = new Map<string, string>();
+    const copies = new Map<string, Snapshot>();
+    for (let i = 0; i < volumes.length; i += MAX_FILTER_VALUES) {
+      const names = volumes.slice(i, i + MAX_FILTER_VALUES).map((v) => v.backendName);
+      for (const v of await this.c.volumes(t.region, [{ Name: `tag:${TAG_BACKEND_NAME}`, Values: names }])) there.set(tagOf(v, TAG_BACKEND_NAME)!, v.VolumeId!);
+      for (const c of await this.snapshots(t.region, { [TAG_REPLICATION]: 'copy' }, [{ Name: `tag:${TAG_REPLICA_OF}`, Values: names }])) {
+        const name = tagOf(c, TAG_REPLICA_OF)!;
+        const best = copies.get(name);
+        if (c.State === 'completed' && (!best || sourceTime(c) > sourceTime(best))) copies.set(name, c);
+      }
+    }
     const volumeUpdates: FailoverResult['volumeUpdates'] = [];
     for (const v of volumes) {
-      const there = await this.c.volumes(t.region, [{ Name: `tag:${TAG_BACKEND_NAME}`, Values: [v.backendName] }]);
-      if (there[0]) {
-        volumeUpdates.push({ volumeId: v.volumeId, updates: { replicationStatus: 'failed-over', providerLocation: there[0].VolumeId! } });
-        continue;
+      const copy = copies.get(v.backendName);
+      let id = there.get(v.backendName);
+      if (!id && copy) {
+        const token = clientTokenFor(this.c.host, `failover:${t.backendId}:${v.backendName}`);
+        id = await this.volumeFrom(t, copy, token, { [TAG_NAME]: v.backendName, [TAG_BACKEND_NAME]: v.backendName, [TAG_POOL]: tagOf(copy, TAG_POOL) ?? '' });
       }
-      const copy = await this.newestCopy(t.region, v.backendName);
-      if (!copy) {
-        volumeUpdates.push({ volumeId: v.volumeId, updates: { status: 'error' } });
-        continue;
-      }
-      const token = clientTokenFor(this.c.host, `failover:${t.backendId}:${v.backendName}`);
-      const id = await this.volumeFrom(t, copy, token, { [TAG_NAME]: v.backendName, [TAG_BACKEND_NAME]: v.backendName, [TAG_POOL]: tagOf(copy, TAG_POOL) ?? '' });
-      volumeUpdates.push({ volumeId: v.volumeId, updates: { replicationStatus: 'failed-over', providerLocation: id } });
+      volumeUpdates.push({ volumeId: v.volumeId, updates: id ? { replicationStatus: 'failed-over', providerLocation: id } : { status: 'error' } });
     }
     return { activeBackendId: t.backendId, volumeUpdates };
   }

@@ -1,0 +1,133 @@
+/**
+ * Failover of a fleet of replicated EBS volumes through the volume-failover machine, EC2 mocked per
+ * region: every volume gets exactly one CreateVolume (a ClientToken of its own), the Describe calls
+ * are shared by each batch of 200, a batch that fails half-way and runs again makes no second
+ * volume, and every volume ends failed-over pointing at its new EBS volume.
+ *
+ * FERRY_EBS_FAILOVER_VOLUMES sets the fleet: 10,000 by default and with `npm run test:scale` (about
+ * a minute here), 2,000 in `npm test` (which keeps its 20 minutes).
+ * Seeding writes the volume items straight to DynamoDB and the arrived copies straight into the
+ * target region's fake, as bench/failover does: what is measured is the failover, not the setup.
+ */
+import { BatchWriteCommand } from '@aws-sdk/lib-dynamodb';
+import { CreateVolumeCommand } from '@aws-sdk/client-ec2';
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { db } from '../../functions/core/db.js';
+import { tableName } from '../../functions/core/tables.js';
+import { getBackendItem } from '../../functions/replication/service-repo.js';
+import { listOperations } from '../../functions/replication/repo.js';
+import { defaultBackendName, volumeGsi1, volumeKey, type Volume } from '../../functions/volumes/model.js';
+import { getVolume } from '../../functions/volumes/repo.js';
+import { getVolumeTypeByName } from '../../functions/volumes/types.js';
+import { awsError, type FakeEc2 } from '../support/fake-ec2.js';
+import { startEbsStack, type EbsStack } from '../support/ebs-stack.js';
+import { eventually } from '../support/poll.js';
+
+const N = Number(process.env.FERRY_EBS_FAILOVER_VOLUMES ?? 10_000);
+const HOST = 'ferry@ebs-r';
+let ebs: EbsStack;
+let frankfurt: FakeEc2;
+let ids: string[];
+
+async function seed(): Promise<string[]> {
+  const { config } = await getBackendItem(HOST);
+  const type = await getVolumeTypeByName('ebs-replicated');
+  const at = new Date().toISOString();
+  const out = Array.from({ length: N }, () => randomUUID());
+  const items = out.map((id): Volume & Record<string, unknown> => ({
+    ...volumeKey(id),
+    ...volumeGsi1({ projectId: 'demo', createdAt: at, id }),
+    id, projectId: 'demo', userId: 'demo', name: null, description: null, size: 1, status: 'available', attachStatus: 'detached',
+    previousStatus: null, migrationStatus: null, replicationStatus: 'enabled', volumeTypeId: type.id, volumeTypeName: type.name, multiattach: false,
+    bootable: false, host: `${HOST}#gp`, backendName: defaultBackendName(id), providerLocation: null, serviceUuid: config.serviceUuid,
+    sharedTargets: false, availabilityZone: 'eu-west-1a', metadata: {}, adminMetadata: {}, attachments: {}, instances: {}, connections: {},
+    capacity: null, managed: false, ownsBackendObject: true, errorReason: null, createdAt: at, updatedAt: at, version: 1,
+  }));
+  for (let i = 0; i < items.length; i += 25 * 8) {
+    await Promise.all(
+      Array.from({ length: 8 }, async (_, w) => {
+        let pending: unknown[] = items.slice(i + w * 25, i + (w + 1) * 25).map((Item) => ({ PutRequest: { Item } }));
+        while (pending.length) pending = (await db().send(new BatchWriteCommand({ RequestItems: { [tableName('volume')]: pending as never } }))).UnprocessedItems?.[tableName('volume')] ?? [];
+      }),
+    );
+  }
+  // The copy each volume's replication left in Frankfurt.
+  for (const [n, id] of out.entries()) {
+    const name = defaultBackendName(id);
+    frankfurt.snapshots.set(`snap-arrived-${n}`, {
+      SnapshotId: `snap-arrived-${n}`,
+      VolumeSize: 1,
+      State: 'completed',
+      StartTime: new Date(at),
+      Tags: [
+        { Key: 'ferry:backend', Value: HOST },
+        { Key: 'ferry:replica-of', Value: name },
+        { Key: 'ferry:replication', Value: 'copy' },
+        { Key: 'ferry:source-time', Value: at },
+        { Key: 'ferry:pool', Value: 'gp' },
+      ],
+    });
+  }
+  return out;
+}
+
+beforeAll(async () => {
+  ebs = await startEbsStack({
+    zones: ['eu-west-1a', 'eu-central-1a'],
+    backends: [
+      {
+        host: HOST,
+        driver: 'aws-ebs',
+        availabilityZone: 'eu-west-1a',
+        volumeBackendName: 'ebs-r',
+        pools: [{ name: 'gp', totalCapacityGb: 100_000 }],
+        replicationDevices: [{ backend_id: 'frankfurt', availability_zone: 'eu-central-1a' }],
+      },
+    ],
+    types: [{ name: 'ebs-replicated', extraSpecs: { volume_backend_name: 'ebs-r', replication_enabled: '<is> True' } }],
+  });
+  frankfurt = ebs.fakes.get('eu-central-1')!;
+  frankfurt.pageSize = 1000;
+  ids = await seed();
+}, 600_000);
+afterAll(async () => {
+  await ebs?.stop();
+});
+
+describe(`failover of ${N} replicated EBS volumes through the machine (EC2 mocked)`, () => {
+  test('one CreateVolume per volume, a batch that failed half-way makes none twice, every volume failed over', async () => {
+    // The 7th CreateVolume of the run fails once after EC2 made the volume (a lost reply): its batch runs again.
+    let creates = 0;
+    const create = frankfurt.createVolume.bind(frankfurt);
+    frankfurt.createVolume = (input) => {
+      const made = create(input);
+      if (++creates === 7) throw awsError('RequestTimeout', 'the reply was lost');
+      return made;
+    };
+    ebs.ec2.resetHistory();
+
+    const started = await ebs.api('PUT', '/os-services/failover_host', { host: HOST, backend_id: 'frankfurt' });
+    expect(started.status).toBe(202);
+    const op = await eventually(async (note) => {
+      const [last] = await listOperations(HOST);
+      return ['succeeded', 'failed'].includes(note(last?.status ?? 'none')) ? last : undefined;
+    }, 'the failover to end', { timeoutMs: 900_000, intervalMs: 500 });
+
+    expect(op!.status).toBe('succeeded');
+    const calls = ebs.ec2.calls().map((c) => (c.args[0] as object).constructor.name.replace(/Command$/, ''));
+    const tokens = ebs.ec2.commandCalls(CreateVolumeCommand).map((c) => c.args[0].input.ClientToken);
+    // Every volume one volume in Frankfurt; the repeated CreateVolume was answered by its token.
+    expect(frankfurt.volumes.size).toBe(N);
+    expect(new Set(tokens).size).toBe(N);
+    expect(tokens.length).toBeLessThanOrEqual(N + 200);
+    // Requests per volume: its CreateVolume plus a share of the batch's two Describe calls (and a retried batch's).
+    expect(calls.length / N).toBeLessThan(1.05);
+    const sample = await Promise.all([ids[0]!, ids[N >> 1]!, ids[N - 1]!].map((id) => getVolume(id)));
+    for (const v of sample) {
+      expect(v!.replicationStatus).toBe('failed-over');
+      expect(frankfurt.volumes.get(v!.providerLocation!)?.Tags).toEqual(expect.arrayContaining([{ Key: 'ferry:backend-name', Value: v!.backendName }]));
+    }
+    console.log(`failover of ${N} EBS volumes: ${calls.length} EC2 requests (${(calls.length / N).toFixed(3)} per volume), ${tokens.length} CreateVolume`);
+  }, 900_000);
+});
