@@ -4,55 +4,32 @@
  *   ferry token create --user U --project P [--admin] [--ttl-days N]
  *   ferry audit [--json] [--repair [--grace SECONDS]]
  *   ferry inventory apply FILE [--dry-run] | ferry inventory show
- *   ferry help
+ *   ferry help [COMMAND [SUBCOMMAND]] | ferry COMMAND [SUBCOMMAND] --help
  *
  * Exit codes: 0 done (audit: clean), 1 the command ran and found a problem (audit findings),
  * 2 the command could not run: a wrong command line (usage printed), no stack to talk to, or an
- * error reaching it (said in words, so a script can tell "findings" from "could not look").
+ * error reaching it (said in words, one line with what to do, so a script can tell "findings"
+ * from "could not look"; `--debug` or FERRY_DEBUG=1 adds the full error).
  *
  * Run as `ferry ...` (bin/ferry.mjs registers tsx) or `npm run ferry -- ...`.
  */
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
-import { runningStack, type StackFile } from '../infra/local/data-dir-lock.js';
+import { inspect, parseArgs } from 'node:util';
 import { STATE_MACHINE_NAMES, stateMachineEnvName } from '../functions/core/machines.js';
-import { STEP_FUNCTIONS_PATH } from '../infra/local/http.js';
+import { dataDir, errorName, explainError, firstLine, quietAwsSdk, useRunningLocalStack, where } from './environment.js';
+import { COMMAND_HELP, USAGE, asksForHelp, helpTopic } from './help.js';
 
-export const USAGE = `usage:
-  ferry token create --user USER --project PROJECT [--admin] [--ttl-days N]
-      Mint an API token for the AWS deployment and print it (once: only its hash is stored).
-      Uses DynamoDB Local when FERRY_DYNAMODB_ENDPOINT is set, else AWS with the table named by
-      FERRY_TABLE_TOKENS (the stack output TableNameTokens).
-  ferry audit [--json] [--repair [--grace SECONDS]]
-      Compare DynamoDB with what the drivers hold: exit 0 clean, 1 findings, 2 could not run.
-      --repair first finishes or undoes what crashed operations left, then repairs what is
-      provably safe (an export no attachment uses, an attachment no BDM or operation holds,
-      unchanged for --grace seconds, default 600), prints each repair (what it saw, what it did),
-      then the findings that remain for an operator: exit 0 when none remain, 1 when some do.
-      Talks to the local stack of FERRY_DATA_DIR (default .ferry) unless FERRY_DYNAMODB_ENDPOINT
-      or FERRY_TABLE_VOLUME (a deployed stack) is set.
-  ferry inventory apply FILE [--dry-run]
-      Make the stack hold what the inventory FILE (YAML or JSON) names: volume and share backends
-      and types, projects, cells and hosts, flavors, networks, images. Prints each change (+ add,
-      ~ change, - remove); removes only what an earlier inventory added and FILE no longer names,
-      never what is in use (refused: nothing is written, exit 1). A second apply changes nothing.
-      --dry-run prints the plan and writes nothing. Relative roots are under FERRY_DATA_DIR.
-  ferry inventory show
-      Everything the stack holds, by kind, marked [inventory] or [api] and when in use.
-  ferry watch OPERATION
-      (not yet available) follow an operation's progress.
-  ferry help
-      Show this text.`;
+export { COMMAND_HELP, USAGE } from './help.js';
+export { explainError, quietAwsSdk, useRunningLocalStack } from './environment.js';
 
-/** Where output goes; tests pass their own. */
 export interface Io {
   out(line: string): void;
   err(line: string): void;
 }
 const processIo: Io = { out: (l) => console.log(l), err: (l) => console.error(l) };
 
-/** A mistake on the command line: printed with the usage, exit code 2. */
+/** A mistake on the command line: printed with the usage (the command's own when it has one), exit code 2. */
 class UsageError extends Error {
   override name = 'UsageError';
 }
@@ -125,7 +102,9 @@ async function audit(args: string[], io: Io): Promise<number> {
   return report.findings.length > 0 ? 1 : 0;
 }
 
-const cannotRead = (e: unknown) => new CannotRun(`the audit could not read the stack (${where()}): ${(e as Error).name}: ${(e as Error).message}`);
+/** `e` from reading the stack, as the one line the operator gets (the full error stays its cause, for --debug). */
+const cannotRead = (e: unknown, what = 'the audit') =>
+  new CannotRun(`${what} could not read the stack (${where()}): ${explainError(e) ?? `${errorName(e)}: ${firstLine(e)}`}`, { cause: e });
 
 /** `ferry audit --repair`: one reconciler pass; each repair printed as it is made, then what remains. */
 async function auditRepair(graceSeconds: number | undefined, json: boolean, io: Io): Promise<number> {
@@ -153,7 +132,7 @@ async function inventory(args: string[], io: Io): Promise<number> {
     if (positionals.length || values['dry-run']) throw new UsageError('inventory show takes no arguments');
     requireStack();
     const { showInventory } = await import('../functions/inventory/apply.js');
-    for (const line of await showInventory().catch((e) => Promise.reject(cannotRead(e)))) io.out(line);
+    for (const line of await showInventory().catch((e) => Promise.reject(cannotRead(e, 'inventory show')))) io.out(line);
     return 0;
   }
   if (sub !== 'apply') throw new UsageError(sub ? `unknown inventory subcommand "${sub}"` : 'inventory needs a subcommand: apply or show');
@@ -189,33 +168,6 @@ async function inventory(args: string[], io: Io): Promise<number> {
   return 0;
 }
 
-/**
- * With no endpoint configured, use the local stack running on this machine (`npm start` writes its
- * endpoints to <data dir>/stack.json), so `ferry audit` works in a second terminal as it is.
- */
-export function useRunningLocalStack(): void {
-  if (process.env.FERRY_DYNAMODB_ENDPOINT || process.env.FERRY_TABLE_VOLUME) return;
-  // Only the stack that holds the data directory now: a stack.json left by one killed -9 names a dead endpoint.
-  const stack = runningStack(dataDir()) as ({ sfnEndpoint?: string } & StackFile) | undefined;
-  if (!stack) return;
-  if (stack.dynamodbEndpoint) process.env.FERRY_DYNAMODB_ENDPOINT = stack.dynamodbEndpoint;
-  if (stack.s3Endpoint) process.env.FERRY_S3_ENDPOINT = stack.s3Endpoint;
-  // --repair asks Step Functions whether an operation's execution exists: the stack serves it under its URL.
-  const sfnEndpoint = stack.sfnEndpoint ?? (stack.url ? `${stack.url}${STEP_FUNCTIONS_PATH}` : undefined);
-  if (sfnEndpoint && !process.env.FERRY_SFN_ENDPOINT) process.env.FERRY_SFN_ENDPOINT = sfnEndpoint;
-}
-
-function dataDir(): string {
-  return process.env.FERRY_DATA_DIR ?? '.ferry';
-}
-
-/** Where the command talks to, in words. */
-function where(): string {
-  if (process.env.FERRY_DYNAMODB_ENDPOINT) return `DynamoDB at ${process.env.FERRY_DYNAMODB_ENDPOINT}`;
-  if (process.env.FERRY_TABLE_VOLUME) return `the deployed stack's table ${process.env.FERRY_TABLE_VOLUME}`;
-  return `FERRY_DATA_DIR=${process.env.FERRY_DATA_DIR ?? '.ferry'}`;
-}
-
 /** A command that reads the stack needs one: a running local stack or a configured deployment. */
 function requireStack(): void {
   if (process.env.FERRY_DYNAMODB_ENDPOINT || process.env.FERRY_TABLE_VOLUME) return;
@@ -238,10 +190,40 @@ function requireMachines(): void {
   }
 }
 
+
+/** `--debug` (anywhere before a `--`) taken out of the command line; FERRY_DEBUG=1 means the same. */
+function takeDebugFlag(argv: string[]): { args: string[]; debug: boolean } {
+  const end = argv.indexOf('--');
+  const head = end < 0 ? argv : argv.slice(0, end);
+  const args = [...head.filter((a) => a !== '--debug'), ...(end < 0 ? [] : argv.slice(end))];
+  const fromEnv = ['1', 'true', 'yes'].includes((process.env.FERRY_DEBUG ?? '').toLowerCase());
+  return { args, debug: fromEnv || args.length !== argv.length };
+}
+
+/** `ferry help [COMMAND [SUBCOMMAND]]`. */
+function help(words: readonly string[], io: Io): number {
+  if (words.length === 0) {
+    io.out(USAGE);
+    return 0;
+  }
+  const topic = words.join(' ');
+  if (!Object.hasOwn(COMMAND_HELP, topic)) throw new UsageError(`no help for "${topic}"`);
+  io.out(COMMAND_HELP[topic]!);
+  return 0;
+}
+
 /** Runs one command line (without `node ferry`); resolves to the process exit code. */
 export async function main(argv: string[], io: Io = processIo): Promise<number> {
-  const [command, ...rest] = argv;
+  const { args, debug } = takeDebugFlag(argv);
+  const [command, ...rest] = args;
   try {
+    // Help reads nothing, not even which stack runs.
+    if (command === 'help' || command === '--help' || command === '-h') return help(rest, io);
+    const topic = helpTopic(command, rest);
+    if (topic !== undefined && asksForHelp(rest)) {
+      io.out(COMMAND_HELP[topic]!);
+      return 0;
+    }
     useRunningLocalStack();
     switch (command) {
       case 'token': {
@@ -256,11 +238,6 @@ export async function main(argv: string[], io: Io = processIo): Promise<number> 
       case 'watch':
         // TODO(ferry watch issue): a progress bar with rate and ETA from the operation record.
         throw new UsageError('ferry watch is not available yet');
-      case 'help':
-      case '--help':
-      case '-h':
-        io.out(USAGE);
-        return 0;
       case undefined:
         throw new UsageError('no command given');
       default:
@@ -271,14 +248,21 @@ export async function main(argv: string[], io: Io = processIo): Promise<number> 
     const code = (e as { code?: string }).code;
     if (e instanceof UsageError || (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS'))) {
       io.err(`ferry: ${(e as Error).message}`);
-      io.err(USAGE);
+      // The command's own usage when it has one, else the whole list.
+      const topic = command === 'help' ? undefined : helpTopic(command, rest);
+      io.err(topic !== undefined ? COMMAND_HELP[topic]! : USAGE);
       return 2;
     }
     if (e instanceof CannotRun) {
       io.err(`ferry: ${e.message}`);
+      if (debug && e.cause !== undefined) io.err(inspect(e.cause, { depth: 6 }));
       return 2;
     }
-    io.err(`ferry: ${(e as Error).name}: ${(e as Error).message}`);
+    // Anything else that reached the top (an SDK or network error no command explained): one line
+    // that says what is wrong and what to do, the full error only when asked for.
+    const explained = explainError(e);
+    io.err(explained !== undefined ? `ferry: cannot use ${where()}: ${explained}` : `ferry: ${errorName(e)}: ${firstLine(e)}${debug ? '' : ' (--debug shows the full error)'}`);
+    if (debug) io.err(inspect(e, { depth: 6 }));
     return 2;
   }
 }
@@ -286,5 +270,6 @@ export async function main(argv: string[], io: Io = processIo): Promise<number> 
 // Run when executed directly (`node --import tsx bin/ferry.ts`, i.e. `npm run ferry`);
 // bin/ferry.mjs imports this module and calls main itself.
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  quietAwsSdk();
   process.exitCode = await main(process.argv.slice(2));
 }

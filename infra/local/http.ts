@@ -6,8 +6,14 @@
  * GET of one of the function's `publicPaths`), and the handler's result is written back the way
  * API Gateway writes it. `/_aws/stepfunctions` is the local Step Functions endpoint
  * (stepfunctions.ts); `/healthz` says the stack answers.
+ *
+ * Before any of that, the front door holds every request to API Gateway's own limits (FRONT_DOOR_LIMITS:
+ * payload size, request line and header size, time to send the request, idle keep-alive) and
+ * refuses one over them with a real HTTP response (413, 431, 408), never a hang or a reset.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { FRONT_DOOR_LIMITS, PAYLOAD_TOO_LARGE_BODY, readBody, refusalBeforeBody, refuse, refuseClientErrors, refused, type FrontDoorLimits } from './front-door.js';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -103,6 +109,8 @@ export interface HttpServerOptions {
   stepFunctions?: StepFunctionsEndpoint;
   /** No request errors on stderr. */
   quiet?: boolean;
+  /** Default FRONT_DOOR_LIMITS (API Gateway's); tests lower them so that a timeout takes a second, not 30. */
+  limits?: Partial<FrontDoorLimits>;
 }
 
 export interface LocalHttpServer {
@@ -117,17 +125,61 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Local
   const logError = (what: string, e: unknown) => {
     if (!options.quiet) console.error(`ferry local: ${what}:`, e);
   };
+  const limits: FrontDoorLimits = { ...FRONT_DOOR_LIMITS, ...options.limits };
+  if (limits.headersTimeoutMs > limits.requestTimeoutMs) throw new Error(`limits.headersTimeoutMs (${limits.headersTimeoutMs}) must not exceed limits.requestTimeoutMs (${limits.requestTimeoutMs})`);
+  // Node looks for expired requests on a timer (30 s by default), so a request could live up to one
+  // period past its timeout: check ten times per timeout (at most every second), and expire each
+  // one period early, so that no client holds a connection past the limit.
+  const checkEveryMs = Math.max(10, Math.min(1_000, Math.floor(limits.headersTimeoutMs / 10)));
+  /** The response of each connection's latest request: a refusal must not cut into one being written. */
+  const responses = new WeakMap<Duplex, ServerResponse>();
 
-  const server = createServer((req, res) => {
+  const server = createServer(
+    {
+      maxHeaderSize: 2 * limits.maxHeaderBytes,
+      requestTimeout: Math.max(1, limits.requestTimeoutMs - checkEveryMs),
+      headersTimeout: Math.max(1, limits.headersTimeoutMs - checkEveryMs),
+      connectionsCheckingInterval: checkEveryMs,
+      keepAliveTimeout: limits.keepAliveTimeoutMs,
+    },
+    onRequest,
+  );
+
+  function onRequest(req: IncomingMessage, res: ServerResponse): void {
+    // A request pipelined behind a refused one: the connection is closing, nothing more is answered.
+    if (refused.has(req.socket)) {
+      req.resume();
+      return;
+    }
+    responses.set(req.socket, res);
     handle(req, res).catch((e) => {
+      // Refused (408) or gone while its body was arriving: there is no one left to answer.
+      if (refused.has(req.socket) || (e as { code?: string }).code === 'ECONNRESET') return;
       logError(`${req.method} ${req.url} failed`, e);
       if (!res.headersSent) send(res, 500, INTERNAL_ERROR_BODY);
       else res.destroy();
     });
+  }
+
+  // `Expect: 100-continue`: a body the front door would refuse is refused before the client sends it.
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    if (!refusalBeforeBody(req, limits)) res.writeContinue();
+    onRequest(req, res);
   });
 
+  refuseClientErrors(server, limits, responses);
+
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = await readBody(req);
+    const early = refusalBeforeBody(req, limits);
+    if (early) {
+      // The body (if any) is read and thrown away while the refusal lingers.
+      req.resume();
+      return refuse(req.socket, early.status, early.body, limits.lingerMs);
+    }
+    const body = await readBody(req, limits.maxBodyBytes);
+    if (body === undefined) return refuse(req.socket, 413, PAYLOAD_TOO_LARGE_BODY, limits.lingerMs);
+    // Answered 408 while its body was arriving: the client has its answer; nothing runs.
+    if (refused.has(req.socket)) return;
     const target = req.url ?? '/';
     const q = target.indexOf('?');
     const rawPath = q < 0 ? target : target.slice(0, q);
@@ -192,15 +244,6 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Local
 
 function withoutTrailingSlash(p: string): string {
   return p.length > 1 && p.endsWith('/') ? p.slice(0, -1) : p;
-}
-
-function readBody(req: IncomingMessage): Promise<Buffer> {
-  return new Promise((resolveBody, reject) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => resolveBody(Buffer.concat(chunks)));
-    req.on('error', reject);
-  });
 }
 
 function send(res: ServerResponse, status: number, body: unknown): void {
