@@ -184,9 +184,10 @@ function requireStack(): void {
  */
 function requireMachines(): void {
   if (!process.env.FERRY_TABLE_VOLUME || process.env.FERRY_DYNAMODB_ENDPOINT) return;
-  const missing = STATE_MACHINE_NAMES.filter((m) => m.startsWith('server-')).map(stateMachineEnvName).filter((name) => !process.env[name]);
+  // The server machines (operations without execution) and snapshot-create (a creating snapshot's waiting machine).
+  const missing = STATE_MACHINE_NAMES.filter((m) => m.startsWith('server-') || m === 'snapshot-create').map(stateMachineEnvName).filter((name) => !process.env[name]);
   if (missing.length > 0) {
-    throw new CannotRun(`--repair against a deployed stack needs the server machines' ARNs: set ${missing.join(', ')} (or let the stack's reconciler function run it)`);
+    throw new CannotRun(`--repair against a deployed stack needs the server and snapshot-create machines' ARNs: set ${missing.join(', ')} (or let the stack's reconciler function run it)`);
   }
 }
 

@@ -84,6 +84,12 @@ export const STATE_MACHINES = [
     functions: ['replication-steps'],
   },
   {
+    name: 'snapshot-create',
+    file: 'statemachines/snapshot-create.asl.json',
+    description: 'Waits for a volume snapshot the backend is still making (an EBS snapshot pending): creates it on the backend under its stable name, retried while the backend answers BackendNotReady, then marks it available (or error, with whatever the backend made under that name deleted).',
+    functions: ['snapshot-steps'],
+  },
+  {
     name: 'share-create',
     file: 'statemachines/share-create.asl.json',
     description: 'Schedules a new share onto a pool (capacity reserved), creates it on the backend and makes it available (or error, with capacity released and no backend share).',
@@ -225,7 +231,8 @@ export const FUNCTIONS: FunctionWiring[] = [
     publicPaths: ['/volume', '/volume/v3'],
     tables: ['volume'],
     callsVolumeDrivers: true,
-    starts: ['volume-create', 'volume-delete', 'volume-failover'],
+    // snapshot-create: only for a snapshot the backend is still making when the request answers.
+    starts: ['volume-create', 'volume-delete', 'volume-failover', 'snapshot-create'],
     timeoutSeconds: 29,
   },
   {
@@ -244,6 +251,16 @@ export const FUNCTIONS: FunctionWiring[] = [
     entry: 'functions/attachments/steps.ts',
     export: 'handler',
     description: 'Step handlers of the attachments run by volume-create (reserve an attachment for the instance given at create, or record why not).',
+    tables: ['volume'],
+    callsVolumeDrivers: true,
+    timeoutSeconds: 120,
+  },
+  {
+    name: 'snapshot-steps',
+    kind: 'step',
+    entry: 'functions/snapshots/steps.ts',
+    export: 'handler',
+    description: 'Step handlers of snapshot-create (create the snapshot on the backend, mark it available; on failure delete what the backend made under its name and record error).',
     tables: ['volume'],
     callsVolumeDrivers: true,
     timeoutSeconds: 120,
@@ -331,8 +348,9 @@ export const FUNCTIONS: FunctionWiring[] = [
     // What the audit reads and the repairs write; the share backends are read on the share storage.
     tables: ['volume', 'share', 'compute-api', 'cell1', 'cell2'],
     callsVolumeDrivers: true,
-    // Whether a server operation's machine ever started; abandoning an offloaded detach deletes its delete_on_termination volume.
-    describes: STATE_MACHINES.map((m) => m.name).filter((m) => m.startsWith('server-')),
+    // Whether a server operation's machine ever started, whether a creating snapshot's machine is still
+    // waiting for it (functions/snapshots/recovery.ts); abandoning an offloaded detach deletes its delete_on_termination volume.
+    describes: [...STATE_MACHINES.map((m) => m.name).filter((m) => m.startsWith('server-')), 'snapshot-create'],
     starts: ['volume-delete'],
     mountsShareStorage: true,
     scheduleRateMinutes: 5,

@@ -77,10 +77,17 @@ export async function reconcile(options: ReconcileOptions): Promise<ReconcileRes
 async function finishIntents(before: Date): Promise<RepairRecord[]> {
   const out: RepairRecord[] = [];
   for (const r of [...(await recoverPendingConnects({ before })), ...(await recoverPendingDisconnects({ before }))]) out.push(fromAttachmentRepair(r));
-  // Snapshots a crashed POST/DELETE /snapshots left creating or deleting (functions/snapshots/recovery.ts).
+  // Snapshots a crashed POST/DELETE /snapshots left creating or deleting (functions/snapshots/recovery.ts);
+  // a creating one whose snapshot-create machine is running is the machine's and not listed.
   for (const r of await recoverPendingSnapshots({ before })) {
-    const outcome = r.action === 'pending' ? 'left' : r.action.endsWith('failed') ? 'failed' : 'repaired';
-    out.push({ kind: 'pending-snapshot', resource: `snapshot ${r.snapshotId}`, saw: r.detail, did: r.action === 'pending' ? 'nothing yet: the backend is still making it; the next run looks again' : r.action, outcome });
+    const outcome = r.action === 'pending' ? 'left' : r.action.endsWith('failed') || r.action === 'owner-unknown' ? 'failed' : 'repaired';
+    const did =
+      r.action === 'pending'
+        ? 'nothing yet: the backend is still making it; the next run looks again'
+        : r.action === 'owner-unknown'
+          ? 'nothing: whether its snapshot-create machine is running could not be read; the next run looks again'
+          : r.action;
+    out.push({ kind: 'pending-snapshot', resource: `snapshot ${r.snapshotId}`, saw: r.detail, did, outcome });
   }
   // Extends a crashed os-extend left extending (functions/volumes/recovery.ts).
   for (const r of await recoverPendingExtends({ before })) {

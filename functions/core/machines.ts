@@ -7,6 +7,7 @@ export const STATE_MACHINE_NAMES = [
   'volume-create',
   'volume-delete',
   'volume-failover',
+  'snapshot-create',
   'share-create',
   'share-delete',
   'share-migration-start',

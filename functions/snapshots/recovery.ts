@@ -6,17 +6,28 @@
  * `deleting` and unchanged since `before` (the grace cut-off: no live call still owns it) is
  * finished — the create made again and recorded available, the delete made again and the record
  * removed — or, when the backend refuses, put in the error state the API call would have recorded.
+ *
+ * A `creating` snapshot whose snapshot-create execution is running (the backend was still making
+ * it when the API answered, functions/snapshots/machine.ts) belongs to that machine and is not
+ * touched; one whose execution ended without ending it (timed out, aborted) or never started (the
+ * start failed: the API left it to this pass) is finished here. When Step Functions cannot say
+ * whether the execution runs, the snapshot is left for the next pass and reported as a failure.
  */
 import { BackendNotReady } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { isSnapshotDriver } from '../drivers/volume/registry.js';
 import { driverForHost } from '../volumes/backends.js';
+import { snapshotCreateExecutionName, snapshotCreateStatus } from './machine.js';
 import { listSnapshots, removeSnapshotRecord, updateSnapshot } from './repo.js';
 
 export interface SnapshotRecovery {
   snapshotId: string;
-  /** created / deleted: finished; create-failed / delete-failed: the backend refused, the error state recorded; pending: the backend is still at it. */
-  action: 'created' | 'deleted' | 'create-failed' | 'delete-failed' | 'pending';
+  /**
+   * created / deleted: finished; create-failed / delete-failed: the backend refused, the error state
+   * recorded; pending: the backend is still at it; owner-unknown: Step Functions could not say
+   * whether a snapshot-create execution owns it, so nothing was done.
+   */
+  action: 'created' | 'deleted' | 'create-failed' | 'delete-failed' | 'pending' | 'owner-unknown';
   detail: string;
 }
 
@@ -26,6 +37,16 @@ export async function recoverPendingSnapshots(options: { before: Date }): Promis
   for (const s of pending) {
     const at = new Date().toISOString();
     const creating = s.status === 'creating';
+    if (creating) {
+      try {
+        // The machine's, while it runs: it waits for the backend and ends the snapshot itself.
+        if ((await snapshotCreateStatus(s.id)) === 'RUNNING') continue;
+      } catch (e) {
+        logger.error('could not tell whether a creating snapshot belongs to a running snapshot-create; left for the next pass', { snapshotId: s.id, error: e as Error });
+        out.push({ snapshotId: s.id, action: 'owner-unknown', detail: `could not read execution ${snapshotCreateExecutionName(s.id)}: ${e instanceof Error ? e.message : String(e)}` });
+        continue;
+      }
+    }
     try {
       const driver = await driverForHost(s.backendHost);
       if (!isSnapshotDriver(driver)) throw new Error(`backend ${s.backendHost} does not support snapshots`);

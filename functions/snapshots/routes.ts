@@ -1,9 +1,16 @@
 /**
  * Cinder v3 snapshots (C/api/v3/snapshots.py, C/api/v2/snapshots.py, C/api/schemas/snapshots.py):
- * create, list, list detail, show, delete. The backend work runs in the request (the driver's
- * snapshot of a local sparse file is a reflink-or-copy of seconds at most): create answers 202 with
- * the snapshot as it ended (`available`, or `error` if the driver failed); delete answers 202 once
- * it is gone (or `error_deleting`).
+ * create, list, list detail, show, delete.
+ *
+ * Create records the snapshot `creating` (the intent: its backend name derives from its id) and
+ * tries the driver once in the request: a snapshot the backend makes at once (the local driver's
+ * reflink-or-copy of a sparse file, milliseconds to seconds) answers 202 with the snapshot as it
+ * ended, `available` (or `error` if the driver failed), as the upstream CLIs expect of a quick
+ * backend. A backend that accepted the snapshot but has not finished it (an EBS snapshot still
+ * `pending`: minutes) answers BackendNotReady; the request then starts the snapshot-create machine
+ * (statemachines/snapshot-create.asl.json, functions/snapshots/steps.ts), which waits for it in
+ * Step Functions, no function running meanwhile, and answers 202 `creating` (as upstream does).
+ * Delete runs in the request and answers 202 once the snapshot is gone (or `error_deleting`).
  *
  * Refused on a frozen backend (reference §2.5): create and delete, with upstream's 400.
  */
@@ -19,6 +26,7 @@ import { upstreamTime } from '../volumes/model.js';
 import { getVolumeScoped } from '../volumes/repo.js';
 import { invalidField, isUuidLike, metadataField, optionalString, pyRepr, wrapped } from '../volumes/validation.js';
 import { snapshotBackendName, type Snapshot } from './model.js';
+import { snapshotCreateExecutionName, startSnapshotCreate } from './machine.js';
 import { getSnapshotScoped, insertSnapshot, listSnapshots, removeSnapshotRecord, updateSnapshot } from './repo.js';
 
 export const SNAPSHOT_POLICIES = {
@@ -136,16 +144,39 @@ async function createSnapshotRoute(req: ApiRequest) {
   await insertSnapshot(snapshot, inUseAllowed || r.force === true);
   let result: Snapshot = snapshot;
   try {
+    // The quick path: one try in the request (the local driver's snapshot is done in milliseconds).
     await driver.createSnapshot(v.backendName, snapshot.backendName);
     result = await updateSnapshot(id, { type: 'created', at: now() });
   } catch (e) {
-    // An EBS snapshot takes minutes: it stays `creating` (upstream answers 202 creating too) and
-    // the reconciler's pass over pending snapshots finishes it (snapshots/recovery.ts).
-    if (e instanceof BackendNotReady) return json(202, { snapshot: snapshotView(req, result, true) });
+    if (e instanceof BackendNotReady) {
+      // The backend is still making it (an EBS snapshot takes minutes): the machine waits for it.
+      await waitInMachine(id);
+      return json(202, { snapshot: snapshotView(req, result, true) });
+    }
     logger.error('snapshot create failed on the backend', { snapshotId: id, error: e as Error });
     result = await updateSnapshot(id, { type: 'create-failed', at: now(), reason: e instanceof Error ? e.message : String(e) });
   }
   return json(202, { snapshot: snapshotView(req, result, true) });
+}
+
+/**
+ * Starts snapshot-create for a snapshot the backend is still making. Its execution is named after
+ * the snapshot (`snapshot-create-<id>`), so a second start finds the first. A start that fails
+ * (Step Functions throttled or unreachable) does not fail the request: the snapshot was accepted
+ * and stays `creating`, and the reconciler's pass over pending snapshots (functions/snapshots/
+ * recovery.ts, after its grace) is the backstop that finishes it, as it finishes a create a crash
+ * interrupted. The failure is logged as an error, never dropped.
+ */
+async function waitInMachine(snapshotId: string): Promise<void> {
+  try {
+    await startSnapshotCreate(snapshotId);
+  } catch (e) {
+    logger.error('could not start snapshot-create: the snapshot stays creating until the reconciler finishes it', {
+      snapshotId,
+      execution: snapshotCreateExecutionName(snapshotId),
+      error: e as Error,
+    });
+  }
 }
 
 const PAGING_KEYS = new Set(['limit', 'marker', 'offset', 'sort', 'sort_key', 'sort_dir', 'all_tenants', 'with_count']);

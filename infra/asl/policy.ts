@@ -181,6 +181,11 @@ export const MACHINE_POLICIES: Readonly<Record<StateMachineName, MachinePolicy>>
     waitRetrier: FAILBACK_WAIT,
     sizing: { mapItems: { Batches: Math.ceil(FAILOVER_SIZED_FOR_VOLUMES / FAILOVER_BATCH_SIZE) } },
   },
+  /**
+   * An EBS snapshot stays `pending` for minutes: CreateOnBackend waits for it; Failed deletes what
+   * the backend made under the snapshot's name, and waits too should the backend still be at it.
+   */
+  'snapshot-create': { ...storageFlow, waits: ['CreateOnBackend', 'Failed'] },
   'share-create': storageFlow,
   'share-delete': storageFlow,
   /**

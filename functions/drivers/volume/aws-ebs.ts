@@ -288,7 +288,7 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
     for (let attempt = 0; snapshot?.State !== 'completed'; attempt++) {
       if (snapshot?.State === 'error') throw this.fail(`EBS snapshot ${snapshotId} (${snapshotName} of ${backendName}) went into state error: ${snapshot.StateMessage ?? ''}`, { snapshotId, backendName, snapshotName });
       // Still pending: not a failure. The call is idempotent (the snapshot is found by its tags); the
-      // caller comes back (the API leaves the snapshot `creating`, the reconciler finishes it).
+      // caller comes back (the API starts the snapshot-create machine, which runs this again after its wait).
       if (attempt >= this.pollAttempts) throw new BackendNotReady(`backend ${this.backendHost}: EBS snapshot ${snapshotId} (${snapshotName} of ${backendName}) is not completed yet`, { context: { snapshotId, backendName, snapshotName } });
       await sleep(this.pollIntervalMs);
       snapshot = await this.describeSnapshotById(snapshotId);
