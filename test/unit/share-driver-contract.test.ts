@@ -1,10 +1,18 @@
-/** The share driver contract (test/contracts/share-driver.ts), run by both local kinds on temporary directories. */
+/**
+ * The share driver contract (test/contracts/share-driver.ts), run by both local kinds on temporary
+ * directories and by aws-efs on mocked EFS and EC2 clients (test/support/fake-efs.ts).
+ */
+import { EC2Client } from '@aws-sdk/client-ec2';
+import { EFSClient } from '@aws-sdk/client-efs';
+import { mockClient } from 'aws-sdk-client-mock';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { AwsEfsShareDriver } from '../../functions/drivers/share/aws-efs.js';
 import type { LocalShareBackendConfig } from '../../functions/drivers/share/driver.js';
 import { LocalShareDriver } from '../../functions/drivers/share/local.js';
 import { describeShareDriverContract, type ShareDriverUnderTest } from '../contracts/share-driver.js';
+import { efsBackend, FakeEfs, wireFakeEfs } from '../support/fake-efs.js';
 
 /** A backend of a local kind under a temporary directory; its shares' export locations are directories. */
 function localBackend(kind: LocalShareBackendConfig['driver']) {
@@ -32,3 +40,27 @@ function localBackend(kind: LocalShareBackendConfig['driver']) {
 
 describeShareDriverContract('local-a', localBackend('local-a'));
 describeShareDriverContract('local-b', localBackend('local-b'));
+
+/**
+ * Each backend its own account: a fake EFS and EC2 behind clients of its own (mockClient of an
+ * instance mocks that instance only). No data access: the suite cannot write files into an EFS.
+ */
+describeShareDriverContract('aws-efs', async (host) => {
+  const efs = new EFSClient({ region: 'eu-west-1' });
+  const ec2 = new EC2Client({ region: 'eu-west-1' });
+  const efsMock = mockClient(efs);
+  const ec2Mock = mockClient(ec2);
+  const fake = new FakeEfs();
+  // The contract's user rule names the role `alice`: IAM refuses a policy naming a role that does not exist.
+  fake.knownRoles = new Set(['alice']);
+  wireFakeEfs(efsMock, ec2Mock, fake);
+  const backend = efsBackend(host);
+  return {
+    driver: new AwsEfsShareDriver(backend, { efs, ec2, pollIntervalMs: 0, pollAttempts: 4 }),
+    backend,
+    cleanup: async () => {
+      efsMock.restore();
+      ec2Mock.restore();
+    },
+  };
+});

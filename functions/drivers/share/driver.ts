@@ -7,12 +7,12 @@
  * What flows see is kind-neutral: a backend's common record (ShareBackendConfig), share names,
  * export locations (opaque strings that only the driver and the data node resolve) and what each
  * driver declares it can do (ShareDriverFeatures). Where a backend keeps its shares (a directory
- * for the local kinds, a file system for the EFS kind of the next issue) is in the kind's own
+ * for the local kinds, an EFS file system per share for `aws-efs`) is in the kind's own
  * configuration type, which only its driver reads. The contract every driver keeps is
  * docs/drivers.md "Share drivers", checked by test/contracts/share-driver.ts.
  */
 
-export type ShareDriverKind = 'local-a' | 'local-b';
+export type ShareDriverKind = 'local-a' | 'local-b' | 'aws-efs';
 
 export interface SharePoolConfig {
   name: string;
@@ -41,6 +41,25 @@ export interface LocalShareBackendConfig extends ShareBackendConfig {
   driver: 'local-a' | 'local-b';
   /** Directory holding the backend's shares. */
   root: string;
+}
+
+/**
+ * A backend of the `aws-efs` kind: each share is an EFS file system of its own in `region`, with a
+ * mount target in each of `subnetIds` (one per availability zone) behind a security group of its
+ * own in `vpcId` (functions/drivers/share/aws-efs.ts). Read by that driver only.
+ */
+export interface AwsEfsShareBackendConfig extends ShareBackendConfig {
+  driver: 'aws-efs';
+  /** `eu-west-1`: where the file systems are made. */
+  region: string;
+  /** The VPC of the subnets: each share's security group is made there. */
+  vpcId: string;
+  /** One subnet per availability zone the shares are mounted from (EFS allows one mount target per zone). */
+  subnetIds: string[];
+  /** EFS performance mode; default `generalPurpose` (AWS's recommendation; `maxIO` cannot go with elastic throughput). */
+  performanceMode?: 'generalPurpose' | 'maxIO';
+  /** EFS throughput mode; default `elastic`. */
+  throughputMode?: 'elastic' | 'bursting';
 }
 
 export interface SharePoolCapabilities {
@@ -113,6 +132,39 @@ export interface MigrationProgress {
   files_done?: number;
   files_total?: number;
   [k: string]: unknown;
+}
+
+/** What a share holds against its size, as its backend meters it. */
+export interface ShareUsage {
+  name: string;
+  /** The share's size: the quota the driver keeps. */
+  sizeGb: number;
+  /** What the backend meters as used (EFS: SizeInBytes, metered from time to time, so it lags the writes). */
+  usedBytes: number;
+  overQuota: boolean;
+  /** True while the driver withholds writes because the share is over its size. */
+  writesBlocked: boolean;
+}
+
+/**
+ * A driver whose backend gives a share no size of its own (EFS grows without limit) keeps the
+ * share's size as a quota: it records the size, grows it (Manila's extend_share), reports usage
+ * and withholds writes from a share over its size (`enforceQuota`, idempotent, for a periodic
+ * caller). The local kinds are not quota drivers: a directory has no size either, and nothing
+ * enforces one there. Type guard: isShareQuotaDriver.
+ */
+export interface ShareQuotaDriver {
+  /** Grows the share's size to newSizeGb (the same size: no change; smaller: DriverError; a share not there: DriverError). */
+  extendShare(name: string, newSizeGb: number): Promise<void>;
+  /** undefined when the backend has no such share. */
+  shareUsage(name: string): Promise<ShareUsage | undefined>;
+  /** Blocks writes to a share over its size, lifts the block once it is within it again; a share not there: DriverError. */
+  enforceQuota(name: string): Promise<ShareUsage>;
+}
+
+export function isShareQuotaDriver(driver: ShareDriver): driver is ShareDriver & ShareQuotaDriver {
+  const d = driver as Partial<Record<keyof ShareQuotaDriver, unknown>>;
+  return typeof d.extendShare === 'function' && typeof d.shareUsage === 'function' && typeof d.enforceQuota === 'function';
 }
 
 export interface ShareDriver {

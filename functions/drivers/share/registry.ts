@@ -1,11 +1,12 @@
 /**
  * Turns a share backend's configuration into its driver, wrapped for fault injection
  * (`withFaults('share', host, ...)`), cached per host and configuration like the volume registry.
- * Each kind's driver reads its own settings off the record (local.ts localShareBackend), so nothing
- * above the drivers ever does.
+ * Each kind's driver reads its own settings off the record (local.ts localShareBackend, aws-efs-sdk.ts
+ * awsEfsShareBackend), so nothing above the drivers ever does.
  */
 import { ConfigurationError } from '../../core/errors.js';
 import { withFaults } from '../../core/faults.js';
+import { AwsEfsShareDriver } from './aws-efs.js';
 import type { ShareBackendConfig, ShareDriver, ShareDriverKind } from './driver.js';
 import { LocalShareDriver, localShareBackend } from './local.js';
 
@@ -14,6 +15,8 @@ const cache = new Map<string, { configKey: string; driver: ShareDriver }>();
 const BUILDERS: Record<ShareDriverKind, (config: ShareBackendConfig) => ShareDriver> = {
   'local-a': (config) => new LocalShareDriver(localShareBackend(config)),
   'local-b': (config) => new LocalShareDriver(localShareBackend(config)),
+  // Its record is checked by the driver (awsEfsShareBackend); its SDKs load on the first AWS call.
+  'aws-efs': (config) => new AwsEfsShareDriver(config),
 };
 
 function build(config: ShareBackendConfig): ShareDriver {

@@ -1,0 +1,394 @@
+/**
+ * The AWS share driver (kind `aws-efs`): a share is an EFS file system of its own, so each share
+ * carries its own network access and can later move on its own. Per share:
+ * - the file system (CreateFileSystem, encrypted, CreationToken derived from backend and share
+ *   name, tags `ferry:backend`, `ferry:share-name`, `ferry:pool`, `ferry:quota-gb`, `Name`);
+ * - a security group of its own in the backend's VPC (tags `ferry:backend`, `ferry:share-name`),
+ *   whose NFS ingress is the share's `ip` rules;
+ * - a mount target in each of the backend's subnets, behind that group;
+ * - a file system policy: the rules' levels and `user` rules (aws-efs-access.ts says what EFS can
+ *   enforce and how).
+ * Its export location is the file system's DNS name, `<fs-id>.efs.<region>.amazonaws.com:/`, which
+ * resolves in the VPC to the mount target of the client's zone.
+ *
+ * Everything is found again by creation token and tags, never by a remembered id, so a step retried
+ * after a lost reply carries on from what AWS holds. Work AWS accepted but has not finished (a file
+ * system or mount target `creating`, mount targets `deleting`) is looked at a few times, then
+ * answered with BackendNotReady: the state machine Task waits (BACKEND_WAIT) and calls again.
+ *
+ * The size: EFS grows without limit, so the share's size is a quota the driver keeps (the
+ * `ferry:quota-gb` tag, set at create and raised by extendShare), counted against the pool's
+ * capacity at create and extend, and enforced by withholding writes (a Deny of ClientWrite in the
+ * policy) from a share whose metered size (DescribeFileSystems' SizeInBytes) is over it
+ * (enforceQuota, for a periodic caller; every policy updateAccess writes blocks writes exactly when
+ * the share is over its size).
+ *
+ * Not here yet: driver-assisted migration (EFS replication): `features` declares no destination,
+ * so every migration method refuses and a migration is host-assisted.
+ */
+import type { IpPermission } from '@aws-sdk/client-ec2';
+import type { FileSystemDescription, PerformanceMode, ThroughputMode } from '@aws-sdk/client-efs';
+import type {
+  BackendShare,
+  ConnectionInfo,
+  DriverAccessRule,
+  MigrationCompatibility,
+  MigrationProgress,
+  MigrationRequest,
+  ShareBackendConfig,
+  ShareDriver,
+  ShareDriverFeatures,
+  SharePoolCapabilities,
+  ShareQuotaDriver,
+  ShareUsage,
+} from './driver.js';
+import { fileSystemRefOf, parsePolicy, planAccess, policyKey, readDescription, readPolicy, type PolicyDocument } from './aws-efs-access.js';
+import { EfsBackend } from './aws-efs-backend.js';
+import {
+  DEFAULT_PERFORMANCE_MODE,
+  DEFAULT_THROUGHPUT_MODE,
+  EFS_DRIVER_VERSION,
+  FS_ALREADY_EXISTS,
+  FS_IN_USE,
+  FS_NOT_FOUND,
+  GIB,
+  GONE_STATES,
+  NFS_PORT,
+  POLICY_NOT_FOUND,
+  TAG_BACKEND,
+  TAG_NAME,
+  TAG_POOL,
+  TAG_QUOTA_GB,
+  TAG_SHARE_NAME,
+  awsEfsShareBackend,
+  creationTokenFor,
+  efsSdk,
+  errorCode,
+  exportLocationOf,
+  tagOf,
+  type AwsEfsDriverOptions,
+} from './aws-efs-sdk.js';
+
+export { creationTokenFor, exportLocationOf, type AwsEfsDriverOptions } from './aws-efs-sdk.js';
+
+const NAME_RE = /^share-[0-9a-f-]{36}$/;
+const NO_MIGRATION: ShareDriverFeatures = { driverAssistedMigrationTo: [], migrationKeeps: { writable: false, preserveMetadata: false, nondisruptive: false, preserveSnapshots: false } };
+
+/** Does an ingress permission reach the NFS port (all traffic, or a TCP range holding 2049)? */
+const reachesNfs = (p: IpPermission) => p.IpProtocol === '-1' || (p.IpProtocol === 'tcp' && (p.FromPort ?? 0) <= NFS_PORT && NFS_PORT <= (p.ToPort ?? 65535));
+const isExactNfs = (p: IpPermission) => p.IpProtocol === 'tcp' && p.FromPort === NFS_PORT && p.ToPort === NFS_PORT;
+const nfsRange = (cidr: string, Description?: string): IpPermission => ({
+  IpProtocol: 'tcp',
+  FromPort: NFS_PORT,
+  ToPort: NFS_PORT,
+  ...(cidr.includes(':') ? { Ipv6Ranges: [{ CidrIpv6: cidr, Description }] } : { IpRanges: [{ CidrIp: cidr, Description }] }),
+});
+
+export class AwsEfsShareDriver extends EfsBackend implements ShareDriver, ShareQuotaDriver {
+  readonly kind = 'aws-efs' as const;
+  readonly features = NO_MIGRATION;
+
+  constructor(config: ShareBackendConfig, options: AwsEfsDriverOptions = {}) {
+    super(awsEfsShareBackend(config), options);
+  }
+
+  private checkName(name: string): string {
+    if (!NAME_RE.test(name)) throw this.fail(`invalid share name ${JSON.stringify(name)}`, { name });
+    return name;
+  }
+
+  private shareOf(fs: FileSystemDescription, name: string): BackendShare {
+    return { name, exportLocation: exportLocationOf(fs.FileSystemId!, this.config.region) };
+  }
+
+  private quotaOf(fs: FileSystemDescription): number {
+    return Number(tagOf(fs, TAG_QUOTA_GB) ?? 0);
+  }
+
+  private overQuota(fs: FileSystemDescription, quotaGb = this.quotaOf(fs)): boolean {
+    return (fs.SizeInBytes?.Value ?? 0) > quotaGb * GIB;
+  }
+
+  /** GiB promised on the pool: the quotas of the backend's file systems in it (but `except`). */
+  private async allocatedGb(pool: string, except?: string): Promise<number> {
+    return (await this.backendFileSystems()).filter((fs) => tagOf(fs, TAG_POOL) === pool && fs.FileSystemId !== except).reduce((sum, fs) => sum + this.quotaOf(fs), 0);
+  }
+
+  private async checkCapacity(pool: string, sizeGb: number, name: string, except?: string): Promise<void> {
+    const total = this.config.pools.find((p) => p.name === pool)?.totalCapacityGb;
+    if (total === undefined) return;
+    const free = total - (await this.allocatedGb(pool, except));
+    if (sizeGb > free) throw this.fail(`pool ${pool} has ${free} GiB free, ${sizeGb} GiB wanted for ${name}`, { pool, freeGb: free, sizeGb, name });
+  }
+
+  async capabilities(): Promise<SharePoolCapabilities[]> {
+    return this.config.pools.map((p) => ({
+      pool: p.name,
+      totalCapacityGb: p.totalCapacityGb,
+      driverHandlesShareServers: false,
+      storageProtocol: 'NFS',
+      vendorName: 'Ferry',
+      driverVersion: EFS_DRIVER_VERSION,
+      snapshotSupport: false,
+    }));
+  }
+
+  /**
+   * Called by share-create's CreateOnBackend (and a host-assisted migration's HostPrepare for its
+   * destination). Each stage is found before it is made, so any retry carries on where AWS is.
+   */
+  async createShare(req: { name: string; sizeGb: number; proto: string; pool: string }): Promise<BackendShare> {
+    const name = this.checkName(req.name);
+    if (!this.config.pools.some((p) => p.name === req.pool)) throw this.fail(`no pool ${req.pool}`, { pool: req.pool, name });
+    if (!this.config.protocols.includes(req.proto)) throw this.fail(`EFS exports NFS only, not ${req.proto}`, { proto: req.proto, name });
+    if (!Number.isInteger(req.sizeGb) || req.sizeGb < 1) throw this.fail(`invalid size ${req.sizeGb} GiB for ${name}`, { sizeGb: req.sizeGb, name });
+
+    let fs = await this.fileSystemOf(name);
+    if (fs && GONE_STATES.has(fs.LifeCycleState ?? '')) {
+      // A share of the same name was deleted: its token is free once its file system is gone.
+      fs = await this.poll(`the file system of an earlier share ${name} is still being deleted`, { name }, () => this.fileSystemOf(name), (v) => !v || !GONE_STATES.has(v.LifeCycleState ?? ''));
+    }
+    if (!fs) {
+      await this.checkCapacity(req.pool, req.sizeGb, name);
+      fs = await this.createFileSystem(name, req.sizeGb, req.pool);
+    }
+    fs = await this.untilAvailable(fs, name);
+    const groupId = await this.ensureSecurityGroup(name);
+    await this.ensureMountTargets(fs.FileSystemId!, groupId, name);
+    return this.shareOf(fs, name);
+  }
+
+  private async createFileSystem(name: string, sizeGb: number, pool: string): Promise<FileSystemDescription> {
+    const CreationToken = creationTokenFor(this.backendHost, name);
+    try {
+      return await (await this.efs()).send(new (await efsSdk()).CreateFileSystemCommand({
+          CreationToken,
+          Encrypted: true,
+          PerformanceMode: (this.config.performanceMode ?? DEFAULT_PERFORMANCE_MODE) as PerformanceMode,
+          ThroughputMode: (this.config.throughputMode ?? DEFAULT_THROUGHPUT_MODE) as ThroughputMode,
+          Tags: [
+            { Key: TAG_NAME, Value: name },
+            { Key: TAG_BACKEND, Value: this.backendHost },
+            { Key: TAG_SHARE_NAME, Value: name },
+            { Key: TAG_POOL, Value: pool },
+            { Key: TAG_QUOTA_GB, Value: String(sizeGb) },
+          ],
+        }),
+      );
+    } catch (e) {
+      // The token was used: an earlier try made it (its reply lost) and the look above did not see it yet.
+      const existingId = (e as { FileSystemId?: string }).FileSystemId;
+      if (errorCode(e) !== FS_ALREADY_EXISTS || !existingId) throw this.awsFail('CreateFileSystem', e, { name });
+      const existing = await this.fileSystemById(existingId);
+      if (!existing) throw this.notReady(`EFS file system ${existingId} of ${name} exists but cannot be read yet`, { name, fileSystemId: existingId });
+      return existing;
+    }
+  }
+
+  /** Called by share-delete's DeleteOnBackend and share-create's Rollback: mount targets, file system, security group; absent is success. */
+  async deleteShare(name: string): Promise<void> {
+    this.checkName(name);
+    const fs = await this.liveFileSystemOf(name);
+    if (fs) {
+      const fileSystemId = fs.FileSystemId!;
+      // A file system still being made (a create rolled back) is deleted once it is available.
+      if (fs.LifeCycleState !== 'available' && fs.LifeCycleState !== 'error') await this.untilAvailable(fs, name);
+      await this.removeMountTargets(fileSystemId, name);
+      try {
+        await (await this.efs()).send(new (await efsSdk()).DeleteFileSystemCommand({ FileSystemId: fileSystemId }));
+      } catch (e) {
+        if (errorCode(e) === FS_IN_USE) throw this.notReady(`EFS file system ${fileSystemId} of ${name} still has mount targets`, { name, fileSystemId });
+        if (errorCode(e) !== FS_NOT_FOUND) throw this.awsFail('DeleteFileSystem', e, { name, fileSystemId });
+      }
+    }
+    await this.deleteSecurityGroup(name);
+  }
+
+  async getShare(name: string): Promise<BackendShare | undefined> {
+    this.checkName(name);
+    const fs = await this.liveFileSystemOf(name);
+    return fs && this.shareOf(fs, name);
+  }
+
+  async listShares(): Promise<BackendShare[]> {
+    return (await this.backendFileSystems()).map((fs) => this.shareOf(fs, tagOf(fs, TAG_SHARE_NAME)!));
+  }
+
+  /** The share's available file system, or a DriverError (not there) / BackendNotReady (still being made). */
+  private async availableFileSystemOf(name: string): Promise<FileSystemDescription> {
+    const fs = await this.liveFileSystemOf(name);
+    if (!fs) throw this.fail(`share ${name} does not exist`, { name });
+    return this.untilAvailable(fs, name);
+  }
+
+  private async policyOf(fileSystemId: string): Promise<PolicyDocument | undefined> {
+    const out = await this.send(
+      'DescribeFileSystemPolicy',
+      { fileSystemId },
+      async () => (await this.efs()).send(new (await efsSdk()).DescribeFileSystemPolicyCommand({ FileSystemId: fileSystemId })),
+      [POLICY_NOT_FOUND],
+    );
+    return parsePolicy(out?.Policy);
+  }
+
+  /** Puts the policy unless the file system holds one that grants the same (a repeated set changes nothing). */
+  private async putPolicy(fileSystemId: string, current: PolicyDocument | undefined, wanted: PolicyDocument, name: string): Promise<void> {
+    if (current && policyKey(current) === policyKey(wanted)) return;
+    await this.send('PutFileSystemPolicy', { name, fileSystemId }, async () =>
+      (await this.efs()).send(new (await efsSdk()).PutFileSystemPolicyCommand({ FileSystemId: fileSystemId, Policy: JSON.stringify(wanted) })),
+    );
+  }
+
+  /**
+   * Manila's update_access with every rule, called by the access API and the migration's access
+   * steps. The whole set is checked first (a set EFS cannot hold changes nothing), then: ingress
+   * that is no longer wanted is revoked, the policy put, missing ingress authorized, in that order
+   * so that no address is ever admitted with more than the old or the new set gives it.
+   */
+  async updateAccess(name: string, rules: DriverAccessRule[]): Promise<void> {
+    this.checkName(name);
+    const fs = await this.availableFileSystemOf(name);
+    const fileSystemId = fs.FileSystemId!;
+    const current = await this.policyOf(fileSystemId);
+    const plan = planAccess(rules, fileSystemRefOf(fs.FileSystemArn!), this.overQuota(fs));
+    if (typeof plan === 'string') throw this.fail(`cannot apply the access rules of ${name}: ${plan}`, { name, rules });
+    const group = await this.securityGroupOf(name);
+    if (!group) throw this.fail(`share ${name} has no security group (create the share again to make it)`, { name, fileSystemId });
+    const groupId = group.GroupId!;
+    const held = new Map<string, string | undefined>();
+    for (const p of group.IpPermissions ?? []) {
+      if (!reachesNfs(p)) continue;
+      const sources: [string, IpPermission][] = [
+        ...(p.IpRanges ?? []).map((r): [string, IpPermission] => [r.CidrIp!, { ...p, IpRanges: [r], Ipv6Ranges: [], UserIdGroupPairs: [], PrefixListIds: [] }]),
+        ...(p.Ipv6Ranges ?? []).map((r): [string, IpPermission] => [r.CidrIpv6!, { ...p, IpRanges: [], Ipv6Ranges: [r], UserIdGroupPairs: [], PrefixListIds: [] }]),
+        ...(p.UserIdGroupPairs ?? []).map((g): [string, IpPermission] => [`group ${g.GroupId}`, { ...p, IpRanges: [], Ipv6Ranges: [], UserIdGroupPairs: [g], PrefixListIds: [] }]),
+        ...(p.PrefixListIds ?? []).map((l): [string, IpPermission] => [`prefix list ${l.PrefixListId}`, { ...p, IpRanges: [], Ipv6Ranges: [], UserIdGroupPairs: [], PrefixListIds: [l] }]),
+      ];
+      for (const [source, single] of sources) {
+        const range = single.IpRanges?.[0] ?? single.Ipv6Ranges?.[0];
+        // Only an exact NFS range of a wanted CIDR stays: anything else reaching port 2049 is not a rule.
+        if (isExactNfs(p) && range && plan.ingress.has(source)) held.set(source, range.Description);
+        else await this.revoke(groupId, single, { name, groupId, source });
+      }
+    }
+    for (const [cidr, description] of plan.ingress) {
+      if (held.has(cidr) && held.get(cidr) !== description) await this.describeRange(groupId, nfsRange(cidr, description), { name, groupId, cidr });
+    }
+    await this.putPolicy(fileSystemId, current, plan.policy, name);
+    for (const [cidr, description] of plan.ingress) {
+      if (!held.has(cidr)) await this.authorize(groupId, nfsRange(cidr, description), { name, groupId, cidr });
+    }
+  }
+
+  /** The rules the backend holds, read back from the security group (ip) and the policy (levels, user). */
+  async getAccess(name: string): Promise<DriverAccessRule[]> {
+    this.checkName(name);
+    const fs = await this.liveFileSystemOf(name);
+    if (!fs || fs.LifeCycleState === 'creating') return [];
+    const group = await this.securityGroupOf(name);
+    const policy = readPolicy(await this.policyOf(fs.FileSystemId!));
+    const rules: (DriverAccessRule & { n: number })[] = [];
+    for (const p of group?.IpPermissions ?? []) {
+      if (!isExactNfs(p) || !policy.ipLevel) continue;
+      for (const r of [...(p.IpRanges ?? []), ...(p.Ipv6Ranges ?? [])]) {
+        for (const e of readDescription(r.Description)) rules.push({ n: e.n, id: e.id, accessType: 'ip', accessTo: e.accessTo, accessLevel: policy.ipLevel });
+      }
+    }
+    for (const u of policy.users) rules.push({ n: u.n, id: u.id, accessType: 'user', accessTo: u.accessTo, accessLevel: u.level });
+    return rules.sort((a, b) => a.n - b.n).map(({ id, accessType, accessTo, accessLevel }) => ({ id, accessType, accessTo, accessLevel }));
+  }
+
+  // ---- the size: a quota the driver keeps (ShareQuotaDriver) ----------------------------------
+
+  async extendShare(name: string, newSizeGb: number): Promise<void> {
+    this.checkName(name);
+    const fs = await this.availableFileSystemOf(name);
+    const size = this.quotaOf(fs);
+    if (newSizeGb === size) return;
+    if (!Number.isInteger(newSizeGb) || newSizeGb < size) throw this.fail(`cannot shrink ${name} from ${size} GiB to ${newSizeGb} GiB`, { name, sizeGb: size, newSizeGb });
+    const pool = tagOf(fs, TAG_POOL);
+    if (pool) await this.checkCapacity(pool, newSizeGb, name, fs.FileSystemId);
+    await this.send('TagResource', { name, fileSystemId: fs.FileSystemId }, async () =>
+      (await this.efs()).send(new (await efsSdk()).TagResourceCommand({ ResourceId: fs.FileSystemId, Tags: [{ Key: TAG_QUOTA_GB, Value: String(newSizeGb) }] })),
+    );
+    await this.enforce(name, fs, newSizeGb);
+  }
+
+  async shareUsage(name: string): Promise<ShareUsage | undefined> {
+    this.checkName(name);
+    const fs = await this.liveFileSystemOf(name);
+    if (!fs) return undefined;
+    const writesBlocked = fs.LifeCycleState === 'creating' ? false : readPolicy(await this.policyOf(fs.FileSystemId!)).quotaBlocked;
+    return { name, sizeGb: this.quotaOf(fs), usedBytes: fs.SizeInBytes?.Value ?? 0, overQuota: this.overQuota(fs), writesBlocked };
+  }
+
+  /**
+   * Withholds writes (the quota Deny, which also stops deletes: EFS has no "remove only") while the
+   * metered size is over the quota, and lifts it once the share is within it again (after an
+   * extend). The metering lags the writes (EFS updates SizeInBytes from time to time, not per
+   * write), so a share can run over its size by what was written since. For a periodic caller
+   * (not wired yet: the next part); extendShare calls it.
+   */
+  async enforceQuota(name: string): Promise<ShareUsage> {
+    this.checkName(name);
+    const fs = await this.availableFileSystemOf(name);
+    return this.enforce(name, fs, this.quotaOf(fs));
+  }
+
+  private async enforce(name: string, fs: FileSystemDescription, quotaGb: number): Promise<ShareUsage> {
+    const fileSystemId = fs.FileSystemId!;
+    const over = this.overQuota(fs, quotaGb);
+    const current = await this.policyOf(fileSystemId);
+    if (readPolicy(current).quotaBlocked !== over) {
+      const plan = planAccess(await this.getAccess(name), fileSystemRefOf(fs.FileSystemArn!), over);
+      if (typeof plan === 'string') throw this.fail(`cannot re-apply the access rules of ${name}: ${plan}`, { name });
+      await this.putPolicy(fileSystemId, current, plan.policy, name);
+    }
+    return { name, sizeGb: quotaGb, usedBytes: fs.SizeInBytes?.Value ?? 0, overQuota: over, writesBlocked: over };
+  }
+
+  // ---- migration: none driver-assisted yet (EFS replication is the next part) -------------------
+
+  async migrationCheckCompatibility(_req: MigrationRequest): Promise<MigrationCompatibility> {
+    return { compatible: false, writable: false, preserve_metadata: false, nondisruptive: false, preserve_snapshots: false };
+  }
+
+  private refuseMigration(method: string): never {
+    throw this.fail(`${method}: the aws-efs share driver supports no driver-assisted migration (features.driverAssistedMigrationTo is empty); the migration is host-assisted`, { method });
+  }
+
+  async migrationStart(_req: MigrationRequest): Promise<void> {
+    this.refuseMigration('migration_start');
+  }
+
+  async migrationContinue(_req: MigrationRequest): Promise<boolean> {
+    this.refuseMigration('migration_continue');
+  }
+
+  async migrationComplete(_req: MigrationRequest): Promise<string[]> {
+    this.refuseMigration('migration_complete');
+  }
+
+  async migrationCancel(_req: MigrationRequest): Promise<void> {
+    this.refuseMigration('migration_cancel');
+  }
+
+  async migrationGetProgress(_req: MigrationRequest): Promise<MigrationProgress> {
+    this.refuseMigration('migration_get_progress');
+  }
+
+  /**
+   * NFS 4.1 with the mount options AWS recommends for EFS (plain NFS: an `ip` rule's client). A
+   * `user` rule's client mounts with the EFS mount helper instead (`mount -t efs -o tls,iam`).
+   * The access mapping is Manila's default, which the contract (and the data node, which mounts
+   * with an ip rule) expects.
+   */
+  async connectionGetInfo(name: string): Promise<ConnectionInfo> {
+    this.checkName(name);
+    return {
+      mount: 'mount -t nfs4 -o nfsvers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport %(export)s %(path)s',
+      unmount: 'umount %(path)s',
+      access_mapping: { ip: ['nfs'], user: ['cifs'] },
+    };
+  }
+}
