@@ -20,6 +20,7 @@ import { authFromEvent, type AuthContext } from './auth.js';
 import { BadRequest, FerryError, NotFound } from './errors.js';
 import { logger } from './logger.js';
 import { ApiVersion, negotiateVersion, versionHeaders, type ServiceVersions } from './microversion.js';
+import type { StateMachineName } from './machines.js';
 import { authorize } from './policy.js';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH' | 'HEAD';
@@ -39,6 +40,19 @@ export interface ApiRequest {
   /** Base URL of this service as the caller sees it, for links (`http://host/volume/v3`). */
   baseUrl: string;
   requestId: string;
+  /**
+   * Set when no HTTP request is behind this one: a state machine started from the console runs
+   * the API action it stands for as its first step (functions/servers/console-start.ts). The
+   * action then records its operation under that execution and starts no machine (it runs).
+   */
+  startedAs?: StartedAs;
+}
+
+/** The execution whose first step runs an API action (a console start of its state machine). */
+export interface StartedAs {
+  machine: StateMachineName;
+  /** `$$.Execution.Name`: the operation is recorded under it, as the API records the name it starts. */
+  executionName: string;
 }
 
 export interface ApiResponse {

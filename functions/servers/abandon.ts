@@ -69,16 +69,19 @@ export type AbandonOutcome = 'abandoned' | 'not-found' | 'other-operation';
  * server or cell, or the server has no operation (ended already); 'other-operation': the server is
  * in another request's operation, or this one has an execution (its machine ends it). Call it only
  * for an operation whose machine never started: beginOperation after a failed start, the
- * reconciler for what findOperationsWithoutExecution lists.
+ * reconciler for what findOperationsWithoutExecution lists; and, with `byExecution`, the Record
+ * step of a console start (functions/servers/console-start.ts) whose recording failed part-way:
+ * that execution exists, but it is the caller, which never goes on to the operation's steps.
  */
-export async function abandonOperation(cellUuid: string, instanceUuid: string, requestId: string): Promise<AbandonOutcome> {
+export async function abandonOperation(cellUuid: string, instanceUuid: string, requestId: string, options: { byExecution?: string } = {}): Promise<AbandonOutcome> {
   const cell = await getCell(cellUuid);
   if (!cell) return 'not-found';
   const { instance, bdms } = await loadPartition(cell, instanceUuid);
   if (!instance?.operation) return 'not-found';
   const op = instance.operation;
   if (op.requestId !== requestId) return 'other-operation';
-  if (!isApiOnly(instance, op) && (await executionStatus(MACHINE_OF[op.kind], op.executionName)) !== undefined) return 'other-operation';
+  const byItsOwnExecution = options.byExecution !== undefined && op.executionName === options.byExecution;
+  if (!isApiOnly(instance, op) && !byItsOwnExecution && (await executionStatus(MACHINE_OF[op.kind], op.executionName)) !== undefined) return 'other-operation';
 
   const bdmUuid = op.params.bdmUuid as string | undefined;
   const bdm = bdmUuid ? bdms.find((b) => b.uuid === bdmUuid) : undefined;

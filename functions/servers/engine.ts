@@ -12,8 +12,9 @@
  */
 import type { CellMapping, ComputeNode } from '../compute/model.js';
 import { getCell, listComputeNodes } from '../compute/repo.js';
+import type { StartedAs } from '../core/api.js';
 import type { AuthContext } from '../core/auth.js';
-import { Conflict, NotFound, reasonOf, type CaughtError } from '../core/errors.js';
+import { BadRequest, Conflict, NotFound, reasonOf, type CaughtError } from '../core/errors.js';
 import { executionName, startExecution } from '../core/executions.js';
 import { intentId } from '../core/intents.js';
 import { logger } from '../core/logger.js';
@@ -56,6 +57,12 @@ export interface BeginOperation {
   taskState?: TaskState | null;
   machine: StateMachineName;
   requestId: string;
+  /**
+   * The API request's `startedAs` (required, so no action can forget to pass it): set, the
+   * operation is recorded under that execution (a console start of `machine`, already running) and
+   * no machine is started; undefined, the API starts `machine` as usual.
+   */
+  startedAs: StartedAs | undefined;
   params?: Record<string, unknown>;
   migrationUuid?: string;
   /** Further changes the API makes in the same write (flavor, BDM, migration record, ...). */
@@ -76,6 +83,30 @@ export interface BeginOperation {
   apiOnly?: boolean;
 }
 
+/**
+ * A console start records only the operation its own machine runs (BadRequest otherwise): recorded
+ * under another machine's execution, its steps would act on an operation that is not theirs, and
+ * the reconciler, looking for the execution under the machine the kind names (abandon.ts
+ * MACHINE_OF), would find none and abandon it.
+ */
+export function assertStartedBy(startedAs: StartedAs, machine: StateMachineName): void {
+  if (startedAs.machine !== machine) throw new BadRequest(`This request is run by the state machine ${machine}, not ${startedAs.machine}: start ${machine} with it.`);
+}
+
+/**
+ * The request id of a console start, derived from its machine and execution name (unique per
+ * machine): a re-run of its Record step (a retry, a resumed execution) finds what the first
+ * recorded under it instead of recording the request again.
+ */
+export function consoleRequestId(startedAs: StartedAs): string {
+  return `req-${intentId('console-start', startedAs.machine, startedAs.executionName)}`;
+}
+
+/** The uuid of the server a console start of server-create boots (derived likewise). */
+export function consoleServerId(startedAs: StartedAs): string {
+  return intentId('console-start', startedAs.machine, startedAs.executionName, 'server');
+}
+
 /** Nova's InstanceInvalidState (409). */
 export function invalidState(action: string, uuid: string, attr: 'vm_state' | 'task_state', state: string | null): Conflict {
   return new Conflict(`Cannot '${action}' instance ${uuid} while it is in ${attr} ${state ?? 'None'}`);
@@ -88,14 +119,17 @@ export function assertState(instance: Instance, action: string, vmStates: readon
 
 /**
  * The API half of an operation: one conditional write sets task_state, the operation record and
- * the instance action (and whatever `change` adds), then `prepare`, then the machine starts. If
+ * the instance action (and whatever `change` adds), then `prepare`, then the machine starts (or,
+ * for a console start, `startedAs`, the machine already runs: its Record step called this). If
  * prepare or the start fails, abandonOperation undoes what the record says the API made and ends
  * the operation, so the server is not left in a task_state no machine will clear; a crash there
- * leaves the same record for the reconciler, which calls the same function.
+ * leaves the same record for the reconciler, which calls the same function (for a console start,
+ * the machine's RecordFailed step does: its execution exists, so the reconciler leaves it alone).
  */
 export async function beginOperation(b: BeginOperation): Promise<Instance> {
   const { cell } = b.server;
-  const execution = executionName(`${b.kind}`, b.requestId.replace(/^req-/, ''));
+  if (b.startedAs) assertStartedBy(b.startedAs, b.machine);
+  const execution = b.startedAs?.executionName ?? executionName(`${b.kind}`, b.requestId.replace(/^req-/, ''));
   const operation: ServerOperation = {
     kind: b.kind,
     requestId: b.requestId,
@@ -125,13 +159,15 @@ export async function beginOperation(b: BeginOperation): Promise<Instance> {
   try {
     await b.prepare?.(written.instance);
     if (b.apiOnly) return (await endIt()).instance;
-    await startExecution(b.machine, execution, { serverId: b.server.instance.uuid, requestId: b.requestId, cellUuid: cell.uuid });
+    // A console start is the execution: its next states run the operation.
+    if (!b.startedAs) await startExecution(b.machine, execution, { serverId: b.server.instance.uuid, requestId: b.requestId, cellUuid: cell.uuid });
   } catch (e) {
     logger.error('the operation could not start; abandoning it', { serverId: b.server.instance.uuid, machine: b.machine, error: e as Error });
     // The caller gets the start's error. If the abandon fails too, the record stays as it is: the
     // reconciler finds the operation without an execution and abandons it again (the audit lists
-    // it as stuck-server-operation meanwhile).
-    await abandonOperation(cell.uuid, b.server.instance.uuid, b.requestId).catch((abandonError: unknown) =>
+    // it as stuck-server-operation meanwhile). A console start's execution exists but is this
+    // failing step's, so it abandons its own operation (byExecution), and RecordFailed tries again.
+    await abandonOperation(cell.uuid, b.server.instance.uuid, b.requestId, { byExecution: b.startedAs?.executionName }).catch((abandonError: unknown) =>
       logger.error('could not abandon an operation that never started; the reconciler retries it', {
         serverId: b.server.instance.uuid,
         requestId: b.requestId,

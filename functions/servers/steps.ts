@@ -1,13 +1,15 @@
 /**
  * The steps of every server machine (statemachines/server-*.asl.json): one Lambda,
  * `handler({step, serverId, requestId, cellUuid, error?})`. Each flow's steps.ts exports its steps; a
- * step whose operation has ended (another request's, or none) does nothing and says so.
+ * step whose operation has ended (another request's, or none) does nothing and says so. A console
+ * start's first steps, `record` and `record-failed`, take the execution's input instead (console-start.ts).
  *
  * As an entry point it fills the attachments' AttachmentUsers port (functions/attachments/ports.ts)
  * like the API handlers do, so any attachment call a step makes answers the same way.
  */
 import { registerAttachmentUsers } from '../attachments/ports.js';
 import { ConfigurationError } from '../core/errors.js';
+import type { ConsoleStepInput } from './console-start.js';
 import { OperationOver, type ServerStepInput } from './engine.js';
 import { CROSS_CELL_CONFIRM_STEPS } from './flows/cross-cell/confirm-steps.js';
 import { CROSS_CELL_RESIZE_STEPS } from './flows/cross-cell/resize-steps.js';
@@ -36,7 +38,14 @@ const STEPS: Record<string, (input: ServerStepInput) => Promise<unknown>> = {
   ...CROSS_CELL_REVERT_STEPS,
 };
 
-export async function handler(input: ServerStepInput): Promise<unknown> {
+/**
+ * The console start's Record and RecordFailed (console-start.ts), loaded when one runs: they bring
+ * the whole compute API, which no other step needs, so every other step's cold start stays as it was.
+ */
+const isConsoleStep = (input: ServerStepInput | ConsoleStepInput): input is ConsoleStepInput => input.step === 'record' || input.step === 'record-failed';
+
+export async function handler(input: ServerStepInput | ConsoleStepInput): Promise<unknown> {
+  if (isConsoleStep(input)) return (await import('./console-start.js')).consoleStep(input);
   const step = STEPS[input.step];
   // A step no flow has is a state machine out of step with this code: Ferry's wiring, not a request.
   if (!step) throw new ConfigurationError(`unknown server step ${JSON.stringify(input.step)}`);

@@ -137,16 +137,20 @@ export interface MachinePolicy {
 
 /**
  * Machines made of Lambda steps without loops: their worst case, every Task at its timeout on every
- * attempt, is at most 2.7 hours (server-resize); one day leaves eightfold room and still ends
- * a wedged execution the same day.
+ * attempt, is at most 5 hours (server-resize, a console start's Record included); one day leaves
+ * nearly fivefold room and still ends a wedged execution the same day.
  */
 const STEPS_TIMEOUT_SECONDS = 1 * DAY;
 
-/** The server flows: a driver error is rolled back, only the rollback repeats it. */
-const serverFlow = (compensation: string): MachinePolicy => ({
+/**
+ * The server flows: a driver error is rolled back, only the compensations repeat it: the machine's
+ * rollbacks, and RecordFailed, which undoes what a console start's failed Record step left
+ * recorded (functions/servers/console-start.ts).
+ */
+const serverFlow = (...compensations: string[]): MachinePolicy => ({
   timeoutSeconds: STEPS_TIMEOUT_SECONDS,
   retrier: 'transient',
-  tasks: { [compensation]: 'transientOrDriver' },
+  tasks: Object.fromEntries([...compensations, 'RecordFailed'].map((c) => [c, 'transientOrDriver' as const])),
 });
 
 /** The volume and share flows: every step repeats driver errors. */
@@ -213,7 +217,7 @@ export const MACHINE_POLICIES: Readonly<Record<StateMachineName, MachinePolicy>>
   'server-swap-volume': serverFlow('SwapFailed'),
   'server-live-migrate': serverFlow('RollbackLiveMigration'),
   /** The cross-cell branch compensates with its own rollback, which also repeats driver errors. */
-  'server-resize': { ...serverFlow('Rollback'), tasks: { Rollback: 'transientOrDriver', CrossCellRollback: 'transientOrDriver' } },
+  'server-resize': serverFlow('Rollback', 'CrossCellRollback'),
   'server-confirm-resize': serverFlow('Rollback'),
   'server-revert-resize': serverFlow('Rollback'),
   'server-cross-cell-confirm': serverFlow('Rollback'),

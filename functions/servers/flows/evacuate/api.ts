@@ -76,6 +76,7 @@ async function evacuateAction(req: ApiRequest, server: LoadedServer, raw: unknow
     taskState: 'rebuilding',
     machine: 'server-evacuate',
     requestId: req.requestId,
+    startedAs: req.startedAs,
     migrationUuid,
     params: { ...(body.host ? { host: body.host } : {}), oldVmState: instance.vmState, source: instance.host },
     change: (current) => {

@@ -19,7 +19,7 @@ import type { ServerActionSpec } from '../../actions.js';
 import type { Volume } from '../../../volumes/model.js';
 import { requireVolumeConnectable } from '../../capabilities.js';
 import { volumeGet } from '../../cinder.js';
-import { beginOperation, computeNodes } from '../../engine.js';
+import { assertStartedBy, beginOperation, computeNodes, consoleServerId } from '../../engine.js';
 import { findImage } from '../../images.js';
 import { newAction } from '../../instance-actions.js';
 import { instanceFlavorOf, type BlockDeviceMapping, type Instance, type InstanceMapping } from '../../model.js';
@@ -103,7 +103,10 @@ export async function createServer(req: ApiRequest): Promise<ApiResponse> {
   // scheduler's filters and weighers which host would win now and takes that host's cell; the
   // machine then claims on a host of that cell. With no candidate the boot goes to the first cell
   // and fails there with NoValidHost (ERROR), as in Nova.
-  const uuid = randomUUID();
+  // A console start of server-create names the server after its execution, so a re-run of its
+  // Record step finds the server the first run recorded instead of booting a second one.
+  if (req.startedAs) assertStartedBy(req.startedAs, 'server-create');
+  const uuid = req.startedAs ? consoleServerId(req.startedAs) : randomUUID();
   if (host && !(await computeNodes()).some((n) => n.node.host === host)) throw new BadRequest(`Compute host ${host} could not be found.`);
   const best = (await candidates({ flavor: instanceFlavorOf(flavor), consumer: uuid, volumeBacked: !imageRef, host, availabilityZone: az }))[0];
   // The volumes must be connectable where the boot will run (capabilities checked before anything is written).
@@ -160,10 +163,11 @@ export async function createServer(req: ApiRequest): Promise<ApiResponse> {
   }));
   const mapping: InstanceMapping = { instanceUuid: uuid, cellUuid, projectId: req.auth.projectId, userId: req.auth.userId, queuedForDelete: false, createdAt: at };
   const requestId = req.requestId;
-  const execution = executionName('create', uuid);
+  const execution = req.startedAs?.executionName ?? executionName('create', uuid);
   instance.operation = { kind: 'create', requestId, executionName: execution, params: { ...(host ? { host } : {}), ...(networkId ? { networkId } : { noNetwork: true }) }, holds: {}, startedAt: at };
   await createServerRecords(cell, instance, bdms, mapping, newAction(instance, 'create', requestId, at));
-  await startExecution('server-create', execution, { serverId: uuid, requestId, cellUuid });
+  // A console start is the execution: its next states boot the server.
+  if (!req.startedAs) await startExecution('server-create', execution, { serverId: uuid, requestId, cellUuid });
   return json(202, {
     server: { id: uuid, links: serverSummary(instance, linkContext(req)).links, 'OS-DCF:diskConfig': 'MANUAL', security_groups: [{ name: 'default' }], adminPass: randomUUID().replace(/-/g, '').slice(0, 12) },
   });
@@ -191,6 +195,7 @@ export async function deleteServer(req: ApiRequest): Promise<ApiResponse> {
     taskState: 'deleting',
     machine: 'server-delete',
     requestId: req.requestId,
+    startedAs: req.startedAs,
   });
   return json(204);
 }
@@ -203,7 +208,7 @@ function powerAction(kind: 'stop' | 'start' | 'reboot', action: string, vmStates
     if (kind === 'reboot') {
       if (!isObject(args) || (args.type !== 'HARD' && args.type !== 'SOFT')) throw invalid('type', isObject(args) ? args.type : args, "is not one of ['HARD', 'Hard', 'hard', 'SOFT', 'Soft', 'soft']");
     }
-    await beginOperation({ server, auth: req.auth, kind, action, vmStates, taskState, machine: 'server-power', requestId: req.requestId });
+    await beginOperation({ server, auth: req.auth, kind, action, vmStates, taskState, machine: 'server-power', requestId: req.requestId, startedAs: req.startedAs });
     return json(202);
   };
 }

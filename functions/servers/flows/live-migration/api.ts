@@ -119,6 +119,7 @@ async function liveMigrate(req: ApiRequest, server: LoadedServer, args: unknown)
     taskState: 'migrating',
     machine: 'server-live-migrate',
     requestId: req.requestId,
+    startedAs: req.startedAs,
     migrationUuid,
     params: { host: body.host, blockMigration: body.blockMigration, force: body.force },
     change: (current) => {

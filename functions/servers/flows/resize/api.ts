@@ -78,6 +78,7 @@ async function startMove(req: ApiRequest, server: LoadedServer, action: 'resize'
     taskState: 'resize_prep',
     machine: 'server-resize',
     requestId: req.requestId,
+    startedAs: req.startedAs,
     migrationUuid: migration.uuid,
     params: { newFlavor, allowCrossCell: crossCellAllowed(req, server), ...(host ? { host } : {}) },
     change: (instance) => ({
@@ -178,6 +179,7 @@ function resolveAction(kind: 'confirm_resize' | 'revert_resize') {
       ...(confirm ? {} : { taskState: 'resize_reverting' as const }),
       machine,
       requestId: req.requestId,
+      startedAs: req.startedAs,
       migrationUuid: m.uuid,
       change: (instance) => ({
         instance,

@@ -40,6 +40,7 @@ async function shelveAction(req: ApiRequest, server: LoadedServer, raw: unknown)
     taskState: 'shelving',
     machine: 'server-shelve',
     requestId: req.requestId,
+    startedAs: req.startedAs,
     params: { oldVmState: server.instance.vmState, oldPowerState: server.instance.powerState },
   });
   return json(202);
@@ -56,6 +57,7 @@ async function shelveOffloadAction(req: ApiRequest, server: LoadedServer, raw: u
     taskState: 'shelving_offloading',
     machine: 'server-shelve',
     requestId: req.requestId,
+    startedAs: req.startedAs,
     params: { oldVmState: server.instance.vmState, oldPowerState: server.instance.powerState },
   });
   return json(202);
@@ -108,6 +110,7 @@ async function unshelveAction(req: ApiRequest, server: LoadedServer, raw: unknow
     taskState: 'unshelving',
     machine: 'server-unshelve',
     requestId: req.requestId,
+    startedAs: req.startedAs,
     params: { ...(body.host ? { host: body.host } : {}) },
     change: (current) => (body.availabilityZone !== undefined ? { instance: { ...current, availabilityZone: body.availabilityZone } } : {}),
   });

@@ -6,7 +6,7 @@
  * compute half is steps.ts.
  */
 import { randomUUID } from 'node:crypto';
-import { json, type ApiRequest, type ApiResponse, type RouteSpec } from '../../../core/api.js';
+import { json, type ApiRequest, type ApiResponse, type RouteSpec, type StartedAs } from '../../../core/api.js';
 import type { AuthContext } from '../../../core/auth.js';
 import { BadRequest, Conflict, NotFound } from '../../../core/errors.js';
 import { intentId } from '../../../core/intents.js';
@@ -54,6 +54,8 @@ export interface AttachRequest {
   server: LoadedServer;
   auth: AuthContext;
   requestId: string;
+  /** The request's startedAs (a console start of the machine: it runs already). */
+  startedAs: StartedAs | undefined;
   volumeId: string;
   device: string | null;
   tag: string | null;
@@ -82,6 +84,7 @@ export async function attachVolume(r: AttachRequest): Promise<BlockDeviceMapping
     vmStates: ATTACH_VM_STATES,
     machine: 'server-attach-volume',
     requestId: r.requestId,
+    startedAs: r.startedAs,
     params: { bdmUuid, volumeId: r.volumeId },
     apiOnly: offloaded,
     check: (_instance, bdms) => checkNotAttached(volume, bdms),
@@ -126,6 +129,8 @@ export interface DetachRequest {
   server: LoadedServer;
   auth: AuthContext;
   requestId: string;
+  /** The request's startedAs (a console start of the machine: it runs already). */
+  startedAs: StartedAs | undefined;
   volumeId: string;
   bdms: BlockDeviceMapping[];
 }
@@ -149,6 +154,7 @@ export async function detachVolume(r: DetachRequest): Promise<void> {
     vmStates: ATTACH_VM_STATES,
     machine: 'server-detach-volume',
     requestId: r.requestId,
+    startedAs: r.startedAs,
     params: { bdmUuid: bdm.uuid, volumeId: r.volumeId },
     apiOnly: offloaded,
     prepare: async () => {
@@ -175,6 +181,8 @@ export interface SwapRequest {
   server: LoadedServer;
   auth: AuthContext;
   requestId: string;
+  /** The request's startedAs (a console start of the machine: it runs already). */
+  startedAs: StartedAs | undefined;
   oldVolumeId: string;
   newVolumeId: string;
   bdms: BlockDeviceMapping[];
@@ -205,6 +213,7 @@ export async function swapVolume(r: SwapRequest): Promise<void> {
     vmStates: SWAP_VM_STATES,
     machine: 'server-swap-volume',
     requestId: r.requestId,
+    startedAs: r.startedAs,
     params: { bdmUuid: bdm.uuid, oldVolumeId: r.oldVolumeId, newVolumeId: r.newVolumeId, ...(r.deleteOnTermination !== undefined ? { deleteOnTermination: r.deleteOnTermination } : {}) },
     check: (_instance, bdms) => checkNotAttached(newVolume, bdms),
     // The new volume's attachment id, derived from the request, recorded in the first write.
@@ -254,6 +263,7 @@ async function createVolumeAttachment(req: ApiRequest): Promise<ApiResponse> {
     server,
     auth: req.auth,
     requestId: req.requestId,
+    startedAs: req.startedAs,
     volumeId: va.volumeId,
     device,
     tag: typeof va.tag === 'string' ? va.tag : null,
@@ -295,7 +305,7 @@ async function updateVolumeAttachment(req: ApiRequest): Promise<ApiResponse> {
     }
     return json(202);
   }
-  await swapVolume({ server, auth: req.auth, requestId: req.requestId, oldVolumeId, newVolumeId: va.volumeId, bdms, ...(dot !== undefined ? { deleteOnTermination: dot } : {}) });
+  await swapVolume({ server, auth: req.auth, requestId: req.requestId, startedAs: req.startedAs, oldVolumeId, newVolumeId: va.volumeId, bdms, ...(dot !== undefined ? { deleteOnTermination: dot } : {}) });
   return json(202);
 }
 
@@ -306,7 +316,7 @@ async function deleteVolumeAttachment(req: ApiRequest): Promise<ApiResponse> {
     throw new Conflict(`Cannot 'detach_volume' instance ${server.instance.uuid} while it is in vm_state ${server.instance.vmState}`);
   }
   const { bdms } = await loadPartition(server.cell, server.instance.uuid);
-  await detachVolume({ server, auth: req.auth, requestId: req.requestId, volumeId: req.params.volume_id!, bdms });
+  await detachVolume({ server, auth: req.auth, requestId: req.requestId, startedAs: req.startedAs, volumeId: req.params.volume_id!, bdms });
   return json(202);
 }
 
