@@ -5,7 +5,7 @@
  * volume, and every volume ends failed-over pointing at its new EBS volume.
  *
  * FERRY_EBS_FAILOVER_VOLUMES sets the fleet: 10,000 by default and with `npm run test:scale` (about
- * a minute here), 2,000 in `npm test` (which keeps its 20 minutes).
+ * a minute here), 1,000 in `npm test` (which keeps its 20 minutes).
  * Seeding writes the volume items straight to DynamoDB and the arrived copies straight into the
  * target region's fake, as bench/failover does: what is measured is the failover, not the setup.
  */
