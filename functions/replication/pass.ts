@@ -13,11 +13,12 @@ import { DependencyError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import type { BackendConfig, BackendServiceState } from '../drivers/volume/driver.js';
 import { driverFor } from '../drivers/volume/registry.js';
-import { listBackendRecords } from '../volumes/backends.js';
+import type { BackendLag } from '../drivers/volume/replication-lag.js';
+import { listBackendRecords, recordReplicationLag } from '../volumes/backends.js';
 
 /** A driver whose replication is a pass the schedule runs (aws-ebs). */
 interface PassDriver {
-  syncNow(): Promise<{ skipped?: string; volumes: number; errors: { backendName: string; message: string }[] }>;
+  syncNow(): Promise<{ skipped?: string; volumes: number; errors: { backendName: string; message: string }[]; lag?: BackendLag }>;
 }
 
 export interface PassOutcome {
@@ -52,6 +53,8 @@ export async function runReplicationPasses(): Promise<PassOutcome[]> {
     }
     try {
       const report = await driver.syncNow();
+      // What `cinder get-pools --detail` shows as replication_lag.
+      if (report.lag) await recordReplicationLag(config.host, report.lag);
       out.push({ host: config.host, ...(report.skipped ? { skipped: report.skipped } : {}), volumes: report.volumes, errors: report.errors });
     } catch (e) {
       logger.error('replication pass failed', { host: config.host, error: e as Error });

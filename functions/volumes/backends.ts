@@ -6,12 +6,13 @@
  * Also the way from a volume's host to its driver: the record is read here and handed to the driver
  * registry, which takes configuration only and reads no table.
  */
-import { GetCommand, PutCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
-import { db } from '../core/db.js';
+import { GetCommand, PutCommand, QueryCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { db, isConditionFailure } from '../core/db.js';
 import { NotFound } from '../core/errors.js';
 import { GSI1, tableName } from '../core/tables.js';
 import type { BackendConfig, BackendServiceState, VolumeDriver } from '../drivers/volume/driver.js';
 import { driverFor } from '../drivers/volume/registry.js';
+import type { BackendLag } from '../drivers/volume/replication-lag.js';
 
 const backendKey = (host: string) => ({ pk: `BACKEND#${host}`, sk: 'BACKEND' });
 
@@ -54,15 +55,40 @@ export async function getBackendRecord(host: string): Promise<{ config: BackendC
   return { config, service: (out.Item.service as BackendServiceState | undefined) ?? initialServiceState(config) };
 }
 
-/** Every backend with its service state (the scheduler skips frozen and disabled ones; os-services lists them). */
-export async function listBackendRecords(): Promise<{ config: BackendConfig; service: BackendServiceState }[]> {
+/** Every backend with its service state (the scheduler skips frozen and disabled ones; os-services lists them) and its last measured replication lag. */
+export async function listBackendRecords(): Promise<{ config: BackendConfig; service: BackendServiceState; replicationLag?: BackendLag }[]> {
   const out = await db().send(
     new QueryCommand({ TableName: tableName('volume'), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': 'BACKENDS' } }),
   );
   return (out.Items ?? []).map((i) => {
     const config = i.config as BackendConfig;
-    return { config, service: (i.service as BackendServiceState | undefined) ?? initialServiceState(config) };
+    const replicationLag = i.replicationLag as BackendLag | undefined;
+    return { config, service: (i.service as BackendServiceState | undefined) ?? initialServiceState(config), ...(replicationLag ? { replicationLag } : {}) };
   });
+}
+
+/**
+ * Records what a replication pass measured (replication-lag.ts) on the backend's item. The
+ * condition keeps the newest: a slower pass finishing after a newer one does not overwrite it, and
+ * a backend removed meanwhile is not brought back. Returns whether it was recorded.
+ */
+export async function recordReplicationLag(host: string, lag: BackendLag): Promise<boolean> {
+  try {
+    await db().send(
+      new UpdateCommand({
+        TableName: tableName('volume'),
+        Key: backendKey(backendOf(host)),
+        UpdateExpression: 'SET replicationLag = :lag',
+        ConditionExpression: 'attribute_exists(pk) AND (attribute_not_exists(replicationLag) OR replicationLag.#at < :at)',
+        ExpressionAttributeNames: { '#at': 'at' },
+        ExpressionAttributeValues: { ':lag': lag, ':at': lag.at },
+      }),
+    );
+    return true;
+  } catch (e) {
+    if (isConditionFailure(e)) return false;
+    throw e;
+  }
 }
 
 export async function listBackends(): Promise<BackendConfig[]> {

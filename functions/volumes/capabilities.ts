@@ -5,6 +5,7 @@
  */
 import type { BackendConfig, PoolCapabilities, VolumeDriver } from '../drivers/volume/driver.js';
 import { isReplicationDriver } from '../drivers/volume/registry.js';
+import { lagCapability, type BackendLag } from '../drivers/volume/replication-lag.js';
 import { REPLICATION, type Volume } from './model.js';
 
 /** Reported stats `replication_enabled` / `replication_targets` (reference §2.6): configured targets and a driver that can use them. */
@@ -12,12 +13,14 @@ export interface ReplicationCapability {
   enabled: boolean;
   targets: string[];
   count: number;
+  /** Per target, as the last replication pass measured it (replication-lag.ts); absent before the first. */
+  lag?: BackendLag;
 }
 
-export function replicationCapability(config: BackendConfig, driver: VolumeDriver): ReplicationCapability {
+export function replicationCapability(config: BackendConfig, driver: VolumeDriver, lag?: BackendLag): ReplicationCapability {
   if (!config.replicationDevices?.length || !isReplicationDriver(driver)) return { enabled: false, targets: [], count: 0 };
   const targets = driver.replicationTargets();
-  return { enabled: targets.length > 0, targets, count: targets.length };
+  return { enabled: targets.length > 0, targets, count: targets.length, ...(lag ? { lag } : {}) };
 }
 
 /** A pool's capabilities as upstream's scheduler stats (`get_pools?detail=true`, `GET /capabilities`) name them. */
@@ -37,6 +40,8 @@ export function poolStats(config: BackendConfig, caps: PoolCapabilities, replica
     replication_enabled: replication.enabled,
     replication_targets: replication.targets,
     replication_count: replication.count,
+    // Ferry's own (a driver may report any capability): what a failover to each target would bring up now.
+    ...(replication.enabled && replication.lag ? { replication_lag: lagCapability(replication.lag) } : {}),
     backend_state: 'up',
     driver: config.driver,
   };

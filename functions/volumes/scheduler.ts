@@ -126,11 +126,11 @@ export async function allocatedOn(poolHost: string): Promise<number> {
 export async function gatherPools(onlyBackend?: string): Promise<PoolState[]> {
   const records = (await listBackendRecords()).filter((r) => !onlyBackend || r.config.host === backendOf(onlyBackend));
   const pools: PoolState[] = [];
-  for (const { config: backend, service } of records) {
+  for (const { config: backend, service, replicationLag } of records) {
     // The driver of the site the backend runs on (after a failover: the target).
     const driver = driverFor(backend, service.activeBackendId);
     const caps = await driver.capabilities();
-    const replication = replicationCapability(backend, driver);
+    const replication = replicationCapability(backend, driver, replicationLag);
     for (const c of caps) {
       const host = `${backend.host}#${c.pool}`;
       pools.push({ host, backend, caps: c, allocatedGb: await allocatedOn(host), replication, service });

@@ -8,6 +8,7 @@ import { logger } from '../../functions/core/logger.js';
 import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
 import { replicationEngineFor } from '../../functions/drivers/volume/local-replication.js';
 import { PRIMARY_BACKEND_ID } from '../../functions/drivers/volume/local-sites.js';
+import type { BackendLag } from '../../functions/drivers/volume/replication-lag.js';
 
 export const DEFAULT_REPLICATION_INTERVAL_MS = 1000;
 export const REPLICATION_INTERVAL_ENV = 'FERRY_REPLICATION_INTERVAL_MS';
@@ -52,7 +53,12 @@ export function replicationDecision(backend: ReplicatedBackend): 'skip' | 'sync'
  * the primary again, a target's leftover promoted marker (a failback with no volume left to bring
  * home, a failover refused after its target was picked) is stale and removed.
  */
-export function startReplicationLoop(options: { backends: () => Promise<ReplicatedBackend[]>; intervalMs?: number }): ReplicationLoop {
+export function startReplicationLoop(options: {
+  backends: () => Promise<ReplicatedBackend[]>;
+  intervalMs?: number;
+  /** Where each pass's lag goes (the stack: the backend item, which `cinder get-pools --detail` shows). */
+  recordLag?: (host: string, lag: BackendLag) => Promise<unknown>;
+}): ReplicationLoop {
   const intervalMs = options.intervalMs ?? replicationIntervalFromEnv();
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
@@ -78,7 +84,8 @@ export function startReplicationLoop(options: { backends: () => Promise<Replicat
         const engine = replicationEngineFor(config);
         // A failover, drill or test's syncNow holds the backend: leave it to them this tick.
         if (engine.busy()) continue;
-        await engine.syncAll(PRIMARY_BACKEND_ID, { promotionIsStale: decision === 'sync-clearing-stale-promotion' });
+        const report = await engine.syncAll(PRIMARY_BACKEND_ID, { promotionIsStale: decision === 'sync-clearing-stale-promotion' });
+        if (report.lag && options.recordLag) await options.recordLag(config.host, report.lag);
       } catch (e) {
         logger.warn('replication pass failed', { host: config.host, error: e as Error });
       }

@@ -15,7 +15,7 @@ import { ConfigurationError } from '../../functions/core/errors.js';
 import { setSfn } from '../../functions/core/executions.js';
 import { setS3 } from '../../functions/core/s3.js';
 import { reconcile } from '../../functions/audit/reconciler.js';
-import { getBackendRecord, listBackends } from '../../functions/volumes/backends.js';
+import { getBackendRecord, recordReplicationLag, listBackends } from '../../functions/volumes/backends.js';
 import { FUNCTIONS, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
 import { acquireDataDirLock, removeOwnStackFile, writeStackFile, type DataDirLock } from './data-dir-lock.js';
 import { startDynamo } from './dynamo.js';
@@ -168,6 +168,7 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
         }
         return out;
       },
+      recordLag: recordReplicationLag,
     });
     // Stopped before the server and DynamoDB go (stops run in reverse), so no pass reads a closed table.
     stops.push(() => replication.stop());

@@ -65,6 +65,25 @@ export function volumeCheck(connectorHost: string | undefined): Check {
   };
 }
 
+/** How long the replication check waits for the first replica (SMOKE_REPLICATION_WAIT_MINUTES, default 45: EBS passes run every 5 minutes). */
+const replicationWaitMs = () => Number(process.env.SMOKE_REPLICATION_WAIT_MINUTES ?? 45) * 60_000;
+
+interface TargetLag {
+  volumes: number;
+  replicated: number;
+  max_lag_seconds: number | null;
+  as_of: string;
+}
+
+/** The pool capability replication_lag of a backend's first pool for one target, as `cinder get-pools --detail` prints it (a Python literal). */
+async function replicationLag(t: Target, backend: string, target: string): Promise<TargetLag | undefined> {
+  const tables = (await cli(t, 'cinder get-pools --detail')).split(/\n(?=\+-+\+-+\+\n\| Property)/);
+  const pool = tables.map(parsePropertyTable).find((p) => p.name?.startsWith(`${backend}#`));
+  if (!pool?.replication_lag) return undefined;
+  const json = pool.replication_lag.replace(/'/g, '"').replace(/\bNone\b/g, 'null').replace(/\bTrue\b/g, 'true').replace(/\bFalse\b/g, 'false');
+  return (JSON.parse(json) as Record<string, TargetLag>)[target];
+}
+
 export const replicationCheck: Check = {
   name: 'replication failover and failback',
   async run(t) {
@@ -75,7 +94,12 @@ export const replicationCheck: Check = {
     const target = /'([^']+)'/.exec(caps.replication_targets ?? '')?.[1];
     const type = parseListTable(await cli(t, 'cinder extra-specs-list')).find((r) => /replication_enabled': '<is> True'/.test(r.extra_specs ?? ''))?.Name;
     if (!target || !type) throw new Skip(`${backend}: no replication target or no replicated volume type`);
+    const createdAt = Date.now();
     const id = await newVolume(t, `smoke-r-${randomUUID().slice(0, 8)}`, `--volume-type ${type}`);
+    // A failover now would put a volume with no replica on the target in error: wait until the
+    // replication passes report a replica of every replicated volume there, the new one included
+    // (on EBS a snapshot and its copy to the other region take minutes; locally a second).
+    await waitFor(`a replica of every volume of ${backend} on ${target}`, () => replicationLag(t, backend, target), (lag) => lag !== undefined && lag.volumes > 0 && lag.replicated === lag.volumes && Date.parse(lag.as_of) > createdAt, replicationWaitMs());
     const service = async () => parseListTable(await cli(t, 'cinder service-list --withreplication')).find((s) => s.Host === backend)!;
     await cli(t, `cinder failover-host ${backend} --backend_id ${target}`);
     await waitFor(`${backend} failed over to ${target}`, service, (s) => s['Active Backend ID'] === target && s['Replication Status'] === 'failed-over');

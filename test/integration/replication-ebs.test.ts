@@ -22,6 +22,8 @@ const api = (method: string, path: string, body?: unknown) => ebs.api(method, pa
 const volume = async (id: string) => (await api('GET', `/volumes/${id}`)).body.volume as Record<string, any>;
 const service = async () => (await api('GET', `/os-services?host=${encodeURIComponent(HOST)}&binary=cinder-volume`)).body.services[0] as Record<string, any>;
 const serviceBecomes = (status: string) => eventually(async (note) => note((await service()).replication_status) === status || undefined, `service ${status}`);
+const lagOnPool = async () =>
+  ((await api('GET', '/scheduler-stats/get_pools?detail=true')).body.pools as { name: string; capabilities: Record<string, any> }[]).find((p) => p.name.startsWith(`${HOST}#`))!.capabilities.replication_lag?.frankfurt;
 const kinds = (fake: FakeEc2) => [...fake.snapshots.values()].map((s) => `${s.Tags?.find((t) => t.Key === 'ferry:replication')?.Value}:${s.State}`).sort();
 
 beforeAll(async () => {
@@ -58,9 +60,17 @@ describe('EBS replication to another region through the API (EC2 mocked per regi
     expect((await volume(ids[0]!)).replication_status).toBe('enabled');
     expect([...home.volumes.values()].every((v) => v.Tags?.some((t) => t.Key === 'ferry:replicated' && t.Value === 'true'))).toBe(true);
 
-    // Five runs of the schedule: snapshot, (pending), copy, (pending), arrived.
-    for (let i = 0; i < 5; i++) expect((await runReplicationPasses()).flatMap((o) => o.errors)).toEqual([]);
+    // Five runs of the schedule: snapshot, (pending), copy, (pending), arrived. The pools show each
+    // run's count of volumes with a copy in the target, so one can wait for it before failing over.
+    expect(await lagOnPool()).toBeUndefined();
+    expect((await runReplicationPasses()).flatMap((o) => o.errors)).toEqual([]);
+    expect(await lagOnPool()).toMatchObject({ volumes: 2, replicated: 0, max_lag_seconds: null });
+    for (let i = 0; i < 4; i++) expect((await runReplicationPasses()).flatMap((o) => o.errors)).toEqual([]);
     expect(kinds(frankfurt)).toEqual(['copy:completed', 'copy:completed']);
+    const lag = await lagOnPool();
+    expect(lag).toMatchObject({ volumes: 2, replicated: 2 });
+    expect(lag.max_lag_seconds).toBeGreaterThanOrEqual(0);
+    expect(Date.parse(lag.as_of)).toBeGreaterThan(Date.now() - 60_000);
   });
 
   test('a frozen backend is skipped by the schedule; thaw resumes it', async () => {

@@ -9,6 +9,7 @@ import { InvalidReplicationTarget, LocalVolumeDriver, connectionPath } from '../
 import { replicationEngineFor } from '../../functions/drivers/volume/local-replication.js';
 import { REPLICATION_CHUNK_BYTES } from '../../functions/drivers/volume/sparse-copy.js';
 import { replicationDecision, startReplicationLoop } from '../../infra/local/replicator.js';
+import type { BackendLag } from '../../functions/drivers/volume/replication-lag.js';
 import { clearDriverCache, driverFor, replicationDriverFor } from '../../functions/drivers/volume/registry.js';
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { readAt, writeAt } from '../support/files.js';
@@ -265,12 +266,20 @@ describe('asynchronous replication', () => {
     await writeAt(primaryFile('vol-1'), 0, 'by-loop');
 
     // Act
-    const loop = startReplicationLoop({ intervalMs: 5, backends: async () => [{ config, activeBackendId: '' }] });
+    const recorded: { host: string; lag: BackendLag }[] = [];
+    const loop = startReplicationLoop({ intervalMs: 5, backends: async () => [{ config, activeBackendId: '' }], recordLag: async (host, lag) => recorded.push({ host, lag }) });
     await eventually(async (note) => note(await readAt(replicaFile(siteB, 'vol-1'), 0, 7)) === 'by-loop' || undefined, 'the loop to copy the write to site B', { timeoutMs: 20_000, intervalMs: 20 });
     await loop.stop();
 
-    // Assess
+    // Assess: the replica, and each pass's lag handed on (one volume, replicated on both targets).
     expect(await readAt(replicaFile(siteC, 'vol-1'), 0, 7)).toBe('by-loop');
+    const last = recorded.at(-1)!;
+    expect(last.host).toBe(config.host);
+    expect(last.lag.targets.map((t) => [t.targetBackendId, t.volumes, t.replicated])).toEqual([
+      ['site-b', 1, 1],
+      ['site-c', 1, 1],
+    ]);
+    expect(last.lag.targets.every((t) => t.maxLagMs !== null && t.maxLagMs >= 0)).toBe(true);
   });
 });
 

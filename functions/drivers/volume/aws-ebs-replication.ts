@@ -138,11 +138,12 @@ export class EbsReplication {
   /**
    * One step of a volume's replication: a snapshot when none is pending and the newest is older than
    * the interval; the newest completed one copied to each target that lacks it; older copies and
-   * sources pruned once something newer has arrived everywhere. Returns what it started.
+   * sources pruned once something newer has arrived everywhere. Returns what it started, and per
+   * target the lag of the newest copy there (null: none has arrived yet).
    */
-  async replicateVolume(volume: Volume, intervalMs: number): Promise<{ snapshots: number; copies: number }> {
+  async replicateVolume(volume: Volume, intervalMs: number): Promise<{ snapshots: number; copies: number; lagMs: Map<string, number | null> }> {
     const backendName = tagOf(volume, TAG_BACKEND_NAME) ?? volume.VolumeId!;
-    const started = { snapshots: 0, copies: 0 };
+    const started = { snapshots: 0, copies: 0, lagMs: new Map<string, number | null>(this.c.targets.map((t) => [t.backendId, null])) };
     const sources = await this.snapshots(this.c.primary.region, { [TAG_REPLICA_OF]: backendName, [TAG_REPLICATION]: 'source' });
     const completed = sources.filter((s) => s.State === 'completed').sort((a, b) => time(b) - time(a));
     const pending = sources.some((s) => s.State === 'pending');
@@ -166,6 +167,7 @@ export class EbsReplication {
       // Only the newest arrived copy is needed for a failover; a pending one replaces it when it arrives.
       for (const old of arrived.slice(1)) await this.deleteSnapshot(t.region, old.SnapshotId!);
       arrivedEverywhere = Math.min(arrivedEverywhere, arrived[0] ? sourceTime(arrived[0]) : -Infinity);
+      if (arrived[0]) started.lagMs.set(t.backendId, this.c.now() - sourceTime(arrived[0]));
     }
     // A source is needed until a newer one has arrived in every target (and the newest is the base
     // of the next incremental copy), so only those older than what arrived everywhere go.

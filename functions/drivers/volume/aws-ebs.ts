@@ -52,6 +52,7 @@ import {
 import { failBack } from './aws-ebs-failback.js';
 import { DEFAULT_REPLICATION_INTERVAL_MS, EbsReplication, TAG_REPLICATED, ebsTargets, type EbsReplicationContext, type EbsSite } from './aws-ebs-replication.js';
 import { AwsEbsVolumeStore } from './aws-ebs-volumes.js';
+import { LagTally, type BackendLag } from './replication-lag.js';
 
 /** What a replication pass started, per the schedule (or the local stack's loop) that ran it. */
 export interface EbsPassReport {
@@ -60,6 +61,8 @@ export interface EbsPassReport {
   snapshotsStarted: number;
   copiesStarted: number;
   errors: { backendName: string; message: string }[];
+  /** Per target, over the volumes this pass looked at (absent when skipped). */
+  lag?: BackendLag;
 }
 
 // The driver's module is where callers (tests, operators' scripts) find its names.
@@ -165,17 +168,22 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
     const report: EbsPassReport = { volumes: 0, snapshotsStarted: 0, copiesStarted: 0, errors: [] };
     if (this.targets.length === 0) return { ...report, skipped: 'not replicated' };
     if (this.activeTarget) return { ...report, skipped: `failed over to ${this.activeTarget.backendId}` };
+    const targetIds = this.targets.map((t) => t.backendId);
+    const tally = new LagTally(targetIds);
     for (const volume of await this.describe([{ Name: `tag:${TAG_BACKEND}`, Values: [this.backendHost] }, { Name: `tag:${TAG_REPLICATED}`, Values: ['true'] }])) {
       report.volumes++;
       try {
         const started = await this.replication.replicateVolume(volume, intervalMs);
         report.snapshotsStarted += started.snapshots;
         report.copiesStarted += started.copies;
+        for (const [target, lagMs] of started.lagMs) tally.add(target, lagMs);
       } catch (e) {
         report.errors.push({ backendName: tagOf(volume, TAG_BACKEND_NAME) ?? volume.VolumeId!, message: (e as Error).message });
+        // Not looked at this pass: counted as having no replica, so the figure never promises a failover more than it knows.
+        for (const target of targetIds) tally.add(target, null);
       }
     }
-    return report;
+    return { ...report, lag: tally.summary(this.replicationContext.now()) };
   }
 
   /** Per target: when the newest copy that has arrived was taken, and the lag (now minus that). */

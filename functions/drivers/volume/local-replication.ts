@@ -14,6 +14,7 @@ import { dirname, join } from 'node:path';
 import { DriverError } from '../../core/errors.js';
 import { logger } from '../../core/logger.js';
 import type { BackendConfig } from './driver.js';
+import { LagTally, type BackendLag } from './replication-lag.js';
 import { isDirectory, listVisible, readChunk, readJson, statOrUndefined, writeFully } from '../files.js';
 import {
   PRIMARY_BACKEND_ID,
@@ -57,6 +58,8 @@ export interface ReplicationPassReport {
   volumes: number;
   bytesCopied: number;
   errors: { backendName: string; targetBackendId: string; message: string }[];
+  /** Per target, over the volumes this pass synced (absent when skipped). */
+  lag?: BackendLag;
 }
 
 interface DigestCache {
@@ -156,14 +159,20 @@ export class LocalReplicationEngine {
       const promoted = await this.promotedTarget();
       if (promoted) return { ...report, skipped: `failed over to ${promoted}` };
       const primary = this.root(PRIMARY_BACKEND_ID);
+      const tally = new LagTally(this.targets());
       for (const backendName of await listVisible(join(primary, REPLICATION_DIR))) {
         report.volumes += 1;
         for (const target of this.targets()) {
           const key = `${target}\0${backendName}`;
+          const syncStart = this.now();
           try {
             report.bytesCopied += await this.syncVolumeTo(backendName, target);
             this.lastErrors.delete(key);
+            // The replica now holds the source as of the sync's start.
+            tally.add(target, this.now() - syncStart);
           } catch (e) {
+            // Counted as no replica: the figure never promises a failover more than this pass saw.
+            tally.add(target, null);
             // One volume or target failing must not stop the others; the next pass tries again.
             const message = (e as Error).message;
             report.errors.push({ backendName, targetBackendId: target, message });
@@ -174,7 +183,7 @@ export class LocalReplicationEngine {
           }
         }
       }
-      return report;
+      return { ...report, lag: tally.summary(this.now()) };
     });
   }
 
