@@ -8,6 +8,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { ExecutionAbortedError, ExecutionError, ExecutionTimeoutError, type RunOptions, type StateMachine } from 'aws-local-stepfunctions';
 import { faultPoint, onCrash } from '../../functions/core/faults.js';
 import type { FunctionWiring } from '../../functions/wiring.js';
+import { HistoryCounter, type InterpreterEvent } from './history-count.js';
 import { invokeFunction } from './http.js';
 import { functionNamed, type LoadedMachine, type TaskBinding } from './stepfunctions-machines.js';
 
@@ -37,7 +38,7 @@ export const STEP_FAULT_KIND = 'step';
 export type ExecutionStatus = 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'TIMED_OUT' | 'ABORTED';
 
 /** How an execution ended, as recorded (undefined: aborted, recorded already or resumed later). */
-export type ExecutionOutcome = { status: ExecutionStatus; output?: string; error?: string; cause?: string } | undefined;
+export type ExecutionOutcome = { status: ExecutionStatus; output?: string; error?: string; cause?: string; historyEvents?: number } | undefined;
 
 /**
  * Runs a Task whose Resource is a service integration other than Lambda. The local stack registers
@@ -96,15 +97,17 @@ export class ExecutionRunner {
       },
     });
     this.running.set(executionArn, run);
-    // The event log queues every event until read; drain it so long executions do not grow memory.
-    void (async () => {
-      for await (const _event of run.eventLogs) {
-        /* not kept */
-      }
+    // The event log queues every event until read: drained as it comes (long executions do not
+    // grow memory), each counted as the events AWS's history would hold (history-count.ts).
+    const history = new HistoryCounter(syncTaskNames(machine));
+    const drained = (async () => {
+      for await (const event of run.eventLogs) history.add(event as InterpreterEvent);
     })().catch((e: unknown) => console.warn(`ferry local: reading the event log of ${executionArn} failed: ${e instanceof Error ? e.message : String(e)}`));
+    // The log ends with the execution's own last event, which may come after the result.
+    const ended = (outcome: ExecutionOutcome) => drained.then(() => this.end(executionArn, outcome && { ...outcome, historyEvents: history.events }));
     run.result.then(
-      (output) => this.end(executionArn, { status: 'SUCCEEDED', output: JSON.stringify(output ?? null) }),
-      (e: unknown) => this.end(executionArn, outcomeOfFailure(e)),
+      (output) => ended({ status: 'SUCCEEDED', output: JSON.stringify(output ?? null) }),
+      (e: unknown) => ended(outcomeOfFailure(e)),
     );
   }
 
@@ -199,6 +202,11 @@ export class ExecutionRunner {
     waited.then(forget, forget);
     return p;
   }
+}
+
+/** The Task states run by a `.sync` integration (AWS adds TaskSubmitted to each attempt). */
+function syncTaskNames(machine: LoadedMachine): Set<string> {
+  return new Set([...machine.tasks].filter(([, b]) => b.kind === 'integration' && b.resource.endsWith('.sync')).map(([name]) => name));
 }
 
 function waitScale(): number {

@@ -20,6 +20,7 @@ import { FUNCTIONS, STATE_MACHINES, type FunctionWiring, type StateMachineName, 
 import { stateMachineArn } from '../../functions/core/executions.js';
 import { LOCAL_ACCOUNT, REPO_ROOT, type StepFunctionsEndpoint } from './http.js';
 import { loadMachine, type LoadedMachine } from './stepfunctions-machines.js';
+import { AWS_HISTORY_LIMIT } from './history-count.js';
 import { ECS_RUN_TASK_SYNC, ExecutionRunner, ecsRunTaskNotWired, type ExecutionOutcome, type ExecutionStatus, type TaskIntegration } from './stepfunctions-runner.js';
 
 export { LAMBDA_INVOKE } from './stepfunctions-machines.js';
@@ -42,6 +43,8 @@ export interface ExecutionRecord {
   cause?: string;
   startDate: string;
   stopDate?: string;
+  /** The events AWS's history would hold for this run (history-count.ts); since its last resume after a restart. */
+  historyEvents?: number;
 }
 
 export interface LocalStepFunctionsOptions {
@@ -133,6 +136,10 @@ export class LocalStepFunctions implements StepFunctionsEndpoint {
     // StopExecution it is already ABORTED.
     if (this.closed || !outcome || rec?.status !== 'RUNNING') return;
     this.save({ ...rec, ...outcome, stopDate: new Date().toISOString() });
+    // On AWS this machine would have failed at the limit: said while it is still only local.
+    if ((outcome.historyEvents ?? 0) > AWS_HISTORY_LIMIT * 0.8) {
+      console.warn(`ferry local: ${rec.machine} execution ${rec.name} made ${outcome.historyEvents} history events; AWS stops an execution at ${AWS_HISTORY_LIMIT}`);
+    }
   }
 
   private save(rec: ExecutionRecord): void {

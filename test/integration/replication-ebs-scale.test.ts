@@ -5,13 +5,16 @@
  * volume, and every volume ends failed-over pointing at its new EBS volume.
  *
  * FERRY_EBS_FAILOVER_VOLUMES sets the fleet: 10,000 by default and with `npm run test:scale` (about
- * a minute here), 1,000 in `npm test` (which keeps its 20 minutes).
+ * a minute here), 1,000 in `npm test` (which keeps its 20 minutes). The execution's history, as AWS
+ * would count it (infra/local/history-count.ts), stays far under AWS's limit of 25,000 events.
  * Seeding writes the volume items straight to DynamoDB and the arrived copies straight into the
  * target region's fake, as bench/failover does: what is measured is the failover, not the setup.
  */
 import { BatchWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { CreateVolumeCommand } from '@aws-sdk/client-ec2';
 import { randomUUID } from 'node:crypto';
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { db } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
@@ -20,6 +23,7 @@ import { listOperations } from '../../functions/replication/repo.js';
 import { defaultBackendName, volumeGsi1, volumeKey, type Volume } from '../../functions/volumes/model.js';
 import { getVolume } from '../../functions/volumes/repo.js';
 import { getVolumeTypeByName } from '../../functions/volumes/types.js';
+import { AWS_HISTORY_LIMIT } from '../../infra/local/history-count.js';
 import { awsError, type FakeEc2 } from '../support/fake-ec2.js';
 import { startEbsStack, type EbsStack } from '../support/ebs-stack.js';
 import { eventually } from '../support/poll.js';
@@ -128,6 +132,16 @@ describe(`failover of ${N} replicated EBS volumes through the machine (EC2 mocke
       expect(v!.replicationStatus).toBe('failed-over');
       expect(frankfurt.volumes.get(v!.providerLocation!)?.Tags).toEqual(expect.arrayContaining([{ Key: 'ferry:backend-name', Value: v!.backendName }]));
     }
-    console.log(`failover of ${N} EBS volumes: ${calls.length} EC2 requests (${(calls.length / N).toFixed(3)} per volume), ${tokens.length} CreateVolume`);
+    // The history AWS would keep for the execution, counted from the interpreter's event log.
+    const history = await eventually(async (note) => {
+      const dir = join(ebs.stack.dataDir, 'stepfunctions', 'executions');
+      const files = (await readdir(dir)).filter((f) => f.startsWith('volume-failover@'));
+      const records = await Promise.all(files.map(async (f) => JSON.parse(await readFile(join(dir, f), 'utf8')) as { status: string; historyEvents?: number }));
+      note(records.map((r) => r.status).join(','));
+      return records.length === 1 && records[0]!.status === 'SUCCEEDED' ? records[0]!.historyEvents : undefined;
+    }, 'the failover execution to be recorded');
+    expect(history).toBeGreaterThan(N / 200);
+    expect(history).toBeLessThan(AWS_HISTORY_LIMIT / 10);
+    console.log(`failover of ${N} EBS volumes: ${calls.length} EC2 requests (${(calls.length / N).toFixed(3)} per volume), ${tokens.length} CreateVolume, ${history} history events (AWS limit ${AWS_HISTORY_LIMIT})`);
   }, 900_000);
 });
