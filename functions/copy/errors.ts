@@ -20,6 +20,16 @@ export class CopyVerificationFailed extends CopyFailed {
   }
 }
 
+/** The source file changed since the tree was walked or while it was read: the share was written during its copy. */
+export class CopySourceChanged extends CopyFailed {
+  constructor(file: string, seen: { plannedSize: number; plannedMtimeNs: string; size: string; mtimeNs: string; bytesRead: number }) {
+    super(
+      `${file} changed on the source during the copy (when the copy began: ${seen.plannedSize} bytes, mtime ${seen.plannedMtimeNs} ns; after reading ${seen.bytesRead} bytes: ${seen.size} bytes, mtime ${seen.mtimeNs} ns); a share must not be written while it is copied, so the copy stops and the partial file is removed`,
+      { context: { file, ...seen } },
+    );
+  }
+}
+
 /**
  * Another worker claimed the operation (a newer generation): this one must stop writing, both to
  * the destination and to the record. Raised by the conditional write that lost; no extra read.

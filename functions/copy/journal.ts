@@ -6,7 +6,7 @@
  * (`.ferry-copy-<operationId>.journal`), because the destination is the one place both a local
  * child process and a later Fargate task can see; a DynamoDB item per file would cost a write per
  * small file. One JSON line per finished file is appended with a single write() once the file's
- * content, hash check and metadata are done: after a crash of the process the kernel still holds
+ * content check and metadata are done: after a crash of the process the kernel still holds
  * every completed write, and a torn last line is ignored. The journal is removed when the copy
  * completes.
  *
@@ -24,7 +24,9 @@ export interface JournalEntry {
   size: number;
   /** Source mtime, nanoseconds, as a decimal string. */
   mtimeNs: string;
-  sha256: string;
+  /** CRC-32 of the content as copied and verified, 8 hex digits (an older journal has sha256 instead). */
+  crc32?: string;
+  sha256?: string;
 }
 
 export function journalName(operationId: string): string {

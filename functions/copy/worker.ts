@@ -53,8 +53,11 @@ export interface CopyTreeOptions {
   bytesPerSecond?: number;
   /** Stops the copy like a cancel from the record (in-process callers). */
   signal?: AbortSignal;
-  /** Test hooks: corrupt these files (relative paths) between writing and verifying. */
-  testHooks?: { corruptBeforeVerify?: string[] };
+  /**
+   * Test hooks, by relative path, after a file's first chunk is written: corrupt its destination,
+   * truncate its destination, or write to its source (file-copy.ts FileTask.testHook).
+   */
+  testHooks?: { corruptBeforeVerify?: string[]; truncateBeforeVerify?: string[]; changeSourceDuringCopy?: string[] };
 }
 
 export interface CopyTreeResult {
@@ -95,7 +98,11 @@ function makeBatches(tasks: { task: FileTask; size: number }[]): FileTask[][] {
 export async function copyTree(options: CopyTreeOptions): Promise<CopyTreeResult> {
   const { source, destination, operationId } = options;
   const progressIntervalMs = options.progressIntervalMs ?? DEFAULT_PROGRESS_INTERVAL_MS;
-  const corrupt = new Set(options.testHooks?.corruptBeforeVerify ?? []);
+  const hooks = new Map<string, NonNullable<FileTask['testHook']>>([
+    ...(options.testHooks?.corruptBeforeVerify ?? []).map((rel) => [rel, 'corrupt'] as const),
+    ...(options.testHooks?.truncateBeforeVerify ?? []).map((rel) => [rel, 'truncate'] as const),
+    ...(options.testHooks?.changeSourceDuringCopy ?? []).map((rel) => [rel, 'change-source'] as const),
+  ]);
   const owner = new OwnerPolicy();
 
   // The copy threads boot (a Node environment each, tens of milliseconds) while this thread walks
@@ -200,7 +207,9 @@ export async function copyTree(options: CopyTreeOptions): Promise<CopyTreeResult
           gid: file.gid,
           atime: nsToSeconds(file.atimeNs),
           mtime: nsToSeconds(file.mtimeNs),
-          ...(corrupt.has(file.rel) ? { corruptBeforeVerify: true } : {}),
+          size: file.size,
+          mtimeNs: String(file.mtimeNs),
+          ...(hooks.has(file.rel) ? { testHook: hooks.get(file.rel) } : {}),
         },
       });
     });
@@ -214,7 +223,7 @@ export async function copyTree(options: CopyTreeOptions): Promise<CopyTreeResult
           const file = plan.files[c.index]!;
           progress.bytesDone += c.bytes;
           progress.filesDone += 1;
-          entries.push({ path: file.rel, size: file.size, mtimeNs: String(file.mtimeNs), sha256: c.sha256 });
+          entries.push({ path: file.rel, size: file.size, mtimeNs: String(file.mtimeNs), crc32: c.crc32 });
           if (!c.ownerKept) owner.allowed = false;
         }
         journal!.append(entries);

@@ -6,9 +6,12 @@ import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmodSync, chownSync, existsSync, linkSync, lutimesSync, mkdirSync, readdirSync, readFileSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { crc32 } from 'node:zlib';
 import { afterEach, describe, expect, test } from 'vitest';
 import { eventually } from '../support/poll.js';
-import { CopyVerificationFailed } from '../../functions/copy/errors.js';
+import { CopySourceChanged, CopyVerificationFailed } from '../../functions/copy/errors.js';
+import { copyFileVerified, singleThreadState } from '../../functions/copy/file-copy.js';
+import { planCopy } from '../../functions/copy/tree.js';
 import { journalName } from '../../functions/copy/journal.js';
 import type { CopyProgress, ProgressSink } from '../../functions/copy/progress.js';
 import { copyTree } from '../../functions/copy/worker.js';
@@ -156,7 +159,62 @@ describe('content and verification', () => {
     expect(existsSync(join(dst, 'd3', 'f13.bin'))).toBe(false);
   });
 
-  test('the journal records each finished file with the SHA-256 of its content', async () => {
+  test('a destination cut short between write and verify fails the copy, naming the file, and leaves no partial file', async () => {
+    // Prepare: a file of several chunks, so the cut is inside the file.
+    const { src, dst } = workspace();
+    writeManyFiles(src, 10, 2000);
+    writeFileSync(join(src, 'big.bin'), content(3 * 256 * 1024, 9));
+
+    // Act
+    const result = await copyTree({ source: src, destination: dst, operationId: 'truncated', threads: 1, testHooks: { truncateBeforeVerify: ['big.bin'] } });
+
+    // Assess
+    expect(result.status).toBe('failed');
+    expect(result.error!.name).toBe(CopyVerificationFailed.name);
+    expect(result.error!.message).toContain('Data corrupted while copying big.bin');
+    expect(existsSync(join(dst, 'big.bin'))).toBe(false);
+  });
+
+  test('a source written during its copy fails the copy with the reason, leaving no partial file and the source as written', async () => {
+    // Prepare
+    const { src, dst } = workspace();
+    writeManyFiles(src, 10, 2000);
+    const original = content(2 * 256 * 1024 + 7, 10);
+    writeFileSync(join(src, 'live.db'), original);
+
+    // Act: the hook appends to live.db after its first chunk is written.
+    const result = await copyTree({ source: src, destination: dst, operationId: 'live', threads: 1, testHooks: { changeSourceDuringCopy: ['live.db'] } });
+
+    // Assess
+    expect(result.status).toBe('failed');
+    expect(result.error!.name).toBe(CopySourceChanged.name);
+    expect(result.error!.message).toMatch(/^live\.db changed on the source during the copy \(when the copy began: 524295 bytes, .*after reading 524318 bytes: 524318 bytes/);
+    expect(existsSync(join(dst, 'live.db'))).toBe(false);
+    expect(readFileSync(join(src, 'live.db')).subarray(0, original.length).equals(original)).toBe(true);
+  });
+
+  test('a source changed between the walk and its copy fails the copy too', async () => {
+    // Prepare: the walk sees one size; the file is rewritten before the thread opens it.
+    const { src, dst } = workspace();
+    writeFileSync(join(src, 'a.txt'), 'first');
+    const plan = await planCopy(src);
+    writeFileSync(join(src, 'a.txt'), 'rewritten, longer');
+    const file = plan.files.find((f) => f.rel === 'a.txt')!;
+
+    // Act
+    const copy = () =>
+      copyFileVerified(
+        { index: 0, rel: 'a.txt', src: join(src, 'a.txt'), dst: join(dst, 'a.txt'), mode: file.mode, uid: file.uid, gid: file.gid, atime: 0, mtime: 0, size: file.size, mtimeNs: String(file.mtimeNs) },
+        singleThreadState(),
+      );
+
+    // Assess
+    expect(copy).toThrow(CopySourceChanged);
+    expect(copy).toThrow(/when the copy began: 5 bytes/);
+    expect(existsSync(join(dst, 'a.txt'))).toBe(false);
+  });
+
+  test('the journal records each finished file with the CRC-32 of its content', async () => {
     // Prepare: several chunks and a partial last one; the smaller file fails verification, so the
     // run stops with the journal in place.
     const { src, dst } = workspace();
@@ -169,8 +227,8 @@ describe('content and verification', () => {
 
     // Assess
     expect(result.status).toBe('failed');
-    const lines = readFileSync(join(dst, journalName('digest')), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { path: string; sha256: string });
-    expect(lines).toEqual([expect.objectContaining({ path: 'multi.bin', sha256: createHash('sha256').update(data).digest('hex') })]);
+    const lines = readFileSync(join(dst, journalName('digest')), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { path: string; crc32: string });
+    expect(lines).toEqual([expect.objectContaining({ path: 'multi.bin', crc32: crc32(data).toString(16).padStart(8, '0') })]);
   });
 });
 

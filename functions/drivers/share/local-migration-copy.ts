@@ -34,7 +34,8 @@ import {
 } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { DriverError } from '../../core/errors.js';
-import { copyFileVerified, DEFAULT_CHUNK_BYTES, type CopyThreadState } from '../../copy/file-copy.js';
+import { copyFileVerified, singleThreadState } from '../../copy/file-copy.js';
+import { CopySourceChanged } from '../../copy/errors.js';
 import { applyDirectoryMetadata, createDirectories, OwnerPolicy } from '../../copy/tree-write.js';
 import { IGNORED_TOP_LEVEL, MTIME_TOLERANCE_NS, nsToSeconds, planCopy, type CopyPlan, type PlannedFile } from '../../copy/tree.js';
 import type { FinishedFile, MigrationEndpoints, MigrationState } from './local-migration-state.js';
@@ -235,17 +236,7 @@ export async function copyPass(ep: MigrationEndpoints, state: MigrationState, bu
   // Owners are kept where permitted; the first EPERM turns it off for the rest of the migration.
   const owner = new OwnerPolicy();
   owner.allowed = state.ownerPreserved;
-  const threadState: CopyThreadState = {
-    data: Buffer.allocUnsafe(DEFAULT_CHUNK_BYTES),
-    check: Buffer.allocUnsafe(DEFAULT_CHUNK_BYTES),
-    stop: new Int32Array(1),
-    progress: new Float64Array(1),
-    current: new Int32Array([-1]),
-    slot: 0,
-    chownAllowed: state.ownerPreserved,
-    bytesPerSecond: 0,
-    throttle: { startedAt: performance.now(), bytes: 0 },
-  };
+  const threadState = singleThreadState(state.ownerPreserved);
 
   const result: PassResult = { complete: false, filesCopied: 0, bytesCopied: 0 };
   let bytesDone = 0;
@@ -298,6 +289,8 @@ export async function copyPass(ep: MigrationEndpoints, state: MigrationState, bu
             gid: file.gid,
             atime: nsToSeconds(file.atimeNs),
             mtime: nsToSeconds(file.mtimeNs),
+            size: file.size,
+            mtimeNs: String(file.mtimeNs),
           },
           threadState,
         );
@@ -312,6 +305,12 @@ export async function copyPass(ep: MigrationEndpoints, state: MigrationState, bu
         filesDone += 1;
       } catch (e) {
         delete state.done[file.rel];
+        if (e instanceof CopySourceChanged && state.status === 'copying') {
+          // The source stays writable in phase 1: a file written while it was read is left undone,
+          // never recorded half-old, and the final sync copies it. In the final sync the source is
+          // read-only, so a change there fails the migration (below) instead of losing the file.
+          continue;
+        }
         if (!lstatOrUndefined(join(ep.sourceDir, file.rel))) {
           bytesTotal -= file.size;
           filesTotal -= 1;
