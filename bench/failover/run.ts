@@ -35,6 +35,7 @@ import { getBackendItem } from '../../functions/replication/service-repo.js';
 import { applyFailoverUpdate } from '../../functions/replication/volume-rules.js';
 import { defaultBackendName, volumeGsi1, volumeKey, type Volume } from '../../functions/volumes/model.js';
 import { getVolume, volumeUpdate } from '../../functions/volumes/repo.js';
+import { MAX_TRANSACTION_ITEMS } from '../../functions/replication/steps.js';
 import { REPLICATED_BACKEND } from '../../functions/volumes/seed.js';
 import { getVolumeTypeByName } from '../../functions/volumes/types.js';
 import { startLocalStack } from '../../infra/local/stack.js';
@@ -174,6 +175,39 @@ async function baseline(ids: string[], target: string): Promise<{ seconds: numbe
   return { seconds: (performance.now() - t0) / 1000, writesPerVolume: itemWrites / ids.length };
 }
 
+/**
+ * The floor: the same number of conditional writes issued straight to DynamoDB Local, shaped as the
+ * machine's Batch step writes them (TransactWriteItems of MAX_TRANSACTION_ITEMS volume updates,
+ * one transaction at a time per batch, four batches at once), with nothing else: no machine, no
+ * driver, no reads. What the failover costs above this is the price of the rest.
+ */
+async function floor(ids: string[]): Promise<{ seconds: number }> {
+  const chunks: string[][] = [];
+  for (let i = 0; i < ids.length; i += MAX_TRANSACTION_ITEMS) chunks.push(ids.slice(i, i + MAX_TRANSACTION_ITEMS));
+  let next = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: 4 }, async () => {
+      for (let c = chunks[next++]; c; c = chunks[next++]) {
+        await db().send(
+          new TransactWriteCommand({
+            TransactItems: c.map((id) => ({
+              Update: {
+                TableName: tableName('volume'),
+                Key: volumeKey(id),
+                UpdateExpression: 'SET benchFloor = :n',
+                ConditionExpression: 'attribute_exists(pk)',
+                ExpressionAttributeValues: { ':n': 1 },
+              },
+            })),
+          }),
+        );
+      }
+    }),
+  );
+  return { seconds: (performance.now() - t0) / 1000 };
+}
+
 async function main(): Promise<void> {
   process.env.FERRY_REPLICATION_INTERVAL_MS = String(24 * 3600 * 1000);
   const dataDir = join(tmpdir(), `ferry-bench-failover-${process.pid}`);
@@ -188,7 +222,9 @@ async function main(): Promise<void> {
     const machine = await machineFailover(stack.url + '/volume/v3', 'site-b');
     console.log(`state machine failover -> site-b: ${machine.seconds.toFixed(1)} s wall (goal <= 60 s), ${(N / machine.seconds).toFixed(0)} volumes/s`);
     console.log(`  DynamoDB item writes per volume: ${machine.writesPerVolume.toFixed(3)} (goal <= 1.1); DynamoDB requests (reads, writes, the bench's polling): ${machine.requests}`);
-    console.log(`  Step Functions history: about ${3 * 5 + batches * 8} events for ${batches} Map items (limit 25,000)`);
+    const writes = await floor(ids);
+    console.log(`  floor, the same ${N} conditional writes straight to DynamoDB (transactions of ${MAX_TRANSACTION_ITEMS}, 4 at once): ${writes.seconds.toFixed(1)} s; machine / floor = ${(machine.seconds / writes.seconds).toFixed(2)}x (goal <= 1.5x)`);
+    console.log(`  Step Functions history: about ${3 * 5 + batches * 8} events for ${batches} Map items (limit 25,000; npm run test:scale counts it from the interpreter)`);
 
     if (RUN_FAILBACK) {
       const back = await machineFailover(stack.url + '/volume/v3', 'default');

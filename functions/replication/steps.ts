@@ -48,7 +48,7 @@ import { isReplicatedVolume } from '../volumes/capabilities.js';
 import { applyFailoverUpdate, doneBy, markNotCapable, type DriverVolumeUpdate, type VolumeOutcome } from './volume-rules.js';
 
 /** DynamoDB's limit of items in one TransactWriteItems. */
-const MAX_TRANSACTION_ITEMS = 100;
+export const MAX_TRANSACTION_ITEMS = 100;
 
 const now = () => new Date().toISOString();
 const range = (n: number) => Array.from({ length: n }, (_, i) => i);
