@@ -16,7 +16,7 @@ import { getBackend } from '../volumes/backends.js';
 import { getShareBackend } from '../shares/repo.js';
 import * as compute from './compute.js';
 import { KINDS, planInventory, type Change, type Kind, type LiveView, type Plan, type View } from './plan.js';
-import { canonical, flavorFields, hostConfig, shareBackendConfig, typeFields, volumeBackendConfig } from './records.js';
+import { canonical, flavorFields, hostConfig, hasShareRoot, shareBackendConfig, typeFields, volumeBackendConfig } from './records.js';
 import { parseInventory, resolveRoots, type Inventory, type InventoryTarget } from './schema.js';
 import * as storage from './storage.js';
 
@@ -88,7 +88,8 @@ export interface ApplyOptions {
    * Whether this process can make share backends' roots (default true): the local stack, and on
    * AWS the deploy function, which mounts the share storage. `ferry inventory apply` run against a
    * deployed stack cannot (the roots are on EFS, not on the operator's machine): a change to a
-   * share backend is refused there, before anything is written.
+   * share backend of a local kind is refused there, before anything is written. An aws-efs backend
+   * has no root (a file system is made per share), so it applies from anywhere.
    */
   makesShareRoots?: boolean;
 }
@@ -100,7 +101,9 @@ export async function applyInventory(document: unknown, options: ApplyOptions): 
   const before = managedKeys(record?.document);
   const plan = planInventory(desiredViews(inv), await liveViews(desiredViews(inv), before), before);
   if (options.dryRun || plan.refusals.length > 0) return { plan, applied: false, done: [] };
-  const shareChanges = plan.changes.filter((c) => c.kind === 'share backend' && c.action !== 'remove').map((c) => c.key);
+  // Only the local kinds have a root to make; an aws-efs backend's record is all there is to write.
+  const rooted = new Set(inv.shareBackends.filter(hasShareRoot).map((b) => b.host));
+  const shareChanges = plan.changes.filter((c) => c.kind === 'share backend' && c.action !== 'remove' && rooted.has(c.key)).map((c) => c.key);
   if (options.makesShareRoots === false && shareChanges.length > 0) {
     throw new BadRequest(
       `share backend(s) ${shareChanges.join(', ')}: their roots are on the stack's share storage, which only the deployed functions mount; ` +

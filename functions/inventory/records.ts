@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { ComputeHostConfig } from '../drivers/compute/driver.js';
-import type { LocalShareBackendConfig } from '../drivers/share/driver.js';
+import type { AwsEfsShareBackendConfig, LocalShareBackendConfig } from '../drivers/share/driver.js';
 import type { BackendConfig } from '../drivers/volume/driver.js';
 import { stableUuid } from '../compute/model.js';
 import { canonicalJson } from '../core/canonical.js';
@@ -28,9 +28,24 @@ export function volumeBackendConfig(b: VolumeBackendEntry): BackendConfig {
   };
 }
 
-export function shareBackendConfig(b: ShareBackendEntry): LocalShareBackendConfig {
-  return { host: b.host, driver: b.driver, root: b.root, pools: b.pools, shareBackendName: b.shareBackendName, protocols: b.protocols, ...(b.availabilityZone ? { availabilityZone: b.availabilityZone } : {}) };
+/** A share backend's record: the common fields, and the kind's own (a local kind's root; an aws-efs backend's region, VPC, subnets, modes). */
+export function shareBackendConfig(b: ShareBackendEntry): LocalShareBackendConfig | AwsEfsShareBackendConfig {
+  const common = { host: b.host, pools: b.pools, shareBackendName: b.shareBackendName, ...(b.availabilityZone ? { availabilityZone: b.availabilityZone } : {}) };
+  if (b.driver !== 'aws-efs') return { ...common, driver: b.driver, root: b.root, protocols: b.protocols };
+  return {
+    ...common,
+    driver: b.driver,
+    protocols: b.protocols,
+    region: b.region,
+    vpcId: b.vpcId,
+    subnetIds: b.subnetIds,
+    ...(b.performanceMode ? { performanceMode: b.performanceMode } : {}),
+    ...(b.throughputMode ? { throughputMode: b.throughputMode } : {}),
+  };
 }
+
+/** Whether a share backend keeps its shares under a root directory this process must make (the local kinds). */
+export const hasShareRoot = (b: ShareBackendEntry): b is Extract<ShareBackendEntry, { root: string }> => b.driver !== 'aws-efs';
 
 /** The fields of a volume or share type an inventory sets. */
 export function typeFields(t: Pick<TypeEntry, 'description' | 'isPublic' | 'extraSpecs'>): { description: string | null; isPublic: boolean; extraSpecs: Record<string, string> } {

@@ -10,7 +10,8 @@
  */
 import { isAbsolute, join } from 'node:path';
 import { z } from 'zod';
-import { BadRequest } from '../core/errors.js';
+import { BadRequest, ConfigurationError } from '../core/errors.js';
+import { awsEfsShareBackend } from '../drivers/share/aws-efs-sdk.js';
 
 const name = z.string().min(1).max(255);
 /** `host@backend`, as Cinder and Manila name a backend service. */
@@ -59,17 +60,35 @@ export const VolumeBackendSchema = z.discriminatedUnion('driver', [
     .strict(),
 ]);
 
-export const ShareBackendSchema = z
-  .object({
-    host: backendHost,
-    driver: z.enum(['local-a', 'local-b']),
-    root: z.string().min(1),
-    pools,
-    shareBackendName: name,
-    protocols: z.array(z.enum(['NFS', 'CIFS'])).min(1),
-    availabilityZone: z.string().optional(),
-  })
-  .strict();
+const shareCommon = {
+  host: backendHost,
+  pools,
+  shareBackendName: name,
+  availabilityZone: z.string().optional(),
+};
+
+/**
+ * A share backend: the local kinds keep shares as directories under `root`; `aws-efs` makes an EFS
+ * file system per share in `region`, with mount targets in `subnetIds` of `vpcId` (what
+ * functions/drivers/share/aws-efs-sdk.ts awsEfsShareBackend checks, which parseInventory runs too).
+ */
+export const ShareBackendSchema = z.discriminatedUnion('driver', [
+  z.object({ ...shareCommon, driver: z.enum(['local-a', 'local-b']), root: z.string().min(1), protocols: z.array(z.enum(['NFS', 'CIFS'])).min(1) }).strict(),
+  z
+    .object({
+      ...shareCommon,
+      driver: z.literal('aws-efs'),
+      /** EFS exports NFS only. */
+      protocols: z.array(z.literal('NFS')).min(1).default(['NFS']),
+      region: z.string(),
+      vpcId: z.string(),
+      /** One subnet per availability zone the shares are mounted from. */
+      subnetIds: z.array(z.string()).min(1),
+      performanceMode: z.enum(['generalPurpose', 'maxIO']).optional(),
+      throughputMode: z.enum(['elastic', 'bursting']).optional(),
+    })
+    .strict(),
+]);
 
 const TypeSchema = z.object({ name, description: z.string().max(255).nullable().optional(), isPublic: z.boolean().optional(), extraSpecs: specs.optional() }).strict();
 
@@ -181,10 +200,21 @@ export function parseInventory(document: unknown, target: InventoryTarget): Inve
       if (d.availability_zone.replace(/[a-z]$/, '') === region) problems.push(`volume backend ${b.host}: replication_device ${d.backend_id} is in ${region}, the backend's own region; an EBS target is another region`);
     }
   }
+  for (const b of inv.shareBackends) {
+    if (b.driver !== 'aws-efs') continue;
+    // The driver's own check of its record (region, VPC and subnet ids, the modes EFS allows together).
+    try {
+      awsEfsShareBackend(b);
+    } catch (e) {
+      if (!(e instanceof ConfigurationError)) throw e;
+      problems.push(e.message);
+    }
+  }
   if (target === 'aws') {
     for (const b of inv.volumeBackends) if (b.driver === 'local') problems.push(`volume backend ${b.host}: driver local keeps volumes in one Lambda's /tmp; on AWS use aws-ebs`);
     for (const c of inv.cells) for (const h of c.hosts) problems.push(`cell ${c.name} host ${h.host}: driver local runs guests in one Lambda's /tmp; Ferry has no AWS compute driver yet`);
     for (const b of inv.shareBackends) {
+      if (b.driver === 'aws-efs') continue;
       if (!isAbsolute(b.root) || !(b.root === AWS_SHARE_MOUNT || b.root.startsWith(`${AWS_SHARE_MOUNT}/`))) problems.push(`share backend ${b.host}: root must be under ${AWS_SHARE_MOUNT} (the share storage the functions mount), not ${b.root}`);
     }
   }
@@ -200,7 +230,7 @@ export function resolveRoots(inv: Inventory, dataDir: string): Inventory {
     volumeBackends: inv.volumeBackends.map((b) =>
       b.driver === 'local' ? { ...b, root: at(b.root), ...(b.replicationDevices ? { replicationDevices: b.replicationDevices.map((d) => ({ ...d, root: at(d.root) })) } : {}) } : b,
     ),
-    shareBackends: inv.shareBackends.map((b) => ({ ...b, root: at(b.root) })),
+    shareBackends: inv.shareBackends.map((b) => (b.driver === 'aws-efs' ? b : { ...b, root: at(b.root) })),
     cells: inv.cells.map((c) => ({ ...c, hosts: c.hosts.map((h) => ({ ...h, root: at(h.root) })) })),
   };
 }

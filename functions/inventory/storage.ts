@@ -22,7 +22,7 @@ import { createVolumeType, deleteExtraSpec, deleteVolumeType, listVolumeTypes, s
 import { shareBackendKey, sharePoolKey } from '../shares/model.js';
 import { allocatedOnSharePool, listShareBackends, listShares } from '../shares/repo.js';
 import { createShareType, deleteShareType, listShareTypes, setShareTypeFields } from '../shares/types.js';
-import { canonical, shareBackendConfig, typeFields, volumeBackendConfig } from './records.js';
+import { canonical, hasShareRoot, shareBackendConfig, typeFields, volumeBackendConfig } from './records.js';
 import type { LiveView } from './plan.js';
 import type { ShareBackendEntry, TypeEntry, VolumeBackendEntry } from './schema.js';
 
@@ -124,7 +124,7 @@ export async function addShareBackend(entry: ShareBackendEntry): Promise<void> {
     throw e;
   }
   await unretire('share', config.pools.map((p) => sharePoolKey(`${config.host}#${p.name}`)));
-  await mkdir(config.root, { recursive: true });
+  await makeShareRoot(entry);
 }
 
 export async function updateShareBackend(entry: ShareBackendEntry): Promise<void> {
@@ -132,7 +132,12 @@ export async function updateShareBackend(entry: ShareBackendEntry): Promise<void
   await db().send(
     new UpdateCommand({ TableName: tableName('share'), Key: shareBackendKey(config.host), UpdateExpression: 'SET config = :c', ConditionExpression: 'attribute_exists(pk)', ExpressionAttributeValues: { ':c': config } }),
   );
-  await mkdir(config.root, { recursive: true });
+  await makeShareRoot(entry);
+}
+
+/** A local kind's directory (an aws-efs backend has none: its file systems are made per share). */
+async function makeShareRoot(entry: ShareBackendEntry): Promise<void> {
+  if (hasShareRoot(entry)) await mkdir(entry.root, { recursive: true });
 }
 
 export async function removeShareBackend(config: ShareBackendConfig): Promise<void> {

@@ -167,33 +167,78 @@ export function taskBudgetSeconds(state: JsonObject): number {
  * state once; a state in a loop counts `sizing.runs` times. `unsized` lists what it could not size.
  */
 export function worstCaseSeconds(machine: JsonObject, policy: Pick<MachinePolicy, 'sizing'>): { seconds: number; unsized: string[] } {
+  const { total, unsized } = longestPath(machine, policy, (_name, state, inner) => {
+    switch (state.Type) {
+      case 'Task':
+        return taskBudgetSeconds(state);
+      case 'Wait':
+        return typeof state.Seconds === 'number' ? state.Seconds : undefined;
+      case 'Map':
+        return Math.ceil(inner.items / inner.concurrency) * inner.processor();
+      case 'Parallel':
+        return Math.max(0, ...inner.branches());
+      default:
+        return 0;
+    }
+  });
+  return { seconds: total, unsized };
+}
+
+/**
+ * The most history events a run writes on its longest path (AWS ends an execution at 25,000;
+ * infra/local/history-count.ts counts what a local run really wrote, the same way): 2 for the
+ * execution, Entered and Exited for every state visit, 3 per attempt of a Task (4 for a `.sync`
+ * one), a Map's or Parallel's own 4 plus 2 per iteration. Every Task makes one attempt, a Task the
+ * policy lists in `waits` also every attempt of its BackendNotReady wait (those are the runs that
+ * happen); a state in a loop counts `sizing.runs` times, as worstCaseSeconds counts them.
+ */
+export function worstCaseHistoryEvents(machine: JsonObject, policy: Pick<MachinePolicy, 'sizing' | 'waits' | 'waitRetrier'>): number {
+  const { total } = longestPath(machine, policy, (name, state, inner) => {
+    switch (state.Type) {
+      case 'Task': {
+        const attempts = 1 + (policy.waits?.includes(name) ? (policy.waitRetrier ?? BACKEND_WAIT).MaxAttempts : 0);
+        return 2 + attempts * (state.Resource === COPY_TASK_RESOURCE ? 4 : 3);
+      }
+      case 'Map':
+        return 4 + inner.items * (2 + inner.processor());
+      case 'Parallel':
+        return 4 + inner.branches().reduce((a, b) => a + b, 0);
+      default:
+        return 2;
+    }
+  });
+  return 2 + total;
+}
+
+interface Inner {
+  items: number;
+  concurrency: number;
+  processor: () => number;
+  branches: () => number[];
+}
+
+/** The most `cost` adds up to from StartAt to an end (a path visits a state once; `sizing.runs` multiplies); undefined costs are unsized. */
+function longestPath(machine: JsonObject, policy: Pick<MachinePolicy, 'sizing'>, costOf: (name: string, state: JsonObject, inner: Inner) => number | undefined): { total: number; unsized: string[] } {
   const unsized: string[] = [];
   const states = isObject(machine.States) ? machine.States : {};
   const cost = (name: string, state: JsonObject): number => {
     const runs = policy.sizing?.runs?.[name] ?? 1;
-    switch (state.Type) {
-      case 'Task':
-        return runs * taskBudgetSeconds(state);
-      case 'Wait':
-        if (typeof state.Seconds !== 'number') unsized.push(`${name}: a Wait without fixed Seconds cannot be sized`);
-        return runs * (typeof state.Seconds === 'number' ? state.Seconds : 0);
-      case 'Map': {
-        const items = policy.sizing?.mapItems?.[name];
-        const processor = state.ItemProcessor ?? state.Iterator;
-        if (items === undefined) unsized.push(`${name}: a Map needs sizing.mapItems in infra/asl/policy.ts`);
-        const concurrency = typeof state.MaxConcurrency === 'number' && state.MaxConcurrency > 0 ? state.MaxConcurrency : (items ?? 1);
-        const inner = isObject(processor) ? worstCaseSeconds(processor, policy) : { seconds: 0, unsized: [] };
-        unsized.push(...inner.unsized);
-        return runs * Math.ceil((items ?? 0) / concurrency) * inner.seconds;
-      }
-      case 'Parallel': {
-        const branches = (Array.isArray(state.Branches) ? state.Branches : []).filter(isObject).map((b) => worstCaseSeconds(b, policy));
-        for (const b of branches) unsized.push(...b.unsized);
-        return runs * Math.max(0, ...branches.map((b) => b.seconds));
-      }
-      default:
-        return 0;
-    }
+    const items = policy.sizing?.mapItems?.[name];
+    if (state.Type === 'Map' && items === undefined) unsized.push(`${name}: a Map needs sizing.mapItems in infra/asl/policy.ts`);
+    const sub = (m: unknown) => {
+      const r = isObject(m) ? longestPath(m, policy, costOf) : { total: 0, unsized: [] };
+      unsized.push(...r.unsized);
+      return r.total;
+    };
+    const inner: Inner = {
+      items: items ?? 0,
+      concurrency: typeof state.MaxConcurrency === 'number' && state.MaxConcurrency > 0 ? state.MaxConcurrency : (items ?? 1),
+      processor: () => sub(state.ItemProcessor ?? state.Iterator),
+      branches: () => (Array.isArray(state.Branches) ? state.Branches : []).filter(isObject).map(sub),
+    };
+    const c = costOf(name, state, inner);
+    if (c === undefined) unsized.push(`${name}: a Wait without fixed Seconds cannot be sized`);
+    return runs * (c ?? 0);
   };
   const nextOf = (state: JsonObject): string[] => {
     const next: string[] = [];
@@ -215,5 +260,5 @@ export function worstCaseSeconds(machine: JsonObject, policy: Pick<MachinePolicy
     visited.delete(name);
     return (costs.get(name) ?? 0) + tail;
   };
-  return { seconds: typeof machine.StartAt === 'string' ? longest(machine.StartAt, new Set()) : 0, unsized };
+  return { total: typeof machine.StartAt === 'string' ? longest(machine.StartAt, new Set()) : 0, unsized };
 }

@@ -92,6 +92,17 @@ export const BACKEND_WAIT = { ErrorEquals: ['BackendNotReady'], IntervalSeconds:
 export const FAILBACK_WAIT = { ErrorEquals: ['BackendNotReady'], IntervalSeconds: 300, MaxAttempts: 72, BackoffRate: 1 } as const satisfies Retrier;
 
 /**
+ * The wait of a share migration's phase 2 on a backend that replicates (aws-efs,
+ * functions/drivers/share/aws-efs-migration.ts): migration_complete holds the cast until the
+ * replica is close behind the source, then waits for the replica to hold everything written
+ * before the cast, then for the replication to be deleted and the source retired. A replication
+ * that has fallen behind catches up in minutes to hours, and giving up here fails phase 2 with
+ * both instances in error (upstream's outcome), so: every minute for up to 6 hours (360 runs, about
+ * 1,100 history events), not BACKEND_WAIT's hour.
+ */
+export const CUTOVER_WAIT = { ErrorEquals: ['BackendNotReady'], IntervalSeconds: 60, MaxAttempts: 360, BackoffRate: 1 } as const satisfies Retrier;
+
+/**
  * A Catch is one catcher of every error (`States.ALL`), writing it where the next step reads it:
  * `$.error` from a step, `$.rollbackError` from a step that is itself undoing an `$.error` (a
  * compensation whose own failure must not overwrite the error it was undoing).
@@ -190,22 +201,52 @@ export const MACHINE_POLICIES: Readonly<Record<StateMachineName, MachinePolicy>>
    * the backend made under the snapshot's name, and waits too should the backend still be at it.
    */
   'snapshot-create': { ...storageFlow, waits: ['CreateOnBackend', 'Failed'] },
-  'share-create': storageFlow,
-  'share-delete': storageFlow,
+  /**
+   * An EFS file system and its mount targets take a minute or two to become available, and as long
+   * to go (functions/drivers/share/aws-efs.ts): CreateOnBackend and its Rollback (deleteShare),
+   * DeleteOnBackend wait for them.
+   */
+  'share-create': { ...storageFlow, waits: ['CreateOnBackend', 'Rollback'] },
+  'share-delete': { ...storageFlow, waits: ['DeleteOnBackend'] },
   /**
    * Phase 1 of a host-assisted migration is up to MIGRATION_COPY_RUNS copy runs of up to five days
    * each (15.1 days with every step at its timeout on every attempt); a driver-assisted one is up to
-   * MIGRATION_DRIVER_POLLS polls (12.3 days if every poll used its whole budget). Twenty days
-   * covers the longer path and stays under the 24.8 days a local timer can count.
+   * MIGRATION_DRIVER_POLLS polls, each after the 5 s wait (a driver that copies in slices) or the
+   * 5-minute one (a backend that replicates by itself: 2000 polls are about 7 days of replication),
+   * 19.6 days if every poll used its whole budget and the destination's create waited its hour.
+   * Twenty days covers the longer path and stays under the 24.8 days a local timer can count.
    */
   'share-migration-start': {
     timeoutSeconds: 20 * DAY,
     retrier: 'transientOrDriver',
     tasks: { Cancel: 'cleanup', Rollback: 'cleanup' },
-    sizing: { runs: { CopyData: MIGRATION_COPY_RUNS, CopyEnded: MIGRATION_COPY_RUNS, WaitForDriver: MIGRATION_DRIVER_POLLS, DriverContinue: MIGRATION_DRIVER_POLLS } },
+    // The destination's share made (migration_start's, or HostPrepare's createShare) and removed
+    // again (DriverStartFailed, Cancel, Rollback) wait for an EFS file system and its mount targets.
+    waits: ['DriverStart', 'DriverStartFailed', 'HostPrepare', 'Cancel', 'Rollback'],
+    sizing: {
+      runs: {
+        CopyData: MIGRATION_COPY_RUNS,
+        CopyEnded: MIGRATION_COPY_RUNS,
+        WaitForDriver: MIGRATION_DRIVER_POLLS,
+        WaitForReplication: MIGRATION_DRIVER_POLLS,
+        DriverContinue: MIGRATION_DRIVER_POLLS,
+      },
+    },
   },
-  'share-migration-complete': { ...storageFlow, tasks: { DeleteRetired: 'cleanup', Rollback: 'cleanup' } },
-  'share-migration-cancel': { ...storageFlow, tasks: { Cancel: 'cleanup' } },
+  /**
+   * Phase 2: migration_complete (the cut-over of a replicating backend), the retired source's and
+   * a rolled-back destination's deleteShare wait (CUTOVER_WAIT). Its worst case, every Task at its
+   * timeout on every attempt of those waits, is 5.6 days: seven.
+   */
+  'share-migration-complete': {
+    ...storageFlow,
+    timeoutSeconds: 7 * DAY,
+    tasks: { DeleteRetired: 'cleanup', Rollback: 'cleanup' },
+    waits: ['DriverComplete', 'DeleteRetired', 'Rollback'],
+    waitRetrier: CUTOVER_WAIT,
+  },
+  /** The cleanup's migration_cancel deletes the replication and the replica, waiting for both to go. */
+  'share-migration-cancel': { ...storageFlow, tasks: { Cancel: 'cleanup' }, waits: ['Cancel'] },
   'server-create': serverFlow('BuildFailed'),
   'server-delete': serverFlow('DeleteFailed'),
   'server-power': serverFlow('PowerFailed'),

@@ -1,5 +1,6 @@
 /**
- * What the AWS drivers may do, granted to the functions that run them (wiring `callsVolumeDrivers`).
+ * What the AWS drivers may do, granted to the functions that run them (wiring `callsVolumeDrivers`,
+ * `callsShareDrivers`; the share drivers' statements are share-driver-permissions.ts's).
  * Written from the EC2 service authorization reference, and proven by test/infra/permissions.test.ts:
  * it runs every path of the aws-ebs driver against a mocked EC2 client, turns each recorded call into
  * the IAM requests EC2 authorizes (every resource type the action requires, with its tags), and
@@ -21,7 +22,7 @@ import { TAG_ADOPTED, TAG_BACKEND } from '../../functions/drivers/volume/aws-ebs
 import { TAG_REPLICATED } from '../../functions/drivers/volume/aws-ebs-replication.js';
 
 /** `arn:<partition>:ec2:*:<account>:<type>/*`; an EBS snapshot's ARN has no account in it. */
-const ec2Arn = (type: string) => `arn:${Aws.PARTITION}:ec2:*:${type === 'snapshot' ? '' : Aws.ACCOUNT_ID}:${type}/*`;
+export const ec2Arn = (type: string) => `arn:${Aws.PARTITION}:ec2:*:${type === 'snapshot' ? '' : Aws.ACCOUNT_ID}:${type}/*`;
 
 const taggedResource = { StringLike: { [`aws:ResourceTag/${TAG_BACKEND}`]: '*' } };
 const taggedRequest = { StringLike: { [`aws:RequestTag/${TAG_BACKEND}`]: '*' } };

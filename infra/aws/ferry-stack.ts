@@ -28,7 +28,7 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import type { Construct } from 'constructs';
 import { acknowledgeFunction, acknowledgeStateMachine, type AcknowledgementScope } from './acknowledgements.js';
 import { CopyWorker, RUN_TASK_SYNC, shareBackendsFromContext } from './copy-worker.js';
-import { grantVolumeDrivers } from './driver-permissions.js';
+import { grantDriverPermissions } from './share-driver-permissions.js';
 import { addInventoryResource, inventoryForDeploy, shareBackendsFor } from './inventory-resource.js';
 import type { Inventory } from '../../functions/inventory/schema.js';
 import { addHttpApi } from './http-api.js';
@@ -235,7 +235,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     for (const key of f.tables) this.table(key, f.name).grantReadWriteData(fn);
     if (f.usesBucket) this.bucket.grantReadWrite(fn);
     copyWorker?.grantMount(fn);
-    if (f.callsVolumeDrivers) grantVolumeDrivers(fn);
+    grantDriverPermissions(fn, f);
     const starts = f.starts ?? [];
     if (starts.length) {
       // One statement per action with every machine as a resource: the compute API starts a dozen

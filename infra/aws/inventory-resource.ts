@@ -1,6 +1,6 @@
 /**
  * `cdk deploy -c inventory=FILE`: the inventory, validated at synth with the AWS rules (no local
- * volume or compute driver, share roots on the share storage), becomes a custom resource whose
+ * volume or compute driver, local share backends' roots on the share storage), becomes a custom resource whose
  * provider runs the `deploy` function of the wiring table (functions/inventory/deploy.ts). It is
  * applied after every table, bucket and function exists, so a fresh deploy is usable at once, and
  * again on every deploy whose document changed.
@@ -10,6 +10,7 @@ import type { IFunction } from 'aws-cdk-lib/aws-lambda';
 import { LogGroup, type RetentionDays } from 'aws-cdk-lib/aws-logs';
 import { Provider } from 'aws-cdk-lib/custom-resources';
 import { INVENTORY_PROPERTY } from '../../functions/inventory/deploy.js';
+import { hasShareRoot } from '../../functions/inventory/records.js';
 import { parseInventory, type Inventory } from '../../functions/inventory/schema.js';
 import { readInventoryFile } from '../inventory-file.js';
 import { logicalIdOf } from './acknowledgements.js';
@@ -39,14 +40,17 @@ export function addInventoryResource(stack: Stack, onEvent: IFunction, inventory
 
 /**
  * With an inventory, the share storage (VPC, EFS, the copy worker and its interface endpoints, about
- * $58 a month idle) exists only when it names share backends; context `shareBackends=false` with an
- * inventory that names some is a contradiction, refused at synth.
+ * $58 a month idle) exists only when it names share backends of a local kind, whose shares are
+ * directories on that storage; an aws-efs backend makes a file system of its own per share and needs
+ * none of it (its functions then run outside any VPC and reach the EFS and EC2 APIs directly).
+ * Context `shareBackends=false` with an inventory that names local share backends is a
+ * contradiction, refused at synth.
  */
 export function shareBackendsFor(app: App, inventory: Inventory): boolean {
-  const wanted = inventory.shareBackends.length > 0;
+  const onStorage = inventory.shareBackends.filter(hasShareRoot);
+  const wanted = onStorage.length > 0;
   if (app.node.tryGetContext('shareBackends') !== undefined && shareBackendsFromContext(app) !== wanted) {
-    throw new Error(`context shareBackends=${String(!wanted)} contradicts the inventory, which names ${inventory.shareBackends.length} share backend(s): leave shareBackends out`);
+    throw new Error(`context shareBackends=${String(!wanted)} contradicts the inventory, which names ${onStorage.length} share backend(s) on the share storage: leave shareBackends out`);
   }
   return wanted;
 }
-

@@ -65,7 +65,7 @@ export function volumeCheck(connectorHost: string | undefined): Check {
   };
 }
 
-/** How long the replication check waits for the first replica (SMOKE_REPLICATION_WAIT_MINUTES, default 45: EBS passes run every 5 minutes). */
+/** How long the replication check waits for the first replica, and an EFS migration for each phase (SMOKE_REPLICATION_WAIT_MINUTES, default 45: EBS passes and EFS polls run every 5 minutes). */
 const replicationWaitMs = () => Number(process.env.SMOKE_REPLICATION_WAIT_MINUTES ?? 45) * 60_000;
 
 interface TargetLag {
@@ -128,20 +128,28 @@ export const shareMigrationCheck: Check = {
     const local = Boolean(before && existsSync(before));
     const content = randomUUID();
     if (local) await writeFile(join(before!, 'smoke.txt'), content);
+    // An EFS share (its export a file system's DNS name) moves by EFS replication, driver-assisted,
+    // with what EFS promises; the copy worker cannot mount a share's own file system. Any other
+    // share is copied host-assisted, so the copy worker is exercised.
+    const efs = /\.efs\.[a-z0-9-]+\.amazonaws\.com:\//.test(before ?? '');
+    const flags = efs
+      ? '--writable True --preserve-metadata True --preserve-snapshots False --nondisruptive False'
+      : '--writable False --preserve-metadata False --preserve-snapshots False --nondisruptive False --force-host-assisted-migration True';
     for (const dest of [to, from]) {
-      await cli(t, `manila migration-start ${id} ${dest} --writable False --preserve-metadata False --preserve-snapshots False --nondisruptive False --force-host-assisted-migration True`);
+      await cli(t, `manila migration-start ${id} ${dest} ${flags}`);
       // Phase 1 ends in data_copying_completed (host-assisted) or migration_driver_phase1_done (driver-assisted).
       const phase1Done = (s: Record<string, string>) => ['data_copying_completed', 'migration_driver_phase1_done', 'migration_error'].includes(s.task_state ?? '');
-      await waitFor(`${name} phase 1 to ${dest}`, () => share(t, id), phase1Done);
+      // EFS replication polls every 5 minutes and its first sync takes minutes more.
+      await waitFor(`${name} phase 1 to ${dest}`, () => share(t, id), phase1Done, efs ? replicationWaitMs() : undefined);
       if ((await share(t, id)).task_state === 'migration_error') throw new Error(`migration of ${name} to ${dest} failed in phase 1`);
       await cli(t, `manila migration-complete ${id}`);
-      await waitFor(`${name} on ${dest}`, () => share(t, id), (s) => s.task_state === 'migration_success' || s.task_state === 'migration_error');
+      await waitFor(`${name} on ${dest}`, () => share(t, id), (s) => s.task_state === 'migration_success' || s.task_state === 'migration_error', efs ? replicationWaitMs() : undefined);
       const after = await share(t, id);
       if (after.task_state !== 'migration_success' || after.host !== dest) throw new Error(`after migration-complete ${name} is ${after.task_state} on ${after.host}`);
     }
     if (local && (await readFile(join((await exportPath())!, 'smoke.txt'), 'utf8')) !== content) throw new Error(`the file written into ${name} before the migrations did not come back unchanged`);
     await cli(t, `manila delete ${id}`);
     await waitFor(`share ${name} deleted`, () => gone(t, `manila show ${id}`), (g) => g);
-    return `${from} -> ${to} -> ${from} (host-assisted)${local ? ', a file byte-identical' : '; data not checked (the export is not on this machine)'}`;
+    return `${from} -> ${to} -> ${from} (${efs ? 'driver-assisted, EFS replication' : 'host-assisted'})${local ? ', a file byte-identical' : '; data not checked (the export is not on this machine)'}`;
   },
 };

@@ -1,7 +1,8 @@
 /**
  * `cdk deploy -c inventory=FILE`: the example AWS inventory synthesizes into one custom resource
  * run by the wiring's deploy function, carrying the validated document; cdk-nag has nothing to say
- * about it; an inventory with a local driver fails synth with the reason.
+ * about it; an inventory with a local driver fails synth with the reason. Its share backends are
+ * aws-efs ones, which need no share storage of the stack's own.
  */
 import { resolve } from 'node:path';
 import { App } from 'aws-cdk-lib';
@@ -32,7 +33,7 @@ test('one inventory resource, applied by the deploy function through the provide
   // Validated with the AWS rules: defaults filled in, no local volume or compute driver.
   expect(doc.cells).toEqual([]);
   expect(doc.volumeBackends.every((b) => b.driver === 'aws-ebs')).toBe(true);
-  expect(doc.shareBackends.every((b) => b.root.startsWith('/mnt/ferry-shares/'))).toBe(true);
+  expect(doc.shareBackends.map((b) => [b.host, b.driver])).toEqual([['ferry@efs-a', 'aws-efs'], ['ferry@efs-b', 'aws-efs']]);
   const token = JSON.stringify(custom[0]!.Properties.ServiceToken);
   const provider = Object.entries(resources).find(([id, r]) => r.Type === 'AWS::Lambda::Function' && id.startsWith('InventoryProviderframeworkonEvent'));
   expect(provider).toBeDefined();
@@ -40,11 +41,15 @@ test('one inventory resource, applied by the deploy function through the provide
   expect(JSON.stringify(provider![1].Properties.Environment)).toContain(stack.resolve(stack.getLogicalId(stack.functions.get('inventory-apply')!.node.defaultChild as never)));
 });
 
-test('the deploy function mounts the share storage, where it makes the share backends\' roots', () => {
+test('with only aws-efs share backends the stack has no share storage: the deploy function runs outside any VPC, nothing mounted', () => {
+  // An aws-efs backend has no root to make (a file system per share, made by the driver through the EFS API).
   const id = stack.resolve(stack.getLogicalId(stack.functions.get('inventory-apply')!.node.defaultChild as never)) as string;
   const fn = resources[id]!.Properties;
-  expect(fn.VpcConfig?.SubnetIds).toBeDefined();
-  expect(fn.FileSystemConfigs).toEqual([expect.objectContaining({ LocalMountPath: '/mnt/ferry-shares' })]);
+  expect(fn.VpcConfig).toBeUndefined();
+  expect(fn.FileSystemConfigs).toBeUndefined();
+  expect(stack.copyWorker).toBeUndefined();
+  expect(Object.values(resources).map((r) => r.Type)).not.toEqual(expect.arrayContaining(['AWS::EFS::FileSystem']));
+  expect(Object.values(resources).map((r) => r.Type)).not.toEqual(expect.arrayContaining(['AWS::EC2::VPC']));
 });
 
 test('cdk-nag reports nothing unacknowledged on the inventory resource', () => {
@@ -58,12 +63,14 @@ test('an inventory with a local driver fails synth with the reason', () => {
   expect(() => buildFerryApp(sandbox, { nag: false })).toThrow(/volume backend ferry@lvm-a: driver local keeps volumes in one Lambda's \/tmp; on AWS use aws-ebs/);
 });
 
-test('the share storage exists only when the inventory names share backends; a contradicting context is refused', () => {
-  // The template without share storage is monitoring.test.ts's (shareBackends=false); here what decides it.
+test('the share storage exists only when the inventory names share backends of a local kind; a contradicting context is refused', () => {
+  // The template with share storage is copy-worker.test.ts's (the default synth); here what decides it.
   const ebsOnly = { ...(structuredClone(stack.inventory) as Inventory), shareBackends: [] };
+  const withLocal = structuredClone(stack.inventory) as Inventory;
+  withLocal.shareBackends.push({ host: 'ferry@nfs-a', driver: 'local-a', root: '/mnt/ferry-shares/nfs-a', shareBackendName: 'nfs-a', protocols: ['NFS'], pools: [{ name: 'pool0', totalCapacityGb: 10 }] });
   expect(shareBackendsFor(new App(), ebsOnly)).toBe(false);
-  expect(shareBackendsFor(new App(), stack.inventory!)).toBe(true);
-  expect(Object.values(resources).map((r) => r.Type)).toEqual(expect.arrayContaining(['AWS::EC2::VPCEndpoint', 'AWS::EFS::FileSystem']));
-  expect(() => shareBackendsFor(new App({ context: { shareBackends: 'false' } }), stack.inventory!)).toThrow(/contradicts the inventory, which names 2 share backend/);
-  expect(() => buildFerryApp(new App({ context: { inventory: AWS_EXAMPLE, shareBackends: 'false' } }), { nag: false })).toThrow(/contradicts the inventory/);
+  expect(shareBackendsFor(new App(), stack.inventory!)).toBe(false);
+  expect(shareBackendsFor(new App(), withLocal)).toBe(true);
+  expect(() => shareBackendsFor(new App({ context: { shareBackends: 'false' } }), withLocal)).toThrow(/contradicts the inventory, which names 1 share backend\(s\) on the share storage/);
+  expect(() => buildFerryApp(new App({ context: { inventory: AWS_EXAMPLE, shareBackends: 'true' } }), { nag: false })).toThrow(/shareBackends=true contradicts the inventory, which names 0 share backend/);
 });

@@ -89,13 +89,30 @@ describe('ferry inventory against a deployed stack (its tables, AWS credentials)
     expect(shown.out).not.toContain('/tmp');
   });
 
-  test('a share backend is refused from here (its root is on the stack\'s EFS), nothing written', async () => {
-    const withShares = await ferry('inventory', 'apply', AWS_EXAMPLE);
+  test('a share backend of a local kind is refused from here (its root is on the stack\'s EFS), nothing written', async () => {
+    const file = await inventoryFile('local-shares.yaml', (inv) => {
+      for (const n of ['nfs-a', 'nfs-b']) inv.shareBackends.push({ host: `ferry@${n}`, driver: 'local-a', root: `/mnt/ferry-shares/${n}`, shareBackendName: n, protocols: ['NFS'], pools: [{ name: 'pool0', totalCapacityGb: 100 }] });
+    });
+    const withShares = await ferry('inventory', 'apply', file);
     const shown = await ferry('inventory', 'show');
 
     expect(withShares.code).toBe(2);
     expect(withShares.out).toMatch(/share backend\(s\) ferry@nfs-a, ferry@nfs-b: .*only the deployed functions mount; apply this inventory with `cdk deploy -c inventory=FILE`/);
     expect(shown.out).not.toContain('ferry@nfs-a');
+    expect(shown.out).not.toContain('ferry@efs-a');
+  });
+
+  test('aws-efs share backends apply from here (no root to make): the example as it is, then nothing to change', async () => {
+    const first = await ferry('inventory', 'apply', AWS_EXAMPLE);
+    const second = await ferry('inventory', 'apply', AWS_EXAMPLE);
+    const shown = await ferry('inventory', 'show');
+
+    expect(first.code, first.out).toBe(0);
+    expect(first.out).toMatch(/^\+ share backend ferry@efs-a$/m);
+    expect(first.out).toMatch(/^\+ share backend ferry@efs-b$/m);
+    expect(second.code, second.out).toBe(0);
+    expect(second.out).toMatch(/nothing to change/);
+    expect(shown.out).toContain('ferry@efs-b');
   });
 
   test('the AWS rules apply: the local sandbox inventory is refused with the reason', async () => {

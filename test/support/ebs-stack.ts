@@ -4,16 +4,12 @@
  * the API (test/integration/volumes-ebs*.test.ts).
  */
 import { EC2Client } from '@aws-sdk/client-ec2';
-import { mkdtemp, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { mockClient, type AwsClientStub } from 'aws-sdk-client-mock';
-import { stringify } from 'yaml';
 import { clearDriverCache } from '../../functions/drivers/volume/registry.js';
 import type { Inventory } from '../../functions/inventory/schema.js';
-import { SANDBOX_INVENTORY, readInventoryFile } from '../../infra/inventory-file.js';
 import { FakeEc2, fakeRegions, wireFakeEc2 } from './fake-ec2.js';
-import { useLocalStack, type TestLocalStack } from './stack.js';
+import { useSandboxStackWith } from './sandbox-stack.js';
+import type { TestLocalStack } from './stack.js';
 
 export interface EbsStack {
   stack: TestLocalStack;
@@ -41,13 +37,11 @@ export async function startEbsStack(options: {
   const fake = fakes.values().next().value ?? new FakeEc2(options.backends[0]?.host);
   wireFakeEc2(ec2, options.zones ? fakes : fake);
   for (const instance of options.instances ?? []) fake.devices.set(instance, ['/dev/sda1']);
-  const inventory = structuredClone(readInventoryFile(SANDBOX_INVENTORY)) as Inventory;
-  if (options.onlyThese) inventory.volumeBackends = [];
-  inventory.volumeBackends.push(...options.backends);
-  inventory.volumeTypes.push(...options.types);
-  const file = join(await mkdtemp(join(tmpdir(), 'ferry-ebs-')), 'inventory.yaml');
-  await writeFile(file, stringify(inventory));
-  const stack = await useLocalStack({ inventory: file });
+  const stack = await useSandboxStackWith((inventory) => {
+    if (options.onlyThese) inventory.volumeBackends = [];
+    inventory.volumeBackends.push(...options.backends);
+    inventory.volumeTypes.push(...options.types);
+  });
   return {
     stack,
     fake,

@@ -11,39 +11,17 @@
  * (MountTargetConflict), a policy that is malformed, names an unknown role (when `knownRoles` is
  * set) or grants `*` without a condition (block public access), a security group still used by a
  * mount target (DependencyViolation), an ingress rule twice (InvalidPermission.Duplicate) and the
- * revoke of one not there (InvalidPermission.NotFound). Any call can be made to fail, before or
- * after its effect (`failNext`): a throttle, a lost reply.
+ * revoke of one not there (InvalidPermission.NotFound), a file system in a replication deleted.
+ * Any call can fail before or after its effect (`failNext`): a throttle, a lost reply. Replication,
+ * the clock and a data plane are fake-efs-replication.ts's (`replication`).
  */
-import {
-  AuthorizeSecurityGroupIngressCommand,
-  CreateSecurityGroupCommand,
-  DeleteSecurityGroupCommand,
-  DescribeSecurityGroupsCommand,
-  RevokeSecurityGroupIngressCommand,
-  UpdateSecurityGroupRuleDescriptionsIngressCommand,
-  type EC2Client,
-  type Filter,
-  type IpPermission,
-  type SecurityGroup,
-} from '@aws-sdk/client-ec2';
-import {
-  CreateFileSystemCommand,
-  CreateMountTargetCommand,
-  DeleteFileSystemCommand,
-  DeleteMountTargetCommand,
-  DescribeFileSystemPolicyCommand,
-  DescribeFileSystemsCommand,
-  DescribeMountTargetsCommand,
-  PutFileSystemPolicyCommand,
-  TagResourceCommand,
-  type EFSClient,
-  type FileSystemDescription,
-  type MountTargetDescription,
-  type Tag,
-} from '@aws-sdk/client-efs';
+import { AuthorizeSecurityGroupIngressCommand, CreateSecurityGroupCommand, DeleteSecurityGroupCommand, DescribeSecurityGroupsCommand, RevokeSecurityGroupIngressCommand, UpdateSecurityGroupRuleDescriptionsIngressCommand, type EC2Client, type Filter, type IpPermission, type SecurityGroup } from '@aws-sdk/client-ec2';
+import { CreateFileSystemCommand, CreateMountTargetCommand, DeleteFileSystemCommand, DeleteMountTargetCommand, DescribeFileSystemPolicyCommand, DescribeFileSystemsCommand, DescribeMountTargetsCommand, PutFileSystemPolicyCommand, TagResourceCommand, type EFSClient, type FileSystemDescription, type MountTargetDescription, type Tag } from '@aws-sdk/client-efs';
 import type { AwsClientStub } from 'aws-sdk-client-mock';
 import type { AwsEfsShareBackendConfig } from '../../functions/drivers/share/driver.js';
+import { BackendNotReady } from '../../functions/core/errors.js';
 import { awsError } from './fake-ec2.js';
+import { efsError, FakeEfsReplication, wireFakeEfsReplication } from './fake-efs-replication.js';
 
 export const FAKE_EFS_ACCOUNT = '111122223333';
 export const FAKE_EFS_REGION = 'eu-west-1';
@@ -66,7 +44,6 @@ export function efsBackend(host: string, over: Partial<AwsEfsShareBackendConfig>
   };
 }
 
-const efsError = (name: string, message: string, extra: object = {}) => Object.assign(awsError(name, message), { ErrorCode: name, ...extra });
 const CLIENT_ACTIONS = new Set(['elasticfilesystem:ClientMount', 'elasticfilesystem:ClientWrite', 'elasticfilesystem:ClientRootAccess']);
 const PRINCIPAL_RE = /^(\*|\d{12}|arn:aws:iam::(\d{12}):(root|role\/[\w+=,.@/-]+|user\/[\w+=,.@/-]+))$/;
 const SG_TEXT_RE = /^[a-zA-Z0-9. _\-:/()#,@[\]+=&;{}!$*]{0,255}$/;
@@ -96,8 +73,11 @@ export class FakeEfs {
   private looks = new Map<string, number>();
   private failures = new Map<string, { error: Error; after: boolean }[]>();
   private next = 1;
+  replication = new FakeEfsReplication();
 
-  constructor(readonly region = FAKE_EFS_REGION) {}
+  constructor(readonly region = FAKE_EFS_REGION) {
+    this.replication.regions.set(region, this);
+  }
 
   /** The next call of `command` fails with `error`: before its effect, or after it (`after`: a lost reply). */
   failNext(command: string, error: Error, options: { after?: boolean } = {}): void {
@@ -124,6 +104,7 @@ export class FakeEfs {
 
   call(service: 'efs' | 'ec2', command: string, input: Record<string, unknown>, answer: () => unknown): unknown {
     this.calls.push({ service, command, input: structuredClone(input) });
+    this.replication.tick();
     const failure = this.failures.get(command)?.shift();
     if (failure && !failure.after) throw failure.error;
     const out = answer();
@@ -172,6 +153,7 @@ export class FakeEfs {
       PerformanceMode: (i.PerformanceMode ?? 'generalPurpose') as FileSystemDescription['PerformanceMode'],
       ThroughputMode: (i.ThroughputMode ?? 'bursting') as FileSystemDescription['ThroughputMode'],
       Encrypted: i.Encrypted === true,
+      FileSystemProtection: { ReplicationOverwriteProtection: 'ENABLED' },
       Tags: structuredClone(i.Tags ?? []),
     };
     this.fileSystems.set(id, fs);
@@ -196,6 +178,7 @@ export class FakeEfs {
   deleteFileSystem(i: { FileSystemId: string }) {
     const fs = this.fs(i.FileSystemId);
     if (this.liveMountTargets(i.FileSystemId).length > 0) throw efsError('FileSystemInUse', `File system '${i.FileSystemId}' has mount targets.`);
+    if (this.replication.of(this.region, i.FileSystemId)) throw efsError('FileSystemInUse', `File system '${i.FileSystemId}' is part of a replication configuration.`);
     if (fs.LifeCycleState === 'creating' || fs.LifeCycleState === 'updating') throw efsError('IncorrectFileSystemLifeCycleState', `File system '${i.FileSystemId}' is ${fs.LifeCycleState}.`);
     fs.LifeCycleState = 'deleting';
     return {};
@@ -395,4 +378,17 @@ export function wireFakeEfs(efs: AwsClientStub<EFSClient>, ec2: AwsClientStub<EC
     const stub = (service === 'efs' ? efs : ec2) as AwsClientStub<EFSClient>;
     stub.on(Command as never).callsFake((input: Record<string, unknown>) => fake.call(service, Command.name.replace(/Command$/, ''), input, () => (fake[method] as (i: object) => unknown).call(fake, input)));
   }
+  wireFakeEfsReplication(efs as never, fake);
+}
+
+/** Calls until it stops answering BackendNotReady (as a state machine's Task retry would), counting those answers; bounded. */
+export async function untilReady<T>(call: () => Promise<T>, most = 30): Promise<{ value: T; notReady: number }> {
+  for (let notReady = 0; notReady < most; notReady++) {
+    try {
+      return { value: await call(), notReady };
+    } catch (e) {
+      if (!(e instanceof BackendNotReady)) throw e;
+    }
+  }
+  throw new Error(`still not ready after ${most} calls`);
 }

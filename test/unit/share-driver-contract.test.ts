@@ -42,25 +42,33 @@ describeShareDriverContract('local-a', localBackend('local-a'));
 describeShareDriverContract('local-b', localBackend('local-b'));
 
 /**
- * Each backend its own account: a fake EFS and EC2 behind clients of its own (mockClient of an
- * instance mocks that instance only). No data access: the suite cannot write files into an EFS.
+ * The backends of one test share one account and region: one fake EFS and EC2 behind one pair of
+ * clients (mockClient of an instance mocks that instance only), so a migration's replica is made
+ * where the destination's driver finds it. No data access: the suite cannot write files into an EFS.
  */
+let world: { efs: EFSClient; ec2: EC2Client; fake: FakeEfs; restore(): void } | undefined;
 describeShareDriverContract('aws-efs', async (host) => {
-  const efs = new EFSClient({ region: 'eu-west-1' });
-  const ec2 = new EC2Client({ region: 'eu-west-1' });
-  const efsMock = mockClient(efs);
-  const ec2Mock = mockClient(ec2);
-  const fake = new FakeEfs();
-  // The contract's user rule names the role `alice`: IAM refuses a policy naming a role that does not exist.
-  fake.knownRoles = new Set(['alice']);
-  wireFakeEfs(efsMock, ec2Mock, fake);
+  if (!world) {
+    const efs = new EFSClient({ region: 'eu-west-1' });
+    const ec2 = new EC2Client({ region: 'eu-west-1' });
+    const efsMock = mockClient(efs);
+    const ec2Mock = mockClient(ec2);
+    const fake = new FakeEfs();
+    // The contract's user rule names the role `alice`: IAM refuses a policy naming a role that does not exist.
+    fake.knownRoles = new Set(['alice']);
+    // The driver and the fake read one clock, which every call moves on by a second.
+    fake.replication.tickMs = 1000;
+    wireFakeEfs(efsMock, ec2Mock, fake);
+    world = { efs, ec2, fake, restore: () => (efsMock.restore(), ec2Mock.restore()) };
+  }
+  const { efs, ec2, fake } = world;
   const backend = efsBackend(host);
   return {
-    driver: new AwsEfsShareDriver(backend, { efs, ec2, pollIntervalMs: 0, pollAttempts: 4 }),
+    driver: new AwsEfsShareDriver(backend, { efs, ec2, pollIntervalMs: 0, pollAttempts: 4, now: () => fake.replication.time }),
     backend,
     cleanup: async () => {
-      efsMock.restore();
-      ec2Mock.restore();
+      world?.restore();
+      world = undefined;
     },
   };
 });

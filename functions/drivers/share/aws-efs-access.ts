@@ -45,6 +45,8 @@ export const SID_IP_CLIENTS = 'ferry-ip-clients';
 export const SID_NO_ACCESS = 'ferry-no-access';
 /** A Deny of ClientWrite to everyone while the share is over its size (ShareQuotaDriver.enforceQuota). */
 export const SID_QUOTA = 'ferry-quota-exceeded';
+/** A Deny of ClientWrite to everyone from phase 2 of a migration on (the read-only cast, aws-efs-migration.ts). */
+export const SID_MIGRATION_READ_ONLY = 'ferry-migration-read-only';
 const VIA_MOUNT_TARGET = { Bool: { 'elasticfilesystem:AccessedViaMountTarget': 'true' } };
 const DESCRIPTION_MAX = 255;
 /** EFS's limit on a file system policy. */
@@ -143,9 +145,10 @@ function compressIpv6(groups: number[]): string {
 
 /**
  * The ingress and policy a rule set needs, or the reason EFS cannot hold it (a string: the caller
- * refuses the set before changing anything). `quotaBlocked` adds the quota's Deny of writes.
+ * refuses the set before changing anything). `quotaBlocked` adds the quota's Deny of writes,
+ * `castReadOnly` a migration's (kept through every rule change until the migration ends).
  */
-export function planAccess(rules: DriverAccessRule[], fs: FileSystemRef, quotaBlocked: boolean): AccessPlan | string {
+export function planAccess(rules: DriverAccessRule[], fs: FileSystemRef, quotaBlocked: boolean, castReadOnly = false): AccessPlan | string {
   const ranges = new Map<string, IpEntry[]>();
   const users: PolicyStatement[] = [];
   const ipLevels = new Set<string>();
@@ -181,10 +184,24 @@ export function planAccess(rules: DriverAccessRule[], fs: FileSystemRef, quotaBl
   statements.push(...users);
   if (statements.length === 0) statements.push({ Sid: SID_NO_ACCESS, Effect: 'Deny', Principal: { AWS: '*' }, Action: [CLIENT_MOUNT, CLIENT_WRITE, CLIENT_ROOT], Resource: fs.arn });
   if (quotaBlocked) statements.push({ Sid: SID_QUOTA, Effect: 'Deny', Principal: { AWS: '*' }, Action: [CLIENT_WRITE], Resource: fs.arn });
+  if (castReadOnly) statements.push(readOnlyCast(fs));
   const policy: PolicyDocument = { Version: '2012-10-17', Id: 'ferry-access', Statement: statements };
   const size = JSON.stringify(policy).length;
   if (size > POLICY_MAX) return `the policy for these rules would be ${size} characters, more than EFS's ${POLICY_MAX}: too many user rules`;
   return { ingress, policy };
+}
+
+const readOnlyCast = (fs: FileSystemRef): PolicyStatement => ({ Sid: SID_MIGRATION_READ_ONLY, Effect: 'Deny', Principal: { AWS: '*' }, Action: [CLIENT_WRITE], Resource: fs.arn });
+
+/**
+ * The policy with a migration's read-only cast put on (`on`) or lifted, nothing else changed. A
+ * file system with no policy (EFS's default grants every client everything) is cast from the
+ * policy of no rules, which grants nothing, so lifting the cast never widens what it held.
+ */
+export function withReadOnlyCast(doc: PolicyDocument | undefined, fs: FileSystemRef, on: boolean): PolicyDocument {
+  const base = doc ?? (planAccess([], fs, false) as AccessPlan).policy;
+  const kept = base.Statement.filter((st) => st.Sid !== SID_MIGRATION_READ_ONLY);
+  return { ...base, Statement: on ? [...kept, readOnlyCast(fs)] : kept };
 }
 
 const asList = <T>(v: T | T[] | undefined): T[] => (v === undefined ? [] : Array.isArray(v) ? v : [v]);
@@ -208,16 +225,17 @@ export function parsePolicy(text: string | undefined): PolicyDocument | undefine
   }
 }
 
-/** What a policy grants, read back: the ip clients' level, the user rules, the quota's block. `undefined` policy: EFS's default (anonymous clients get everything). */
-export function readPolicy(doc: PolicyDocument | undefined): { ipLevel?: 'ro' | 'rw'; users: (IpEntry & { level: 'ro' | 'rw' })[]; quotaBlocked: boolean } {
-  if (!doc) return { ipLevel: 'rw', users: [], quotaBlocked: false };
+/** What a policy grants, read back: the ip clients' level, the user rules, the quota's and a migration's blocks. `undefined` policy: EFS's default (anonymous clients get everything). */
+export function readPolicy(doc: PolicyDocument | undefined): { ipLevel?: 'ro' | 'rw'; users: (IpEntry & { level: 'ro' | 'rw' })[]; quotaBlocked: boolean; castReadOnly: boolean } {
+  if (!doc) return { ipLevel: 'rw', users: [], quotaBlocked: false, castReadOnly: false };
   const levelOf = (s: PolicyStatement): 'ro' | 'rw' | undefined => {
     const actions = asList(s.Action);
     return !actions.includes(CLIENT_MOUNT) ? undefined : actions.includes(CLIENT_WRITE) ? 'rw' : 'ro';
   };
-  const out: ReturnType<typeof readPolicy> = { users: [], quotaBlocked: false };
+  const out: ReturnType<typeof readPolicy> = { users: [], quotaBlocked: false, castReadOnly: false };
   for (const s of doc.Statement) {
     if (s.Sid === SID_QUOTA && s.Effect === 'Deny') out.quotaBlocked = true;
+    if (s.Sid === SID_MIGRATION_READ_ONLY && s.Effect === 'Deny') out.castReadOnly = true;
     if (s.Effect !== 'Allow') continue;
     if (s.Sid === SID_IP_CLIENTS && asList(s.Principal?.AWS).includes('*')) out.ipLevel = levelOf(s);
     const m = USER_SID_RE.exec(s.Sid ?? '');

@@ -11,6 +11,7 @@ import type { EC2Client, IpPermission, SecurityGroup } from '@aws-sdk/client-ec2
 import type { EFSClient, FileSystemDescription, MountTargetDescription } from '@aws-sdk/client-efs';
 import { BackendNotReady, DriverError } from '../../core/errors.js';
 import type { AwsEfsShareBackendConfig } from './driver.js';
+import { parsePolicy, policyKey, type PolicyDocument } from './aws-efs-access.js';
 import {
   DEFAULT_POLL_ATTEMPTS,
   DEFAULT_POLL_INTERVAL_MS,
@@ -18,6 +19,7 @@ import {
   GONE_STATES,
   MT_CONFLICT,
   MT_NOT_FOUND,
+  POLICY_NOT_FOUND,
   SG_DUPLICATE,
   SG_IN_USE,
   SG_NOT_FOUND,
@@ -34,6 +36,8 @@ import {
   type AwsEfsDriverOptions,
 } from './aws-efs-sdk.js';
 
+const NAME_RE = /^share-[0-9a-f-]{36}$/;
+
 export class EfsBackend {
   readonly backendHost: string;
   protected readonly pollIntervalMs: number;
@@ -43,7 +47,7 @@ export class EfsBackend {
 
   constructor(
     protected readonly config: AwsEfsShareBackendConfig,
-    options: AwsEfsDriverOptions = {},
+    protected readonly options: AwsEfsDriverOptions = {},
   ) {
     this.backendHost = config.host;
     this.efsClient = options.efs;
@@ -93,7 +97,48 @@ export class EfsBackend {
     }
   }
 
+  protected checkName(name: string): string {
+    if (!NAME_RE.test(name)) throw this.fail(`invalid share name ${JSON.stringify(name)}`, { name });
+    return name;
+  }
+
   // ---- file systems ----------------------------------------------------------------------------
+
+  /** The share's available file system, or a DriverError (not there) / BackendNotReady (still being made). */
+  protected async availableFileSystemOf(name: string): Promise<FileSystemDescription> {
+    const fs = await this.liveFileSystemOf(name);
+    if (!fs) throw this.fail(`share ${name} does not exist`, { name });
+    return this.untilAvailable(fs, name);
+  }
+
+  protected async policyOf(fileSystemId: string): Promise<PolicyDocument | undefined> {
+    const out = await this.send(
+      'DescribeFileSystemPolicy',
+      { fileSystemId },
+      async () => (await this.efs()).send(new (await efsSdk()).DescribeFileSystemPolicyCommand({ FileSystemId: fileSystemId })),
+      [POLICY_NOT_FOUND],
+    );
+    return parsePolicy(out?.Policy);
+  }
+
+  /** Puts the policy unless the file system holds one that grants the same (a repeated set changes nothing). */
+  protected async putPolicy(fileSystemId: string, current: PolicyDocument | undefined, wanted: PolicyDocument, name: string): Promise<void> {
+    if (current && policyKey(current) === policyKey(wanted)) return;
+    await this.send('PutFileSystemPolicy', { name, fileSystemId }, async () =>
+      (await this.efs()).send(new (await efsSdk()).PutFileSystemPolicyCommand({ FileSystemId: fileSystemId, Policy: JSON.stringify(wanted) })),
+    );
+  }
+
+  /** Sets tags of the driver's own keys on a file system (the quota, a migration's marks). */
+  protected async tagFileSystem(fileSystemId: string, tags: Record<string, string>, name: string): Promise<void> {
+    await this.send('TagResource', { name, fileSystemId }, async () =>
+      (await this.efs()).send(new (await efsSdk()).TagResourceCommand({ ResourceId: fileSystemId, Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) })),
+    );
+  }
+
+  protected async untagFileSystem(fileSystemId: string, keys: string[], name: string): Promise<void> {
+    await this.send('UntagResource', { name, fileSystemId }, async () => (await this.efs()).send(new (await efsSdk()).UntagResourceCommand({ ResourceId: fileSystemId, TagKeys: keys })));
+  }
 
   /** The file system a share name's creation token names, in any state (deleting ones too), or undefined. */
   protected async fileSystemOf(name: string): Promise<FileSystemDescription | undefined> {

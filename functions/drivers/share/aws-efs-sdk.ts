@@ -32,6 +32,10 @@ export const TAG_SHARE_NAME = 'ferry:share-name';
 export const TAG_POOL = 'ferry:pool';
 /** The share's size in GiB: EFS has none, the driver keeps it (set at create, raised by extend). */
 export const TAG_QUOTA_GB = 'ferry:quota-gb';
+/** On a migration's source: when its read-only cast was complete (ISO time; aws-efs-migration.ts). */
+export const TAG_MIGRATION_CAST = 'ferry:migration-cast-at';
+/** On a migration's source: the replica its phase 2 cuts over to (set before the replication is deleted). */
+export const TAG_MIGRATION_CUTOVER = 'ferry:migration-cutover';
 
 /** States of a file system or mount target that is going or gone: not a share, not a mount target. */
 export const GONE_STATES = new Set(['deleting', 'deleted']);
@@ -47,6 +51,7 @@ export const SG_DUPLICATE = 'InvalidGroup.Duplicate';
 export const SG_IN_USE = 'DependencyViolation';
 export const RULE_DUPLICATE = 'InvalidPermission.Duplicate';
 export const RULE_NOT_FOUND = 'InvalidPermission.NotFound';
+export const REPLICATION_NOT_FOUND = 'ReplicationNotFound';
 
 export interface AwsEfsDriverOptions {
   /** The EFS client of the backend's region (tests inject a mocked one); default: made on first use. */
@@ -55,6 +60,10 @@ export interface AwsEfsDriverOptions {
   ec2?: EC2Client;
   pollIntervalMs?: number;
   pollAttempts?: number;
+  /** The clock a migration's cast time is taken from and compared with EFS's LastReplicatedTimestamp; default Date.now. */
+  now?: () => number;
+  /** The clients of a migration destination in another region (tests inject them); default: made on first use. */
+  clientsFor?: (region: string) => { efs?: EFSClient; ec2?: EC2Client };
 }
 
 /** The EFS SDK module: loaded on the first EFS call, so a function that never calls EFS never imports it. */

@@ -23,27 +23,14 @@
  * (enforceQuota, for a periodic caller; every policy updateAccess writes blocks writes exactly when
  * the share is over its size).
  *
- * Not here yet: driver-assisted migration (EFS replication): `features` declares no destination,
- * so every migration method refuses and a migration is host-assisted.
+ * Driver-assisted migration to another aws-efs backend is EFS replication (aws-efs-migration.ts,
+ * the class this one extends).
  */
 import type { IpPermission } from '@aws-sdk/client-ec2';
 import type { FileSystemDescription, PerformanceMode, ThroughputMode } from '@aws-sdk/client-efs';
-import type {
-  BackendShare,
-  ConnectionInfo,
-  DriverAccessRule,
-  MigrationCompatibility,
-  MigrationProgress,
-  MigrationRequest,
-  ShareBackendConfig,
-  ShareDriver,
-  ShareDriverFeatures,
-  SharePoolCapabilities,
-  ShareQuotaDriver,
-  ShareUsage,
-} from './driver.js';
-import { fileSystemRefOf, parsePolicy, planAccess, policyKey, readDescription, readPolicy, type PolicyDocument } from './aws-efs-access.js';
-import { EfsBackend } from './aws-efs-backend.js';
+import type { BackendShare, ConnectionInfo, DriverAccessRule, ShareBackendConfig, ShareDriver, SharePoolCapabilities, ShareQuotaDriver, ShareUsage } from './driver.js';
+import { fileSystemRefOf, planAccess, readDescription, readPolicy } from './aws-efs-access.js';
+import { EfsMigrationBackend } from './aws-efs-migration.js';
 import {
   DEFAULT_PERFORMANCE_MODE,
   DEFAULT_THROUGHPUT_MODE,
@@ -54,7 +41,6 @@ import {
   GIB,
   GONE_STATES,
   NFS_PORT,
-  POLICY_NOT_FOUND,
   TAG_BACKEND,
   TAG_NAME,
   TAG_POOL,
@@ -71,8 +57,6 @@ import {
 
 export { creationTokenFor, exportLocationOf, type AwsEfsDriverOptions } from './aws-efs-sdk.js';
 
-const NAME_RE = /^share-[0-9a-f-]{36}$/;
-const NO_MIGRATION: ShareDriverFeatures = { driverAssistedMigrationTo: [], migrationKeeps: { writable: false, preserveMetadata: false, nondisruptive: false, preserveSnapshots: false } };
 
 /** Does an ingress permission reach the NFS port (all traffic, or a TCP range holding 2049)? */
 const reachesNfs = (p: IpPermission) => p.IpProtocol === '-1' || (p.IpProtocol === 'tcp' && (p.FromPort ?? 0) <= NFS_PORT && NFS_PORT <= (p.ToPort ?? 65535));
@@ -84,17 +68,18 @@ const nfsRange = (cidr: string, Description?: string): IpPermission => ({
   ...(cidr.includes(':') ? { Ipv6Ranges: [{ CidrIpv6: cidr, Description }] } : { IpRanges: [{ CidrIp: cidr, Description }] }),
 });
 
-export class AwsEfsShareDriver extends EfsBackend implements ShareDriver, ShareQuotaDriver {
+export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDriver, ShareQuotaDriver {
   readonly kind = 'aws-efs' as const;
-  readonly features = NO_MIGRATION;
 
   constructor(config: ShareBackendConfig, options: AwsEfsDriverOptions = {}) {
     super(awsEfsShareBackend(config), options);
   }
 
-  private checkName(name: string): string {
-    if (!NAME_RE.test(name)) throw this.fail(`invalid share name ${JSON.stringify(name)}`, { name });
-    return name;
+  /** The driver of a migration's destination backend: this backend's clients when it is in this region, else its region's. */
+  protected peer(config: ShareBackendConfig): AwsEfsShareDriver {
+    const region = awsEfsShareBackend(config).region;
+    const clients = region === this.config.region ? { efs: this.options.efs, ec2: this.options.ec2 } : (this.options.clientsFor?.(region) ?? {});
+    return new AwsEfsShareDriver(config, { ...this.options, efs: clients.efs, ec2: clients.ec2 });
   }
 
   private shareOf(fs: FileSystemDescription, name: string): BackendShare {
@@ -214,31 +199,6 @@ export class AwsEfsShareDriver extends EfsBackend implements ShareDriver, ShareQ
     return (await this.backendFileSystems()).map((fs) => this.shareOf(fs, tagOf(fs, TAG_SHARE_NAME)!));
   }
 
-  /** The share's available file system, or a DriverError (not there) / BackendNotReady (still being made). */
-  private async availableFileSystemOf(name: string): Promise<FileSystemDescription> {
-    const fs = await this.liveFileSystemOf(name);
-    if (!fs) throw this.fail(`share ${name} does not exist`, { name });
-    return this.untilAvailable(fs, name);
-  }
-
-  private async policyOf(fileSystemId: string): Promise<PolicyDocument | undefined> {
-    const out = await this.send(
-      'DescribeFileSystemPolicy',
-      { fileSystemId },
-      async () => (await this.efs()).send(new (await efsSdk()).DescribeFileSystemPolicyCommand({ FileSystemId: fileSystemId })),
-      [POLICY_NOT_FOUND],
-    );
-    return parsePolicy(out?.Policy);
-  }
-
-  /** Puts the policy unless the file system holds one that grants the same (a repeated set changes nothing). */
-  private async putPolicy(fileSystemId: string, current: PolicyDocument | undefined, wanted: PolicyDocument, name: string): Promise<void> {
-    if (current && policyKey(current) === policyKey(wanted)) return;
-    await this.send('PutFileSystemPolicy', { name, fileSystemId }, async () =>
-      (await this.efs()).send(new (await efsSdk()).PutFileSystemPolicyCommand({ FileSystemId: fileSystemId, Policy: JSON.stringify(wanted) })),
-    );
-  }
-
   /**
    * Manila's update_access with every rule, called by the access API and the migration's access
    * steps. The whole set is checked first (a set EFS cannot hold changes nothing), then: ingress
@@ -250,7 +210,8 @@ export class AwsEfsShareDriver extends EfsBackend implements ShareDriver, ShareQ
     const fs = await this.availableFileSystemOf(name);
     const fileSystemId = fs.FileSystemId!;
     const current = await this.policyOf(fileSystemId);
-    const plan = planAccess(rules, fileSystemRefOf(fs.FileSystemArn!), this.overQuota(fs));
+    // A migration's read-only cast stays through any rule change until the migration ends.
+    const plan = planAccess(rules, fileSystemRefOf(fs.FileSystemArn!), this.overQuota(fs), readPolicy(current).castReadOnly);
     if (typeof plan === 'string') throw this.fail(`cannot apply the access rules of ${name}: ${plan}`, { name, rules });
     const group = await this.securityGroupOf(name);
     if (!group) throw this.fail(`share ${name} has no security group (create the share again to make it)`, { name, fileSystemId });
@@ -308,9 +269,7 @@ export class AwsEfsShareDriver extends EfsBackend implements ShareDriver, ShareQ
     if (!Number.isInteger(newSizeGb) || newSizeGb < size) throw this.fail(`cannot shrink ${name} from ${size} GiB to ${newSizeGb} GiB`, { name, sizeGb: size, newSizeGb });
     const pool = tagOf(fs, TAG_POOL);
     if (pool) await this.checkCapacity(pool, newSizeGb, name, fs.FileSystemId);
-    await this.send('TagResource', { name, fileSystemId: fs.FileSystemId }, async () =>
-      (await this.efs()).send(new (await efsSdk()).TagResourceCommand({ ResourceId: fs.FileSystemId, Tags: [{ Key: TAG_QUOTA_GB, Value: String(newSizeGb) }] })),
-    );
+    await this.tagFileSystem(fs.FileSystemId!, { [TAG_QUOTA_GB]: String(newSizeGb) }, name);
     await this.enforce(name, fs, newSizeGb);
   }
 
@@ -340,41 +299,11 @@ export class AwsEfsShareDriver extends EfsBackend implements ShareDriver, ShareQ
     const over = this.overQuota(fs, quotaGb);
     const current = await this.policyOf(fileSystemId);
     if (readPolicy(current).quotaBlocked !== over) {
-      const plan = planAccess(await this.getAccess(name), fileSystemRefOf(fs.FileSystemArn!), over);
+      const plan = planAccess(await this.getAccess(name), fileSystemRefOf(fs.FileSystemArn!), over, readPolicy(current).castReadOnly);
       if (typeof plan === 'string') throw this.fail(`cannot re-apply the access rules of ${name}: ${plan}`, { name });
       await this.putPolicy(fileSystemId, current, plan.policy, name);
     }
     return { name, sizeGb: quotaGb, usedBytes: fs.SizeInBytes?.Value ?? 0, overQuota: over, writesBlocked: over };
-  }
-
-  // ---- migration: none driver-assisted yet (EFS replication is the next part) -------------------
-
-  async migrationCheckCompatibility(_req: MigrationRequest): Promise<MigrationCompatibility> {
-    return { compatible: false, writable: false, preserve_metadata: false, nondisruptive: false, preserve_snapshots: false };
-  }
-
-  private refuseMigration(method: string): never {
-    throw this.fail(`${method}: the aws-efs share driver supports no driver-assisted migration (features.driverAssistedMigrationTo is empty); the migration is host-assisted`, { method });
-  }
-
-  async migrationStart(_req: MigrationRequest): Promise<void> {
-    this.refuseMigration('migration_start');
-  }
-
-  async migrationContinue(_req: MigrationRequest): Promise<boolean> {
-    this.refuseMigration('migration_continue');
-  }
-
-  async migrationComplete(_req: MigrationRequest): Promise<string[]> {
-    this.refuseMigration('migration_complete');
-  }
-
-  async migrationCancel(_req: MigrationRequest): Promise<void> {
-    this.refuseMigration('migration_cancel');
-  }
-
-  async migrationGetProgress(_req: MigrationRequest): Promise<MigrationProgress> {
-    this.refuseMigration('migration_get_progress');
   }
 
   /**

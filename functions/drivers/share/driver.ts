@@ -109,6 +109,12 @@ export interface ShareDriverFeatures {
   driverAssistedMigrationTo: readonly ShareDriverKind[];
   /** The promises of its driver-assisted migration (Manila's migration_check_compatibility flags). */
   migrationKeeps: { writable: boolean; preserveMetadata: boolean; nondisruptive: boolean; preserveSnapshots: boolean };
+  /**
+   * How phase 1 is polled: `slices` (the default) when each migration_continue does a bounded slice
+   * of the copy itself (polled again after seconds); `backend` when the backend copies by itself
+   * (EFS replication) and migration_continue only looks (polled every few minutes).
+   */
+  migrationPoll?: 'slices' | 'backend';
 }
 
 /** Manila's connection_get_info: mount templates and the access mapping (protocol per access type). */

@@ -1,0 +1,44 @@
+/**
+ * A local stack whose inventory adds two aws-efs share backends (efs-a: two zones, elastic
+ * throughput; efs-b: one zone, bursting), with every EFSClient and EC2Client in the process answered
+ * by one FakeEfs (test/support/fake-efs.ts, with replication: fake-efs-replication.ts), and a
+ * Manila client for it: the EFS share flows through the API (test/integration/shares-efs*.test.ts).
+ */
+import { EC2Client } from '@aws-sdk/client-ec2';
+import { EFSClient } from '@aws-sdk/client-efs';
+import { mockClient } from 'aws-sdk-client-mock';
+import type { Inventory } from '../../functions/inventory/schema.js';
+import { FAKE_EFS_REGION, FAKE_EFS_VPC, FakeEfs, wireFakeEfs } from './fake-efs.js';
+import { manilaClient } from './manila.js';
+import { useSandboxStackWith } from './sandbox-stack.js';
+import type { TestLocalStack } from './stack.js';
+
+export const EFS_BACKENDS: Inventory['shareBackends'] = [
+  { host: 'ferry@efs-a', driver: 'aws-efs', region: FAKE_EFS_REGION, vpcId: FAKE_EFS_VPC, subnetIds: ['subnet-0a1', 'subnet-0b2'], shareBackendName: 'efs-a', protocols: ['NFS'], pools: [{ name: 'pool0', totalCapacityGb: 100 }] },
+  { host: 'ferry@efs-b', driver: 'aws-efs', region: FAKE_EFS_REGION, vpcId: FAKE_EFS_VPC, subnetIds: ['subnet-0a1'], throughputMode: 'bursting', shareBackendName: 'efs-b', protocols: ['NFS'], pools: [{ name: 'pool0', totalCapacityGb: 100 }] },
+];
+
+export interface EfsStack {
+  stack: TestLocalStack;
+  fake: FakeEfs;
+  manila: ReturnType<typeof manilaClient>;
+  stop(): Promise<void>;
+}
+
+export async function startEfsStack(): Promise<EfsStack> {
+  const efs = mockClient(EFSClient);
+  const ec2 = mockClient(EC2Client);
+  const fake = new FakeEfs();
+  wireFakeEfs(efs, ec2, fake);
+  const stack = await useSandboxStackWith((inventory) => inventory.shareBackends.push(...EFS_BACKENDS));
+  return {
+    stack,
+    fake,
+    manila: manilaClient(() => stack.url),
+    async stop() {
+      await stack.stop();
+      efs.restore();
+      ec2.restore();
+    },
+  };
+}
