@@ -28,6 +28,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { closeSync, mkdirSync, openSync } from 'node:fs';
+import { quietAwsSdk } from './quiet-sdk.js';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { constants as osConstants } from 'node:os';
@@ -128,7 +129,8 @@ export function copyTaskIntegration(options: CopyTaskOptions = {}): CopyTaskInte
       Overrides: params.Overrides ?? { ContainerOverrides: [] },
     };
 
-    const env: NodeJS.ProcessEnv = { ...process.env, ...overrideEnv, ...options.env, FERRY_COPY_EXIT_WITH_PARENT: '1' };
+    // Quiet as the stack is (quiet-sdk.ts): a worker's log is for the copy, not the SDK's Node-version notice.
+    const env: NodeJS.ProcessEnv = { ...quietAwsSdk({ ...process.env }), ...overrideEnv, ...options.env, FERRY_COPY_EXIT_WITH_PARENT: '1' };
     const faults = faultsOfKindForEnv(COPY_FAULT_KIND);
     // Always replace what this process inherited: only the copy faults injected now go to the child.
     if (faults === '[]') delete env[FAULTS_ENV];

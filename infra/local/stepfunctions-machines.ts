@@ -7,6 +7,7 @@
 import { StateMachine, type StateMachineDefinition } from 'aws-local-stepfunctions';
 import { substitutionKey, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
 import { unsupportedFeatures } from '../asl/subset.js';
+import type { AslValidationCache } from './asl-validation-cache.js';
 import { DEFAULT_FUNCTION_TIMEOUT_SECONDS, lambdaArn, lambdaName } from './http.js';
 
 export const LAMBDA_INVOKE = 'arn:aws:states:::lambda:invoke';
@@ -37,6 +38,8 @@ export interface MachineLoadContext {
   integrationResources: readonly string[];
   /** Definition substitutions other than the `${Fn...}` ones (CDK's DefinitionSubstitutions). */
   substitutions?: Record<string, string>;
+  /** Definitions asl-validator passed before (asl-validation-cache.ts); without it every load validates. */
+  validated?: AslValidationCache;
 }
 
 /** Parses, checks and binds one machine; throws, naming the file, on anything the local stack cannot run. */
@@ -74,13 +77,19 @@ export function loadMachine(wiring: StateMachineWiring, arn: string, asl: string
     if (Array.isArray(s.Retry)) retryIntervals.set(stateName, (s.Retry as { IntervalSeconds?: number }[]).map((r) => r.IntervalSeconds ?? 1));
   }
 
+  // The constructor validates the definition (asl-validator), so a broken file fails at start; a
+  // definition that passed before, to the byte, is not validated again (asl-validation-cache.ts).
+  const validatedText = JSON.stringify(definition);
+  const passedBefore = ctx.validated?.passed(validatedText) ?? false;
+  const stateMachine = new StateMachine(definition, passedBefore ? { validationOptions: { noValidate: true } } : undefined);
+  if (!passedBefore) ctx.validated?.pass(validatedText);
+
   return {
     wiring,
     arn,
     fullName: arn.slice(arn.lastIndexOf(':') + 1),
     definitionText,
-    // The constructor validates the definition (asl-validator), so a broken file fails at start.
-    stateMachine: new StateMachine(definition),
+    stateMachine,
     tasks,
     waitSeconds,
     retryIntervals,

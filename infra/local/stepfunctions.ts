@@ -20,6 +20,7 @@ import { FUNCTIONS, STATE_MACHINES, type FunctionWiring, type StateMachineName, 
 import { stateMachineArn } from '../../functions/core/executions.js';
 import { LOCAL_ACCOUNT, REPO_ROOT, type StepFunctionsEndpoint } from './http.js';
 import { loadMachine, type LoadedMachine } from './stepfunctions-machines.js';
+import { aslValidationCache } from './asl-validation-cache.js';
 import { AWS_HISTORY_LIMIT } from './history-count.js';
 import { ECS_RUN_TASK_SYNC, ExecutionRunner, ecsRunTaskNotWired, type ExecutionOutcome, type ExecutionStatus, type TaskIntegration } from './stepfunctions-runner.js';
 
@@ -92,7 +93,8 @@ export class LocalStepFunctions implements StepFunctionsEndpoint {
     const functions = options.functions ?? FUNCTIONS;
     const integrations = { [ECS_RUN_TASK_SYNC]: ecsRunTaskNotWired, ...options.integrations };
     this.runner = new ExecutionRunner({ functions, integrations, onEnd: (arn, outcome) => this.finish(arn, outcome) });
-    const context = { functions, integrationResources: Object.keys(integrations), substitutions: options.substitutions };
+    const validated = aslValidationCache(REPO_ROOT);
+    const context = { functions, integrationResources: Object.keys(integrations), substitutions: options.substitutions, validated };
     for (const wiring of options.machines ?? STATE_MACHINES) {
       const file = resolve(REPO_ROOT, wiring.file);
       const arn = stateMachineArn(wiring.name as StateMachineName);
@@ -103,6 +105,7 @@ export class LocalStepFunctions implements StepFunctionsEndpoint {
       }
       this.machines.set(arn, loadMachine(wiring, arn, readFileSync(file, 'utf8'), context));
     }
+    validated.save();
     this.executionsDir = join(options.dataDir, 'stepfunctions', 'executions');
     mkdirSync(this.executionsDir, { recursive: true });
     for (const f of readdirSync(this.executionsDir)) {

@@ -54,7 +54,7 @@ function start(dir: string, port: number): Started {
   return { child, ready, exited, stderr: () => err.join('') };
 }
 
-/** The DynamoDB Local JVMs running on `dir`'s files (they outlive a kill -9 of their parent alone). */
+/** The DynamoDB Local JVMs running on `dir`'s files (without setpriv's parent-death signal they outlive a kill -9 of their parent alone). */
 function jvmsOn(dir: string): number[] {
   return dynamoProcessesOn(join(dir, 'dynamodb'));
 }

@@ -35,6 +35,12 @@ function isJava(command: unknown): boolean {
   return typeof command === 'string' && /^java(\.exe)?$/.test(basename(command));
 }
 
+/** java itself, or java under setpriv (infra/local/dynamo-process.ts starts DynamoDB Local so). */
+function startsJava(command: unknown, args: unknown): boolean {
+  if (isJava(command)) return true;
+  return typeof command === 'string' && basename(command) === 'setpriv' && Array.isArray(args) && args.some(isJava);
+}
+
 export function installUnitTierGuard(): void {
   const g = globalThis as { [INSTALLED]?: boolean };
   if (g[INSTALLED]) return;
@@ -53,14 +59,14 @@ export function installUnitTierGuard(): void {
   for (const name of ['spawn', 'spawnSync', 'execFile', 'execFileSync'] as const) {
     const original = childProcess[name] as (...a: unknown[]) => unknown;
     const guarded = function (this: unknown, command: unknown, ...rest: unknown[]) {
-      if (isJava(command)) throw new UnitTierViolation(`start a JVM (${name} java: DynamoDB Local)`);
+      if (startsJava(command, rest[0])) throw new UnitTierViolation(`start a JVM (${name} java: DynamoDB Local)`);
       return original.call(this, command, ...rest);
     };
     // promisify(execFile) resolves to {stdout, stderr} through this symbol: keep it on the wrapper.
     const custom = (original as unknown as Record<symbol, unknown>)[promisify.custom];
     if (typeof custom === 'function') {
       const guardedCustom = function (this: unknown, command: unknown, ...rest: unknown[]) {
-        if (isJava(command)) throw new UnitTierViolation(`start a JVM (${name} java: DynamoDB Local)`);
+        if (startsJava(command, rest[0])) throw new UnitTierViolation(`start a JVM (${name} java: DynamoDB Local)`);
         return custom.call(this, command, ...rest);
       };
       Object.defineProperty(guarded, promisify.custom, { value: guardedCustom });

@@ -31,6 +31,7 @@ describe('a test/unit file cannot', () => {
 
   test('start DynamoDB Local, directly or through the test helper', async () => {
     expect(() => spawn('java', ['-version'])).toThrow(/start a JVM/);
+    expect(() => spawn('/usr/bin/setpriv', ['--pdeathsig', 'TERM', '--', 'java', '-version'])).toThrow(/start a JVM/);
     await expect(startDynamo()).rejects.toThrow(RULE);
     await expect(useLocalDynamo()).rejects.toThrow(RULE);
   });
