@@ -23,6 +23,7 @@ const LAYERS = [
   'compute',
   'servers',
   'audit',
+  'ops', // the read model of operations in flight (ferry ops, ferry watch, the console): reads what the capabilities record
   'auth',
   'inventory', // what a deployment holds (backends, types, cells, hosts, flavors, images): writes through the capabilities
   'api',

@@ -17,27 +17,22 @@ import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { inspect, parseArgs } from 'node:util';
 import { STATE_MACHINE_NAMES, stateMachineEnvName } from '../functions/core/machines.js';
+import { CannotRun, cannotRead, requireStack, UsageError, type Io } from './cli.js';
 import { dataDir, errorName, explainError, firstLine, quietAwsSdk, useRunningLocalStack, where } from './environment.js';
 import { COMMAND_HELP, USAGE, asksForHelp, helpTopic } from './help.js';
 
 export { COMMAND_HELP, USAGE } from './help.js';
 export { explainError, quietAwsSdk, useRunningLocalStack } from './environment.js';
 
-export interface Io {
-  out(line: string): void;
-  err(line: string): void;
-}
-const processIo: Io = { out: (l) => console.log(l), err: (l) => console.error(l) };
+export type { Io } from './cli.js';
+const processIo: Io = {
+  out: (l) => console.log(l),
+  err: (l) => console.error(l),
+  write: (t) => void process.stdout.write(t),
+  isTTY: process.stdout.isTTY === true,
+  columns: process.stdout.columns,
+};
 
-/** A mistake on the command line: printed with the usage (the command's own when it has one), exit code 2. */
-class UsageError extends Error {
-  override name = 'UsageError';
-}
-
-/** The command cannot reach what it needs (no stack running, credentials missing): exit code 2. */
-class CannotRun extends Error {
-  override name = 'CannotRun';
-}
 
 const DAY_SECONDS = 86_400;
 
@@ -102,9 +97,6 @@ async function audit(args: string[], io: Io): Promise<number> {
   return report.findings.length > 0 ? 1 : 0;
 }
 
-/** `e` from reading the stack, as the one line the operator gets (the full error stays its cause, for --debug). */
-const cannotRead = (e: unknown, what = 'the audit') =>
-  new CannotRun(`${what} could not read the stack (${where()}): ${explainError(e) ?? `${errorName(e)}: ${firstLine(e)}`}`, { cause: e });
 
 /** `ferry audit --repair`: one reconciler pass; each repair printed as it is made, then what remains. */
 async function auditRepair(graceSeconds: number | undefined, json: boolean, io: Io): Promise<number> {
@@ -168,14 +160,6 @@ async function inventory(args: string[], io: Io): Promise<number> {
   return 0;
 }
 
-/** A command that reads the stack needs one: a running local stack or a configured deployment. */
-function requireStack(): void {
-  if (process.env.FERRY_DYNAMODB_ENDPOINT || process.env.FERRY_TABLE_VOLUME) return;
-  throw new CannotRun(
-    `no local stack is running for FERRY_DATA_DIR=${dataDir()} (no stack holds it): start one with \`npm start\`, ` +
-      'set FERRY_DATA_DIR to its data directory, or set FERRY_TABLE_VOLUME (and AWS credentials) for a deployed stack',
-  );
-}
 
 /**
  * --repair asks Step Functions whether a server operation's execution exists before it abandons
@@ -236,9 +220,10 @@ export async function main(argv: string[], io: Io = processIo): Promise<number> 
         return await audit(rest, io);
       case 'inventory':
         return await inventory(rest, io);
+      case 'ops':
+        return await (await import('./ops.js')).ops(rest, io);
       case 'watch':
-        // TODO(ferry watch issue): a progress bar with rate and ETA from the operation record.
-        throw new UsageError('ferry watch is not available yet');
+        return await (await import('./watch.js')).watch(rest, io);
       case undefined:
         throw new UsageError('no command given');
       default:

@@ -23,8 +23,13 @@ export const USAGE = `usage:
       --dry-run prints the plan and writes nothing. Relative roots are under FERRY_DATA_DIR.
   ferry inventory show
       Everything the stack holds, by kind, marked [inventory] or [api] and when in use.
-  ferry watch OPERATION
-      (not yet available) follow an operation's progress.
+  ferry ops [--since DURATION] [--all] [--json]
+      Every operation in flight (share migrations and their copies, failovers, failbacks, drills,
+      server moves) with progress, rate, ETA and step; then what failed since --since (default
+      24h) with the reason. Exit 0 none failed, 1 some did, 2 could not run.
+  ferry watch [OPERATION] [--interval SECONDS] [--plain]
+      Follow one operation live until it ends (the only one running when none is named): a
+      progress bar with rate, ETA and step. Exit 0 succeeded, 1 failed (the reason printed).
   ferry help [COMMAND [SUBCOMMAND]]
       Show this text, or one command's usage: its options, exit codes and examples (the same as
       \`ferry COMMAND [SUBCOMMAND] --help\`).
@@ -149,6 +154,65 @@ examples:
   ferry inventory apply inventories/sandbox.yaml --dry-run
   ferry inventory show`;
 
+const OPS_HELP = `usage: ferry ops [--since DURATION] [--all] [--json]
+
+List every operation in flight, each with a progress bar, how much of how much, the rate, the ETA
+and the step it is at; then the operations that failed or were cancelled since the cut-off, each
+with the reason in words. Operations: share migrations (with the host-assisted copy's bytes and
+files, or the driver's progress), failovers, failbacks and drills of a volume backend (volumes done
+of how many), and server operations (live migration with bytes copied, resize, migrate, evacuate,
+shelve, ...). The first column is the reference \`ferry watch\` takes.
+
+options:
+  --since DURATION   how far back to list failures (and server operations): 30m, 24h, 7d
+                     (default 24h)
+  --all              list what succeeded since then too
+  --json             print {inFlight, recentFailures, ...} as JSON
+  --debug            on an error, print the full error too
+
+${TALKS_TO}
+
+exit codes:
+  0  listed; nothing failed since the cut-off
+  1  listed; something failed or was cancelled since the cut-off
+${COULD_NOT_RUN}
+
+examples:
+  ferry ops
+  ferry ops --since 7d --all`;
+
+const WATCH_HELP = `usage: ferry watch [OPERATION] [--interval SECONDS] [--plain]
+
+Follow one operation live until it ends: on a terminal one line redrawn in place (progress bar,
+percent, how much of how much, rate, ETA, step), otherwise a plain line each time the percent or
+the step moves. Without OPERATION, the one operation running (if several run, they are named).
+
+OPERATION (as \`ferry ops\` prints it):
+  share:SHARE_ID                 the share's migration (running, else the last)
+  replication:OPERATION_ID       a failover, failback, drill or drill end
+  backend:HOST@BACKEND           that backend's running (else last) failover or drill
+  server:UUID[@REQUEST_ID]       the server's running (else last) operation
+  copy:OPERATION_ID              a copy worker's operation
+  ID                             any of these by its id
+
+options:
+  --interval SECONDS   how often to read the operation (default 1)
+  --plain              plain lines even on a terminal
+  --debug              on an error, print the full error too
+
+${TALKS_TO}
+
+exit codes:
+  0  it succeeded, or a phase ended and it waits for the operator (migration-complete,
+     resize-confirm)
+  1  it failed or was cancelled: the reason is printed
+${COULD_NOT_RUN}
+     (also when no operation has that reference)
+
+examples:
+  ferry watch share:6f0c2b1e-...
+  ferry watch backend:ferry@lvm-r`;
+
 /**
  * Each command's own usage (`ferry help COMMAND`, `ferry COMMAND --help`), keyed by its words.
  * A command not listed here handles its own `--help`.
@@ -160,6 +224,8 @@ export const COMMAND_HELP: Readonly<Record<string, string>> = {
   inventory: INVENTORY_HELP,
   'inventory apply': INVENTORY_APPLY_HELP,
   'inventory show': INVENTORY_SHOW_HELP,
+  ops: OPS_HELP,
+  watch: WATCH_HELP,
 };
 
 /** Where output goes; tests pass their own. */

@@ -20,29 +20,26 @@
  *
  *   npm run bench:failover                  (BENCH_VOLUMES=10000 by default)
  */
-import { BatchWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
-import { open, mkdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
 import { driverFor, isReplicationDriver } from '../../functions/drivers/volume/registry.js';
 import { getOperation, listOperations } from '../../functions/replication/repo.js';
+import { seedReplicatedVolumes } from '../../test/support/replicated-volumes.js';
 import { getBackendItem } from '../../functions/replication/service-repo.js';
 import { applyFailoverUpdate } from '../../functions/replication/volume-rules.js';
-import { defaultBackendName, volumeGsi1, volumeKey, type Volume } from '../../functions/volumes/model.js';
+import { volumeKey } from '../../functions/volumes/model.js';
 import { getVolume, volumeUpdate } from '../../functions/volumes/repo.js';
 import { MAX_TRANSACTION_ITEMS } from '../../functions/replication/steps.js';
 import { REPLICATED_BACKEND } from '../../functions/volumes/seed.js';
-import { getVolumeTypeByName } from '../../functions/volumes/types.js';
 import { startLocalStack } from '../../infra/local/stack.js';
 
 const N = Number(process.env.BENCH_VOLUMES ?? 10_000);
 const RUN_FAILBACK = process.env.BENCH_FAILBACK === '1';
-const GIB = 1024 ** 3;
 const ADMIN = { 'X-Auth-Token': 'admin:admin', 'OpenStack-API-Version': 'volume 3.70', 'Content-Type': 'application/json' };
 
 /**
@@ -86,51 +83,9 @@ async function api(base: string, method: string, path: string, body?: unknown): 
   return res.status;
 }
 
-async function sparseFile(path: string): Promise<void> {
-  const f = await open(path, 'w');
-  try {
-    await f.truncate(GIB);
-  } finally {
-    await f.close();
-  }
-}
-
 async function seed(dataDir: string): Promise<string[]> {
-  const { config } = await getBackendItem(REPLICATED_BACKEND);
-  const type = await getVolumeTypeByName('replicated');
-  const roots = [config.root!, ...(config.replicationDevices ?? []).map((d) => d.root!)];
-  for (const r of roots) await mkdir(join(r, 'pool0'), { recursive: true });
-  const at = new Date().toISOString();
-  const ids = Array.from({ length: N }, () => randomUUID());
-  const items = ids.map((id): Volume & Record<string, unknown> => ({
-    ...volumeKey(id),
-    ...volumeGsi1({ projectId: 'demo', createdAt: at, id }),
-    id, projectId: 'demo', userId: 'demo', name: null, description: null, size: 1, status: 'available', attachStatus: 'detached',
-    previousStatus: null, migrationStatus: null, replicationStatus: 'enabled', volumeTypeId: type.id, volumeTypeName: type.name, multiattach: false,
-    bootable: false, host: `${REPLICATED_BACKEND}#pool0`, backendName: defaultBackendName(id), providerLocation: null, serviceUuid: config.serviceUuid,
-    sharedTargets: false, availabilityZone: 'nova', metadata: {}, adminMetadata: {}, attachments: {}, instances: {}, connections: {},
-    capacity: null, managed: false, ownsBackendObject: true, errorReason: null, createdAt: at, updatedAt: at, version: 1,
-  }));
   const t0 = performance.now();
-  const writers = 8;
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: writers }, async () => {
-      for (;;) {
-        const i = next;
-        next += 25;
-        if (i >= items.length) return;
-        let pending: unknown[] = items.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } }));
-        while (pending.length) {
-          const out = await db().send(new BatchWriteCommand({ RequestItems: { [tableName('volume')]: pending as never } }));
-          pending = out.UnprocessedItems?.[tableName('volume')] ?? [];
-        }
-      }
-    }),
-  );
-  for (let i = 0; i < ids.length; i += 200) {
-    await Promise.all(ids.slice(i, i + 200).flatMap((id) => roots.map((r) => sparseFile(join(r, 'pool0', defaultBackendName(id))))));
-  }
+  const { ids, roots } = await seedReplicatedVolumes(N);
   console.log(`seeded ${N} replicated volumes (items + ${N * roots.length} sparse files) in ${((performance.now() - t0) / 1000).toFixed(1)} s under ${dataDir}`);
   return ids;
 }

@@ -21,6 +21,7 @@ import { recoverPendingAccess } from '../shares/recovery.js';
 import { recoverPendingSnapshots } from '../snapshots/recovery.js';
 import { recoverPendingExtends } from '../volumes/recovery.js';
 import { runAudit } from './audit.js';
+import { recordLastAudit } from './last-audit.js';
 import type { AuditFinding } from './findings.js';
 import { repairFinding, type RepairRecord } from './repair.js';
 
@@ -65,12 +66,15 @@ export async function reconcile(options: ReconcileOptions): Promise<ReconcileRes
     if (r) note(r);
   }
   const after = records.some((r) => r.outcome === 'repaired') ? await runAudit() : audit;
-  return {
+  const result = {
     repaired: records.filter((r) => r.outcome === 'repaired'),
     left: records.filter((r) => r.outcome !== 'repaired'),
     remaining: after.findings,
     checked: after.checked,
   };
+  // What the operator console shows as the last audit.
+  await recordLastAudit({ at: new Date().toISOString(), checked: result.checked, repaired: result.repaired.length, left: result.left.length, findingCount: result.remaining.length, findings: result.remaining });
+  return result;
 }
 
 /** Step 1: intents of crashed synchronous calls and operations whose machine never started. */

@@ -6,7 +6,8 @@
  * without guessing.
  */
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
-import { DynamoDBDocumentClient, QueryCommand, ScanCommand, type QueryCommandInput, type ScanCommandInput } from '@aws-sdk/lib-dynamodb';
+import { DependencyError } from './errors.js';
+import { BatchGetCommand, DynamoDBDocumentClient, QueryCommand, ScanCommand, type QueryCommandInput, type ScanCommandInput } from '@aws-sdk/lib-dynamodb';
 
 let documentClient: DynamoDBDocumentClient | undefined;
 let requestCount = 0;
@@ -115,6 +116,25 @@ export async function queryAll(input: QueryCommandInput): Promise<Record<string,
     ExclusiveStartKey = page.LastEvaluatedKey;
   } while (ExclusiveStartKey);
   return items;
+}
+
+/**
+ * Consistent reads of any number of keys of one table, 100 per BatchGetItem, unprocessed keys sent
+ * again with backoff; keys with no item are left out (order not kept).
+ */
+export async function batchGetAll(table: string, keys: Record<string, unknown>[]): Promise<Record<string, unknown>[]> {
+  const out: Record<string, unknown>[] = [];
+  for (let i = 0; i < keys.length; i += 100) {
+    let pending = keys.slice(i, i + 100);
+    for (let attempt = 0; pending.length > 0; attempt++) {
+      const page = await db().send(new BatchGetCommand({ RequestItems: { [table]: { Keys: pending, ConsistentRead: true } } }));
+      out.push(...((page.Responses?.[table] ?? []) as Record<string, unknown>[]));
+      pending = (page.UnprocessedKeys?.[table]?.Keys ?? []) as Record<string, unknown>[];
+      if (pending.length && attempt > 10) throw new DependencyError(`BatchGetItem left ${pending.length} keys of ${table} unprocessed`);
+      if (pending.length) await new Promise((r) => setTimeout(r, 20 * 2 ** Math.min(attempt, 5)));
+    }
+  }
+  return out;
 }
 
 /** Every item a Scan returns, following LastEvaluatedKey. */

@@ -22,7 +22,7 @@ import { getShareNetwork } from '../shares/networks.js';
 import { getShareTypeById } from '../shares/types.js';
 import { InvalidShare } from '../shares/transitions.js';
 import { isObject } from '../shares/validation.js';
-import { migrationRequest } from './flow.js';
+import { apply, applyWith, migrationIndexOpen, migrationRequest } from './flow.js';
 import { migrationStateMessage, migrationTransition, startableError } from './transitions.js';
 import { boolFromString } from '../core/strutils.js';
 
@@ -184,14 +184,15 @@ async function migrationStart(req: ApiRequest, shareId: string, value: unknown):
     await updateShareBy(shareId, (s) => migrationTransition(s, { type: 'no-op-success', at: now() }));
     return json(200);
   }
-  // Row 23: one conditional write; of concurrent starts exactly one finds the share startable.
-  await updateShareBy(shareId, (s) => migrationTransition(s, { type: 'accept', at: now(), migration }));
+  // Row 23: one conditional write (with the migration's operations-index entry); of concurrent
+  // starts exactly one finds the share startable.
+  await applyWith(shareId, () => ({ event: { type: 'accept', at: now(), migration }, items: [migrationIndexOpen(shareId, migration)] }));
   try {
     await startExecution('share-migration-start', executionName('migrate', migration.id), { shareId, migrationId: migration.id });
   } catch (e) {
     // Nothing was made yet: end the migration at once rather than leave the share migrating with no machine.
     const reason = `the migration could not be started: ${(e as Error).message}`;
-    await updateShareBy(shareId, (s) => migrationTransition(s, { type: 'finish', at: now(), migrationId: migration.id, outcome: 'migration_error', reason }));
+    await apply({ shareId }, { type: 'finish', at: now(), migrationId: migration.id, outcome: 'migration_error', reason });
     throw e;
   }
   return json(202);
@@ -258,6 +259,10 @@ async function migrationGetProgress(req: ApiRequest, shareId: string): Promise<A
   }
   s = (await getShare(shareId)) ?? s; // upstream re-reads the share for task_state
   const { total_progress, ...details } = progress;
+  // A failed migration says why (a Ferry addition to the driver's free-form details): the reason
+  // recorded where it failed, on the share's record of how its last migration ended.
+  const failed = s.taskState === 'migration_error' ? (s.migration?.error ?? (s.lastMigration?.outcome === 'migration_error' ? s.lastMigration.reason : null)) : null;
+  if (failed) details.error = failed;
   const out: Record<string, unknown> = { total_progress, task_state: s.taskState };
   if (req.version.atLeast('2.59')) out.details = details;
   return json(200, out);

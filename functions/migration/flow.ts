@@ -5,6 +5,8 @@
  * source's driver gets.
  */
 import { cancellationCodes, withRetries } from '../core/db.js';
+import { endIndexUpdate, openIndexPut } from '../core/ops-index.js';
+import { tableName } from '../core/tables.js';
 import { Conflict, FerryError, type CaughtError } from '../core/errors.js';
 import type { MigrationRequest, ShareBackendConfig } from '../drivers/share/driver.js';
 import { shareDriverFor } from '../drivers/share/registry.js';
@@ -41,7 +43,14 @@ export interface MigrationStepInput {
 }
 
 export async function apply(input: { shareId: string }, event: MigrationEvent | ((s: Share) => MigrationEvent)): Promise<Share> {
+  // The end of a migration also moves its operations-index entry, in the same transaction.
+  if (typeof event !== 'function' && event.type === 'finish') return applyWith(input.shareId, () => ({ event, items: [] }));
   return updateShareBy(input.shareId, (s) => migrationTransition(s, typeof event === 'function' ? event(s) : event));
+}
+
+/** The operations-index entry of a new migration (core/ops-index.ts), put with its accept. */
+export function migrationIndexOpen(shareId: string, m: ShareMigration): TransactItem {
+  return openIndexPut(tableName('share'), { kind: 'share-migration', id: m.id, resourceId: shareId, startedAt: m.startedAt });
 }
 
 /**
@@ -57,7 +66,10 @@ export async function applyWith(shareId: string, build: (s: Share) => { event: M
       if (!plan) return cur;
       const after = migrationTransition(cur, plan.event);
       if (after instanceof FerryError) throw after;
-      return writeShareWith(cur, after, plan.items);
+      const e = plan.event;
+      // A finish ends the migration: its index entry moves to the ended list with it.
+      const index = e.type === 'finish' ? [endIndexUpdate(tableName('share'), { kind: 'share-migration', id: e.migrationId, resourceId: shareId, endedAt: e.at, outcome: e.outcome })] : [];
+      return writeShareWith(cur, after, [...plan.items, ...index]);
     },
     { retryable: (e) => cancellationCodes(e).some((c) => c === 'ConditionalCheckFailed' || c === 'TransactionConflict') },
   );

@@ -8,7 +8,8 @@ import { FerryError, reasonOf } from '../core/errors.js';
 import { intentId } from '../core/intents.js';
 import { logger } from '../core/logger.js';
 import { shareDriverFor } from '../drivers/share/registry.js';
-import { backendShareName, sharePoolOf, type MigrationInstance, type Share } from '../shares/model.js';
+import type { MigrationProgress } from '../drivers/share/driver.js';
+import { backendShareName, sharePoolOf, type DriverMigrationProgress, type MigrationInstance, type Share } from '../shares/model.js';
 import { allocatedOnSharePool, getShareBackend, getShareOrThrow, releaseSharePoolItem, writeShareWith } from '../shares/repo.js';
 import { filterAndWeighShares, NoValidHost, reserveSharePoolItem } from '../shares/scheduler.js';
 import { getShareTypeById } from '../shares/types.js';
@@ -149,15 +150,19 @@ export async function driverStartFailed(input: MigrationStepInput): Promise<{ ap
 }
 
 /** One poll of the bounded Wait loop: migration_continue, or the cancel the API asked for. */
-export async function driverContinue(input: MigrationStepInput): Promise<{ next: 'wait' | 'done' | 'cancel' }> {
+export async function driverContinue(input: MigrationStepInput): Promise<{ next: 'wait' | 'wait-backend' | 'done' | 'cancel' }> {
   const { s, m } = await load(input);
   if (m.cancelRequested) return { next: 'cancel' };
   if (s.taskState === 'migration_driver_phase1_done') return { next: 'done' };
   if (m.driverPolls >= maxDriverPolls()) throw new ShareMigrationFailed(`migration_continue did not finish within ${m.driverPolls} polls.`);
-  await apply(input, { type: 'driver-polled', at: now(), migrationId: m.id });
   const destBackend = await getShareBackend(m.destination!.host);
-  const done = await (await sourceDriver(s)).migrationContinue(migrationRequest(s, m.destination!, destBackend));
-  if (!done) return { next: 'wait' };
+  const driver = await sourceDriver(s);
+  const req = migrationRequest(s, m.destination!, destBackend);
+  // The driver's progress goes on the record with the poll (no extra write), for ferry watch and the console.
+  await apply(input, { type: 'driver-polled', at: now(), migrationId: m.id, ...(await driverProgress(s.id, () => driver.migrationGetProgress(req))) });
+  const done = await driver.migrationContinue(req);
+  // The next poll after the short Wait, or the long one when the backend copies by itself (EFS replication).
+  if (!done) return { next: driver.features.migrationPoll === 'backend' ? 'wait-backend' : 'wait' };
   try {
     await task(input, ['migration_driver_in_progress'], 'migration_driver_phase1_done');
   } catch (e) {
@@ -165,4 +170,25 @@ export async function driverContinue(input: MigrationStepInput): Promise<{ next:
     throw e;
   }
   return { next: 'done' };
+}
+
+/**
+ * migration_get_progress as the poll records it. Only an observation: when the driver cannot say,
+ * the poll goes on without it (logged; the record keeps the previous one) rather than failing the
+ * migration over a progress figure.
+ */
+async function driverProgress(shareId: string, get: () => Promise<MigrationProgress>): Promise<{ progress?: DriverMigrationProgress }> {
+  try {
+    const p = await get();
+    const n = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
+    const progress: DriverMigrationProgress = { percent: Math.max(0, Math.min(100, n(p.total_progress) ?? 0)), at: now() };
+    for (const [key, from] of [['bytesDone', 'bytes_done'], ['bytesTotal', 'bytes_total'], ['filesDone', 'files_done'], ['filesTotal', 'files_total']] as const) {
+      const v = n(p[from]);
+      if (v !== undefined) progress[key] = v;
+    }
+    return { progress };
+  } catch (e) {
+    logger.warn('migration_get_progress failed; the poll records no progress', { shareId, error: e as Error });
+    return {};
+  }
 }

@@ -12,7 +12,7 @@
  *  - it ends in migration_success only after phase 2 flipped the share to the destination.
  */
 import { BadRequest, Conflict, FerryError } from '../core/errors.js';
-import { BUSY_TASK_STATES, type MigrationApproach, type MigrationInstance, type Share, type ShareMigration, type TaskState } from '../shares/model.js';
+import { BUSY_TASK_STATES, type DriverMigrationProgress, type MigrationApproach, type MigrationEnd, type MigrationInstance, type Share, type ShareMigration, type TaskState } from '../shares/model.js';
 import { InvalidShare } from '../shares/transitions.js';
 import { accessRulesStatus } from '../shares/views.js';
 
@@ -31,7 +31,8 @@ export type MigrationEvent =
   | { type: 'read-only'; at: string; migrationId: string; cast: boolean }
   | { type: 'data-node-access'; at: string; migrationId: string; present: boolean }
   | { type: 'copy-started'; at: string; migrationId: string; operationId: string }
-  | { type: 'driver-polled'; at: string; migrationId: string }
+  /** One migration_continue poll, with what migration_get_progress said before it (when it answered). */
+  | { type: 'driver-polled'; at: string; migrationId: string; progress?: DriverMigrationProgress }
   /** migration_cancel: acted on by the running phase 1 machine, or by the cancel machine. */
   | { type: 'cancel-requested'; at: string }
   /** migration_complete: phase 2 begins (one request wins; a cancel cannot also run). */
@@ -88,6 +89,11 @@ export function startableError(s: Share): FerryError | undefined {
     return new InvalidShare(`Share ${s.id} still holds what an earlier migration left (${heldByMigration(s.migration).join(', ') || 'its record'}); run migration_cancel to clean it up first.`);
   }
   return undefined;
+}
+
+/** The record of how migration `m` ended, kept on the share (Share.lastMigration). */
+function ended(m: ShareMigration, outcome: MigrationOutcome, reason: string | null, at: string): MigrationEnd {
+  return { id: m.id, outcome, reason, destinationHost: m.destinationHost, approach: m.approach, startedAt: m.startedAt, endedAt: at };
 }
 
 export function migrationTransition(s: Share, e: MigrationEvent): Share | FerryError {
@@ -160,7 +166,7 @@ export function migrationTransition(s: Share, e: MigrationEvent): Share | FerryE
     case 'copy-started':
       return withMigration({ copyOperationId: e.operationId, copyAttempts: m.copyAttempts + 1 });
     case 'driver-polled':
-      return withMigration({ driverPolls: m.driverPolls + 1 });
+      return withMigration({ driverPolls: m.driverPolls + 1, ...(e.progress ? { driverProgress: e.progress } : {}) });
     case 'flip': {
       if (m.retired) return s; // already flipped
       const d = m.destination;
@@ -193,7 +199,7 @@ export function migrationTransition(s: Share, e: MigrationEvent): Share | FerryE
     case 'phase2-driver-failed': {
       if (s.taskState === 'migration_error') return s;
       const destination = m.destination ? { ...m.destination, status: 'error' as const } : null;
-      return next({ status: 'error', taskState: 'migration_error', errorReason: e.reason, migration: { ...m, destination, error: e.reason } });
+      return next({ status: 'error', taskState: 'migration_error', errorReason: e.reason, migration: { ...m, destination, error: e.reason }, lastMigration: ended(m, 'migration_error', e.reason, e.at) });
     }
     case 'finish': {
       if (e.outcome === 'migration_success') {
@@ -208,6 +214,7 @@ export function migrationTransition(s: Share, e: MigrationEvent): Share | FerryE
           taskState: 'migration_success',
           errorReason: null,
           migration: held.length ? { ...m, cancelRequested: false, error: `left after success: ${held.join(', ')}` } : null,
+          lastMigration: ended(m, 'migration_success', null, e.at),
         });
       }
       if (m.retired) return new InvalidShare(`Share ${s.id} was already moved to its destination; phase 2 cannot be undone.`);
@@ -221,9 +228,16 @@ export function migrationTransition(s: Share, e: MigrationEvent): Share | FerryE
           errorReason: reason,
           // cancelRequested cleared, so a later migration_cancel can run the cleanup again.
           migration: { ...m, cancelRequested: false, error: `cleanup incomplete: ${held.join(', ')}${reason ? `; ${reason}` : ''}` },
+          lastMigration: ended(m, 'migration_error', `cleanup incomplete: ${held.join(', ')}${reason ? `; ${reason}` : ''}`, e.at),
         });
       }
-      return next({ status: 'available', taskState: e.outcome, errorReason: e.outcome === 'migration_error' ? reason : null, migration: null });
+      return next({
+        status: 'available',
+        taskState: e.outcome,
+        errorReason: e.outcome === 'migration_error' ? reason : null,
+        migration: null,
+        lastMigration: ended(m, e.outcome, e.outcome === 'migration_error' ? (reason ?? 'unknown error') : null, e.at),
+      });
     }
   }
 }

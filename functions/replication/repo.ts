@@ -7,43 +7,19 @@
  *   items are batch numbers, so an execution's payload stays small whatever the backend holds).
  * - drill copies: pk `REPLOP#<drill op id>`, sk `COPIES#<nnnnn>` — what startDrill made for a batch.
  */
-import { BatchGetCommand, BatchWriteCommand, DeleteCommand, GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
-import { db, isConditionFailure, queryAll, scanAll } from '../core/db.js';
+import { BatchWriteCommand, DeleteCommand, GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { batchGetAll, db, isConditionFailure, queryAll, scanAll } from '../core/db.js';
 import { DependencyError, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import type { DrillCopy } from '../drivers/volume/driver.js';
 import { backendOf } from '../volumes/backends.js';
+import { operationKey, type ReplicationOperation } from './operation-record.js';
 
-export const operationKey = (id: string) => ({ pk: `REPLOP#${id}`, sk: 'OP' });
+// The operation record's shape and key live in operation-record.ts (no driver behind them: ferry ops reads them).
+export { FAILOVER_BATCH_SIZE, operationKey, type OperationKind, type ReplicationOperation } from './operation-record.js';
+
 const batchKey = (id: string, n: number) => ({ pk: `REPLOP#${id}`, sk: `BATCH#${String(n).padStart(5, '0')}` });
 const copiesKey = (id: string, n: number) => ({ pk: `REPLOP#${id}`, sk: `COPIES#${String(n).padStart(5, '0')}` });
-
-/** Volumes per Map item: few enough for one step to finish well inside its timeout, many enough to keep the history small. */
-export const FAILOVER_BATCH_SIZE = 200;
-
-export type OperationKind = 'failover' | 'drill' | 'drill-end';
-
-export interface ReplicationOperation {
-  id: string;
-  kind: OperationKind;
-  /** `host@backend` */
-  host: string;
-  /** What the request asked for: a backend_id, null (the driver picks) or 'default'. */
-  requestedBackendId: string | null;
-  failback: boolean;
-  /** The target the driver resolved (failover/drill), '' for failback. Set by the first step. */
-  target?: string;
-  /** drill-end: the drill operation whose copies are removed. */
-  drillOperationId?: string;
-  status: 'running' | 'succeeded' | 'failed';
-  batchCount?: number;
-  volumeCount?: number;
-  volumesDone?: number;
-  error?: string;
-  requestedBy: string;
-  createdAt: string;
-  updatedAt: string;
-}
 
 // ---- operations -----------------------------------------------------------------------------------
 
@@ -201,16 +177,5 @@ export async function listVolumeIdsOnBackend(host: string): Promise<string[]> {
 
 /** Consistent reads of up to any number of volumes, 100 keys per BatchGetItem; missing ones are left out. */
 export async function batchGetVolumeItems(ids: string[]): Promise<Record<string, unknown>[]> {
-  const out: Record<string, unknown>[] = [];
-  for (let i = 0; i < ids.length; i += 100) {
-    let keys: Record<string, unknown>[] = ids.slice(i, i + 100).map((id) => ({ pk: `VOL#${id}`, sk: 'VOL' }));
-    for (let attempt = 0; keys.length > 0; attempt++) {
-      const page = await db().send(new BatchGetCommand({ RequestItems: { [tableName('volume')]: { Keys: keys, ConsistentRead: true } } }));
-      out.push(...(page.Responses?.[tableName('volume')] ?? []));
-      keys = (page.UnprocessedKeys?.[tableName('volume')]?.Keys ?? []) as Record<string, unknown>[];
-      if (keys.length && attempt > 10) throw new DependencyError(`BatchGetItem left ${keys.length} keys unprocessed`);
-      if (keys.length) await new Promise((r) => setTimeout(r, 20 * 2 ** Math.min(attempt, 5)));
-    }
-  }
-  return out;
+  return batchGetAll(tableName('volume'), ids.map((id) => ({ pk: `VOL#${id}`, sk: 'VOL' })));
 }

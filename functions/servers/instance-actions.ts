@@ -8,12 +8,16 @@ import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import type { CellMapping } from '../compute/model.js';
 import { cellTable, fromItem, type TransactItem } from '../compute/repo.js';
 import { db, isConditionFailure, withRetries } from '../core/db.js';
-import { actionKey, type Instance, type InstanceAction, type InstanceActionEvent } from './model.js';
+import { actionKey, SERVER_GSI, type Instance, type InstanceAction, type InstanceActionEvent } from './model.js';
 
 const now = () => new Date().toISOString();
 
+/**
+ * The item; on GSI1 under `ACTIONS` by start time, so the cell's recent actions (what `ferry ops`
+ * lists as server operations) are one Query, not a scan of the cell.
+ */
 function actionItem(a: InstanceAction): Record<string, unknown> {
-  return { ...actionKey(a.instanceUuid, a.requestId), ...a };
+  return { ...actionKey(a.instanceUuid, a.requestId), gsi1pk: SERVER_GSI.actions, gsi1sk: `${a.startTime}#${a.instanceUuid}#${a.requestId}`, ...a };
 }
 
 export function newAction(instance: Pick<Instance, 'uuid' | 'projectId' | 'userId'>, action: string, requestId: string, at = now()): InstanceAction {

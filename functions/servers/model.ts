@@ -12,7 +12,7 @@
  * | fixed IP claim | compute-api | `IP#<network>#<ip>` | `IP` | - |
  * | instance | cell<N> | `INSTANCE#<uuid>` | `INSTANCE` | `INSTANCES` / `<createdAt>#<uuid>` |
  * | block device mapping | cell<N> | `INSTANCE#<uuid>` | `BDM#<bdm uuid>` | - |
- * | instance action (events inside) | cell<N> | `INSTANCE#<uuid>` | `ACTION#<request id>` | - |
+ * | instance action (events inside) | cell<N> | `INSTANCE#<uuid>` | `ACTION#<request id>` | `ACTIONS` / `<startTime>#<uuid>#<request id>` |
  * | migration | cell<N> | `MIGRATION#<uuid>` | `MIGRATION` | `MIGRATIONS` / `<createdAt>#<uuid>` |
  *
  * An instance, its BDMs and its actions share a partition, so one transaction can change the
@@ -401,5 +401,7 @@ export const SERVER_GSI = {
   images: 'IMAGES',
   instances: 'INSTANCES',
   migrations: 'MIGRATIONS',
+  /** Instance actions by start time (`<startTime>#<uuid>#<request id>`): what ferry ops reads. */
+  actions: 'ACTIONS',
   portsOf: (instanceUuid: string) => `DEVICE#${instanceUuid}`,
 } as const;

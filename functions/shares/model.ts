@@ -110,6 +110,8 @@ export interface Share {
   errorReason: string | null;
   /** The migration under way (functions/migration); null when none runs. */
   migration: ShareMigration | null;
+  /** How the share's last migration ended, with the reason when it failed (what `ferry watch` shows); absent before the first. */
+  lastMigration?: MigrationEnd | null;
   createdAt: string;
   updatedAt: string;
   version: number;
@@ -163,10 +165,35 @@ export interface ShareMigration {
   copyAttempts: number;
   /** migration_continue polls made (bounded). */
   driverPolls: number;
+  /** The driver's migration_get_progress as of the last poll (driver-assisted), recorded by that poll. */
+  driverProgress?: DriverMigrationProgress | null;
   /** migration_cancel asked while phase 1 runs; the phase 1 machine acts on it. */
   cancelRequested: boolean;
   startedAt: string;
   error: string | null;
+}
+
+/** What a driver-assisted poll read from migration_get_progress. */
+export interface DriverMigrationProgress {
+  /** 0-100 */
+  percent: number;
+  bytesDone?: number;
+  bytesTotal?: number;
+  filesDone?: number;
+  filesTotal?: number;
+  at: string;
+}
+
+/** How a migration ended: kept on the share after its migration record is gone. */
+export interface MigrationEnd {
+  id: string;
+  outcome: 'migration_success' | 'migration_error' | 'migration_cancelled';
+  /** Why it failed, in words (migration_error only). */
+  reason: string | null;
+  destinationHost: string;
+  approach: MigrationApproach | null;
+  startedAt: string;
+  endedAt: string;
 }
 
 export interface ShareType {

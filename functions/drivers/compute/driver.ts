@@ -242,6 +242,8 @@ export interface LiveMigrationOptions {
   signal?: AbortSignal;
   /** Copy granularity (default 1 MiB). */
   chunkBytes?: number;
+  /** Bandwidth cap of the copy, bytes per second (Nova's [libvirt] live_migration_bandwidth); unlimited when absent. */
+  bytesPerSecond?: number;
 }
 
 /** What pre_live_migration prepared on the destination (Nova's migrate_data, the parts the driver needs). */

@@ -55,6 +55,8 @@ export interface CopyOptions {
    */
   onChunk?: (processed: number, total: number) => void;
   signal?: AbortSignal;
+  /** At most this many data bytes read per second (a live migration's bandwidth cap); unlimited when absent. */
+  bytesPerSecond?: number;
 }
 
 /** What a copy did: the file's size, the bytes it read (the data extents) and wrote (their non-zero chunks). */
@@ -75,6 +77,12 @@ function checkChunkBytes(chunkBytes: number): void {
  * only their chunks that are not all zeros are written (a hole or a chunk of zeros stays a hole).
  * The destination is created with 'wx' (never overwrites), fsynced; on any failure or abort it is removed.
  */
+/** Waits until `done` bytes since `started` (performance.now()) are within `bytesPerSecond`. */
+async function keepUnder(bytesPerSecond: number, done: number, started: number): Promise<void> {
+  const ahead = (done / bytesPerSecond) * 1000 - (performance.now() - started);
+  if (ahead > 0) await new Promise((r) => setTimeout(r, ahead));
+}
+
 export async function sparseCopy(src: string, dst: string, options: CopyOptions = {}): Promise<CopyResult> {
   const chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES;
   checkChunkBytes(chunkBytes);
@@ -90,9 +98,11 @@ export async function sparseCopy(src: string, dst: string, options: CopyOptions 
     const written: DataExtent[] = [];
     let readBytes = 0;
     let reached = 0;
+    const started = performance.now();
     for (const piece of chunkPieces(extents, chunkBytes)) {
       if (options.signal?.aborted) throw new CopyAborted();
       if (piece.offset > reached) options.onChunk?.(piece.offset, size);
+      if (options.bytesPerSecond) await keepUnder(options.bytesPerSecond, readBytes, started);
       const chunk = await readChunk(input, buf, piece.length, piece.offset);
       readBytes += piece.length;
       copied.readBytes += piece.length;

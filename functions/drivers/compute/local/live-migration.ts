@@ -110,6 +110,7 @@ export class LiveMigration {
         await sparseCopy(src, part, {
           chunkBytes,
           signal: options.signal,
+          ...(options.bytesPerSecond ? { bytesPerSecond: options.bytesPerSecond } : {}),
           onChunk: (done, total) => report({ phase: 'disk', processedBytes: done, totalBytes: total, percent: Math.min(99, Math.floor((done / total) * 100)) }),
         });
       }

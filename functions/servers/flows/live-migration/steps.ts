@@ -20,7 +20,7 @@
  * any other failure to ask fails the rollback step, which is retried, never a blind teardown.
  */
 import { allocationsOf, moveAllocationOn, releaseAll, releaseOn } from '../../../compute/placement.js';
-import { DriverError, InvariantViolation, NotFound } from '../../../core/errors.js';
+import { ConfigurationError, DriverError, InvariantViolation, NotFound } from '../../../core/errors.js';
 import { intentId } from '../../../core/intents.js';
 import { logger } from '../../../core/logger.js';
 import type { MigrationProgress } from '../../../drivers/compute/driver.js';
@@ -204,6 +204,18 @@ function progressWriter(s: LiveState): { onProgress: (p: MigrationProgress) => v
 /** Bigger than the driver's default: fewer reads of a large sparse root disk, progress still fine-grained. */
 const COPY_CHUNK_BYTES = 8 * 1024 * 1024;
 
+/**
+ * FERRY_LIVE_MIGRATION_BANDWIDTH: MiB/s a live migration's copy may use (Nova's [libvirt]
+ * live_migration_bandwidth; unset or 0 = no cap). Read per step, like the machines' other settings.
+ */
+function liveMigrationBandwidth(): { bytesPerSecond?: number } {
+  const raw = process.env.FERRY_LIVE_MIGRATION_BANDWIDTH;
+  if (raw === undefined || raw === '' || raw === '0') return {};
+  const mib = Number(raw);
+  if (!Number.isFinite(mib) || mib < 0) throw new ConfigurationError(`FERRY_LIVE_MIGRATION_BANDWIDTH must be MiB per second, not "${raw}"`);
+  return { bytesPerSecond: mib * 1024 * 1024 };
+}
+
 /** Source live_migration: the copy and switch-over, then the instance recorded on the destination. */
 async function runStep(input: ServerStepInput): Promise<unknown> {
   const s = await loadLive(input);
@@ -212,7 +224,7 @@ async function runStep(input: ServerStepInput): Promise<unknown> {
   const progress = progressWriter(s);
   await withEvent(s, 'compute_live_migration', s.source, async () => {
     try {
-      await (await driverOfHost(s.source)).liveMigration(s.instance.uuid, dest, { onProgress: progress.onProgress, chunkBytes: COPY_CHUNK_BYTES });
+      await (await driverOfHost(s.source)).liveMigration(s.instance.uuid, dest, { onProgress: progress.onProgress, chunkBytes: COPY_CHUNK_BYTES, ...liveMigrationBandwidth() });
     } finally {
       await progress.flush();
     }
