@@ -10,23 +10,22 @@
  * Seeding writes the volume items straight to DynamoDB and the arrived copies straight into the
  * target region's fake, as bench/failover does: what is measured is the failover, not the setup.
  */
-import { BatchWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { CreateVolumeCommand } from '@aws-sdk/client-ec2';
 import { randomUUID } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { db } from '../../functions/core/db.js';
-import { tableName } from '../../functions/core/tables.js';
 import { getBackendItem } from '../../functions/replication/service-repo.js';
 import { listOperations } from '../../functions/replication/repo.js';
-import { defaultBackendName, volumeGsi1, volumeKey, type Volume } from '../../functions/volumes/model.js';
+import { defaultBackendName } from '../../functions/volumes/model.js';
 import { getVolume } from '../../functions/volumes/repo.js';
 import { getVolumeTypeByName } from '../../functions/volumes/types.js';
 import { AWS_HISTORY_LIMIT } from '../../infra/local/history-count.js';
 import { awsError, type FakeEc2 } from '../support/fake-ec2.js';
 import { startEbsStack, type EbsStack } from '../support/ebs-stack.js';
 import { eventually } from '../support/poll.js';
+import { putVolumeItems, replicatedVolumeItem } from '../support/replicated-volumes.js';
 
 const N = Number(process.env.FERRY_EBS_FAILOVER_VOLUMES ?? 10_000);
 const HOST = 'ferry@ebs-r';
@@ -39,23 +38,7 @@ async function seed(): Promise<string[]> {
   const type = await getVolumeTypeByName('ebs-replicated');
   const at = new Date().toISOString();
   const out = Array.from({ length: N }, () => randomUUID());
-  const items = out.map((id): Volume & Record<string, unknown> => ({
-    ...volumeKey(id),
-    ...volumeGsi1({ projectId: 'demo', createdAt: at, id }),
-    id, projectId: 'demo', userId: 'demo', name: null, description: null, size: 1, status: 'available', attachStatus: 'detached',
-    previousStatus: null, migrationStatus: null, replicationStatus: 'enabled', volumeTypeId: type.id, volumeTypeName: type.name, multiattach: false,
-    bootable: false, host: `${HOST}#gp`, backendName: defaultBackendName(id), providerLocation: null, serviceUuid: config.serviceUuid,
-    sharedTargets: false, availabilityZone: 'eu-west-1a', metadata: {}, adminMetadata: {}, attachments: {}, instances: {}, connections: {},
-    capacity: null, managed: false, ownsBackendObject: true, errorReason: null, createdAt: at, updatedAt: at, version: 1,
-  }));
-  for (let i = 0; i < items.length; i += 25 * 8) {
-    await Promise.all(
-      Array.from({ length: 8 }, async (_, w) => {
-        let pending: unknown[] = items.slice(i + w * 25, i + (w + 1) * 25).map((Item) => ({ PutRequest: { Item } }));
-        while (pending.length) pending = (await db().send(new BatchWriteCommand({ RequestItems: { [tableName('volume')]: pending as never } }))).UnprocessedItems?.[tableName('volume')] ?? [];
-      }),
-    );
-  }
+  await putVolumeItems(out.map((id) => replicatedVolumeItem(id, { host: `${HOST}#gp`, serviceUuid: config.serviceUuid, availabilityZone: 'eu-west-1a', typeId: type.id, typeName: type.name, at })));
   // The copy each volume's replication left in Frankfurt.
   for (const [n, id] of out.entries()) {
     const name = defaultBackendName(id);

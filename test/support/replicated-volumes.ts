@@ -28,23 +28,22 @@ async function sparseFile(path: string): Promise<void> {
   }
 }
 
-/** Makes `n` replicated volumes of project demo; returns their ids and the backend roots that hold them. */
-export async function seedReplicatedVolumes(n: number): Promise<{ ids: string[]; roots: string[] }> {
-  const { config } = await getBackendItem(REPLICATED_BACKEND);
-  const type = await getVolumeTypeByName('replicated');
-  const roots = [config.root!, ...(config.replicationDevices ?? []).map((d) => d.root!)];
-  for (const r of roots) await mkdir(join(r, 'pool0'), { recursive: true });
-  const at = new Date().toISOString();
-  const ids = Array.from({ length: n }, () => randomUUID());
-  const items = ids.map((id): Volume & Record<string, unknown> => ({
+/** The item of an available replicated volume of project demo on `host` (`backend#pool`), as the create machine leaves it. */
+export function replicatedVolumeItem(id: string, on: { host: string; serviceUuid: string | null; availabilityZone: string; typeId: string; typeName: string; at: string }): Volume & Record<string, unknown> {
+  const { at } = on;
+  return {
     ...volumeKey(id),
     ...volumeGsi1({ projectId: 'demo', createdAt: at, id }),
     id, projectId: 'demo', userId: 'demo', name: null, description: null, size: 1, status: 'available', attachStatus: 'detached',
-    previousStatus: null, migrationStatus: null, replicationStatus: 'enabled', volumeTypeId: type.id, volumeTypeName: type.name, multiattach: false,
-    bootable: false, host: `${REPLICATED_BACKEND}#pool0`, backendName: defaultBackendName(id), providerLocation: null, serviceUuid: config.serviceUuid,
-    sharedTargets: false, availabilityZone: 'nova', metadata: {}, adminMetadata: {}, attachments: {}, instances: {}, connections: {},
+    previousStatus: null, migrationStatus: null, replicationStatus: 'enabled', volumeTypeId: on.typeId, volumeTypeName: on.typeName, multiattach: false,
+    bootable: false, host: on.host, backendName: defaultBackendName(id), providerLocation: null, serviceUuid: on.serviceUuid,
+    sharedTargets: false, availabilityZone: on.availabilityZone, metadata: {}, adminMetadata: {}, attachments: {}, instances: {}, connections: {},
     capacity: null, managed: false, ownsBackendObject: true, errorReason: null, createdAt: at, updatedAt: at, version: 1,
-  }));
+  };
+}
+
+/** Writes volume items with BatchWriteItem, 25 per request, 8 requests at a time, until none is left unprocessed. */
+export async function putVolumeItems(items: Record<string, unknown>[]): Promise<void> {
   const writers = 8;
   let next = 0;
   await Promise.all(
@@ -61,6 +60,18 @@ export async function seedReplicatedVolumes(n: number): Promise<{ ids: string[];
       }
     }),
   );
+}
+
+/** Makes `n` replicated volumes of project demo; returns their ids and the backend roots that hold them. */
+export async function seedReplicatedVolumes(n: number): Promise<{ ids: string[]; roots: string[] }> {
+  const { config } = await getBackendItem(REPLICATED_BACKEND);
+  const type = await getVolumeTypeByName('replicated');
+  const roots = [config.root!, ...(config.replicationDevices ?? []).map((d) => d.root!)];
+  for (const r of roots) await mkdir(join(r, 'pool0'), { recursive: true });
+  const at = new Date().toISOString();
+  const ids = Array.from({ length: n }, () => randomUUID());
+  const on = { host: `${REPLICATED_BACKEND}#pool0`, serviceUuid: config.serviceUuid, availabilityZone: 'nova', typeId: type.id, typeName: type.name, at };
+  await putVolumeItems(ids.map((id) => replicatedVolumeItem(id, on)));
   for (let i = 0; i < ids.length; i += 200) {
     await Promise.all(ids.slice(i, i + 200).flatMap((id) => roots.map((r) => sparseFile(join(r, 'pool0', defaultBackendName(id))))));
   }
