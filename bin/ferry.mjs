@@ -9,6 +9,12 @@
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 process.env.AWS_SDK_JS_SUPPRESS_MAINTENANCE_MODE_MESSAGE ??= '1';
 
+// `ferry inventory show | head`: the reader went away; the command has nothing more to say.
+process.stdout.on('error', (e) => {
+  if (e.code === 'EPIPE') process.exit(0);
+  throw e;
+});
+
 const { register } = await import('tsx/esm/api');
 register();
 const { main } = await import('./ferry.ts');

@@ -257,5 +257,10 @@ export async function main(argv: string[], io: Io = processIo): Promise<number> 
 // bin/ferry.mjs imports this module and calls main itself.
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   quietAwsSdk();
+  // `ferry inventory show | head`: the reader went away (bin/ferry.mjs does the same).
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EPIPE') process.exit(0);
+    throw e;
+  });
   process.exitCode = await main(process.argv.slice(2));
 }

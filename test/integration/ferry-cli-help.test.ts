@@ -197,3 +197,18 @@ describe('ferry against DynamoDB', () => {
     expectNoNoise(res.stderr);
   });
 });
+
+describe('ferry into a pipe that closes', () => {
+  test('a reader that goes away (| head) ends the command quietly, exit 0, no stack trace', async () => {
+    // Act: `true` reads nothing and exits, so the command's first write meets a closed pipe.
+    const res = await new Promise<{ code: number | null; stderr: string }>((resolvePipe) => {
+      execFile('bash', ['-c', `set -o pipefail; "${process.execPath}" bin/ferry.mjs help | true`], { cwd: REPO_ROOT, timeout: 60_000 }, (error, _stdout, stderr) =>
+        resolvePipe({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stderr }),
+      );
+    });
+
+    // Assess
+    expect(res.stderr).not.toContain('EPIPE');
+    expect(res.code).toBe(0);
+  });
+});
