@@ -8,7 +8,7 @@ import { logger } from '../../functions/core/logger.js';
 import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
 import { replicationEngineFor } from '../../functions/drivers/volume/local-replication.js';
 import { PRIMARY_BACKEND_ID } from '../../functions/drivers/volume/local-sites.js';
-import type { BackendLag } from '../../functions/drivers/volume/replication-lag.js';
+import { worthRecording, type BackendLag } from '../../functions/drivers/volume/replication-lag.js';
 
 export const DEFAULT_REPLICATION_INTERVAL_MS = 1000;
 export const REPLICATION_INTERVAL_ENV = 'FERRY_REPLICATION_INTERVAL_MS';
@@ -64,6 +64,8 @@ export function startReplicationLoop(options: {
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> = Promise.resolve();
   let listFailure: string | undefined;
+  // The lag last written per backend: a pass every second writes only when it changed (worthRecording).
+  const recorded = new Map<string, BackendLag>();
 
   const tick = async () => {
     let backends: ReplicatedBackend[];
@@ -85,7 +87,10 @@ export function startReplicationLoop(options: {
         // A failover, drill or test's syncNow holds the backend: leave it to them this tick.
         if (engine.busy()) continue;
         const report = await engine.syncAll(PRIMARY_BACKEND_ID, { promotionIsStale: decision === 'sync-clearing-stale-promotion' });
-        if (report.lag && options.recordLag) await options.recordLag(config.host, report.lag);
+        if (report.lag && options.recordLag && worthRecording(recorded.get(config.host), report.lag)) {
+          await options.recordLag(config.host, report.lag);
+          recorded.set(config.host, report.lag);
+        }
       } catch (e) {
         logger.warn('replication pass failed', { host: config.host, error: e as Error });
       }

@@ -99,7 +99,10 @@ async function scanVolumeTable(into: Snapshot): Promise<void> {
     Array.from({ length: SCAN_SEGMENTS }, (_, segment) => scanAll({ TableName: tableName('volume'), ConsistentRead: true, Segment: segment, TotalSegments: SCAN_SEGMENTS })),
   );
   for (const item of segments.flat().sort((a, b) => `${String(a.pk)}|${String(a.sk)}`.localeCompare(`${String(b.pk)}|${String(b.sk)}`))) {
-    into.set(`table ${String(item.pk)}|${String(item.sk)}`, stableJson(item));
+    // A backend's replicationLag is the replication loop's measurement, written on its own schedule
+    // (volumes/backends.ts recordReplicationLag), never by a request.
+    const { replicationLag: _measured, ...rest } = item;
+    into.set(`table ${String(item.pk)}|${String(item.sk)}`, stableJson(String(item.pk).startsWith('BACKEND#') ? rest : item));
   }
 }
 

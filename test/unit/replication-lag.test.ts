@@ -1,6 +1,6 @@
 /** The pass's lag tally and how the pools show it (functions/drivers/volume/replication-lag.ts). */
 import { describe, expect, it } from 'vitest';
-import { LagTally, lagCapability } from '../../functions/drivers/volume/replication-lag.js';
+import { LagTally, lagCapability, worthRecording } from '../../functions/drivers/volume/replication-lag.js';
 
 describe('replication lag per target', () => {
   it('counts the volumes with a replica and keeps the largest lag among them', () => {
@@ -38,5 +38,18 @@ describe('replication lag per target', () => {
     expect(lagCapability(tally.summary(0))?.frankfurt).toMatchObject({ volumes: 1, replicated: 0, max_lag_seconds: null });
     expect(lagCapability(undefined)).toBeUndefined();
     expect(() => tally.add('tokyo', 1)).toThrow(/not a target/);
+  });
+
+  it('a pass is written when a count or the shown lag moved, or the last record is a minute old; not every second', () => {
+    // Prepare
+    const lag = (at: number, replicated: number, maxLagMs: number | null) => ({ at, targets: [{ targetBackendId: 'site-b', volumes: 2, replicated, maxLagMs }] });
+    const last = lag(0, 2, 400);
+
+    // Act / Assess
+    expect(worthRecording(undefined, lag(1_000, 2, 300))).toBe(true);
+    expect(worthRecording(last, lag(1_000, 2, 300))).toBe(false);
+    expect(worthRecording(last, lag(1_000, 1, 300))).toBe(true);
+    expect(worthRecording(last, lag(1_000, 2, 2_600))).toBe(true);
+    expect(worthRecording(last, lag(60_000, 2, 400))).toBe(true);
   });
 });

@@ -47,6 +47,23 @@ export class LagTally {
   }
 }
 
+/** How often an unchanged measurement is written again, so `as_of` stays recent. */
+export const LAG_REFRESH_MS = 60_000;
+
+/**
+ * Whether a pass's measurement is worth a write after the one last recorded: a replica count moved,
+ * the largest lag moved by a second or more (what the pools show), or the record is LAG_REFRESH_MS
+ * old. A loop that passes every second then writes when something an operator sees changed.
+ */
+export function worthRecording(previous: BackendLag | undefined, next: BackendLag, refreshMs = LAG_REFRESH_MS): boolean {
+  if (!previous || next.at - previous.at >= refreshMs || previous.targets.length !== next.targets.length) return true;
+  const seconds = (ms: number | null) => (ms === null ? null : Math.round(ms / 1000));
+  return next.targets.some((t, i) => {
+    const p = previous.targets[i]!;
+    return p.targetBackendId !== t.targetBackendId || p.volumes !== t.volumes || p.replicated !== t.replicated || seconds(p.maxLagMs) !== seconds(t.maxLagMs);
+  });
+}
+
 /**
  * The pool capability `replication_lag`: per target, the volumes with a replica of all replicated
  * ones and the largest lag in seconds as of the pass (`as_of`). Absent before the first pass.
