@@ -52,18 +52,21 @@ export function desiredViews(inv: Inventory): Map<Kind, View> {
 
 async function liveViews(want: Map<Kind, View>, before: Map<Kind, Set<string>>): Promise<Map<Kind, LiveView>> {
   const named = (kind: Kind) => [...(want.get(kind)?.keys() ?? []), ...(before.get(kind) ?? [])];
-  return new Map<Kind, LiveView>([
-    ['project', await compute.liveProjects(named('project'))],
-    ['volume backend', await storage.liveVolumeBackends()],
-    ['volume type', await storage.liveVolumeTypes()],
-    ['share backend', await storage.liveShareBackends()],
-    ['share type', await storage.liveShareTypes()],
-    ['cell', await compute.liveCells()],
-    ['compute host', await compute.liveHosts()],
-    ['flavor', await compute.liveFlavors()],
-    ['network', await compute.liveNetworks()],
-    ['image', await compute.liveImages(named('image'))],
-  ]);
+  // Reads only, independent of each other: all at once (an apply at every start waits for them).
+  const reads: [Kind, Promise<LiveView>][] = [
+    ['project', compute.liveProjects(named('project'))],
+    ['volume backend', storage.liveVolumeBackends()],
+    ['volume type', storage.liveVolumeTypes()],
+    ['share backend', storage.liveShareBackends()],
+    ['share type', storage.liveShareTypes()],
+    ['cell', compute.liveCells()],
+    ['compute host', compute.liveHosts()],
+    ['flavor', compute.liveFlavors()],
+    ['network', compute.liveNetworks()],
+    ['image', compute.liveImages(named('image'))],
+  ];
+  const views = await Promise.all(reads.map(([, view]) => view));
+  return new Map<Kind, LiveView>(reads.map(([kind], i) => [kind, views[i]!]));
 }
 
 /** The keys of each kind a document names (what an apply of it manages). */
