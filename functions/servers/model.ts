@@ -21,6 +21,8 @@
  */
 import type { Flavor } from '../compute/model.js';
 
+export { newMigration, type Migration, type MigrationStatus, type MigrationType } from './migration-model.js';
+
 /** nova/compute/vm_states.py */
 export type VmState = 'building' | 'active' | 'stopped' | 'paused' | 'suspended' | 'resized' | 'shelved' | 'shelved_offloaded' | 'deleted' | 'error' | 'soft-delete' | 'rescued';
 
@@ -195,56 +197,6 @@ export interface BlockDeviceMapping {
   updatedAt: string;
 }
 
-export type MigrationType = 'migration' | 'resize' | 'live-migration' | 'evacuation';
-
-/** Status strings of nova's Migration across the flows. */
-export type MigrationStatus =
-  | 'pre-migrating'
-  | 'migrating'
-  | 'post-migrating'
-  | 'finished'
-  | 'confirming'
-  | 'confirmed'
-  | 'reverting'
-  | 'reverted'
-  | 'error'
-  | 'failed'
-  | 'preparing'
-  | 'queued'
-  | 'running'
-  | 'completed'
-  | 'cancelled'
-  | 'accepted'
-  | 'done';
-
-export interface Migration {
-  /** Integer id of the API (unique per cell, like Nova's autoincrement). */
-  id: number;
-  uuid: string;
-  instanceUuid: string;
-  migrationType: MigrationType;
-  status: MigrationStatus;
-  sourceCompute: string | null;
-  sourceNode: string | null;
-  destCompute: string | null;
-  destNode: string | null;
-  destHost: string | null;
-  oldInstanceTypeId: number;
-  newInstanceTypeId: number;
-  crossCellMove: boolean;
-  /** Live migration progress (bytes). */
-  memoryTotal: number | null;
-  memoryProcessed: number | null;
-  memoryRemaining: number | null;
-  diskTotal: number | null;
-  diskProcessed: number | null;
-  diskRemaining: number | null;
-  projectId: string;
-  userId: string;
-  createdAt: string;
-  updatedAt: string;
-}
-
 export interface InstanceActionEvent {
   event: string;
   startTime: string;
@@ -340,46 +292,6 @@ export interface Image {
   sha256: string | null;
   createdAt: string;
   updatedAt: string;
-}
-
-/** A migration record as the API creates it: the instance's source, no destination yet, no progress. */
-export function newMigration(input: {
-  id: number;
-  uuid: string;
-  instance: Pick<Instance, 'uuid' | 'host' | 'node' | 'flavor' | 'projectId' | 'userId'>;
-  migrationType: MigrationType;
-  status: MigrationStatus;
-  destCompute?: string | null;
-  newInstanceTypeId?: number;
-  userId?: string;
-  at: string;
-}): Migration {
-  const { instance: i } = input;
-  return {
-    id: input.id,
-    uuid: input.uuid,
-    instanceUuid: i.uuid,
-    migrationType: input.migrationType,
-    status: input.status,
-    sourceCompute: i.host,
-    sourceNode: i.node,
-    destCompute: input.destCompute ?? null,
-    destNode: null,
-    destHost: null,
-    oldInstanceTypeId: i.flavor.id,
-    newInstanceTypeId: input.newInstanceTypeId ?? i.flavor.id,
-    crossCellMove: false,
-    memoryTotal: null,
-    memoryProcessed: null,
-    memoryRemaining: null,
-    diskTotal: null,
-    diskProcessed: null,
-    diskRemaining: null,
-    projectId: i.projectId,
-    userId: input.userId ?? i.userId,
-    createdAt: input.at,
-    updatedAt: input.at,
-  };
 }
 
 // ---------------------------------------------------------------------------------------------
