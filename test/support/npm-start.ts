@@ -5,6 +5,7 @@
  * it never meets a developer's own `npm start` on .ferry/ and 8780.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { freePort } from '../../infra/local/ports.js';
 
 export interface NpmStartStack {
   url: string;
@@ -27,7 +28,9 @@ export class StackStartFailed extends Error {
 }
 
 export async function npmStart(options: { cwd: string; dataDir: string; command?: string }): Promise<NpmStartStack> {
-  let current = await launch(options.cwd, options.command ?? 'npm start', options.dataDir, 0);
+  // A port below the kernel's ephemeral range (freePort): restart() reuses it, and a port the
+  // kernel picked (FERRY_PORT=0) could be taken by any outgoing connection in between.
+  let current = await launch(options.cwd, options.command ?? 'npm start', options.dataDir, await freePort());
   const handle: NpmStartStack = {
     url: current.url,
     port: current.port,
