@@ -13,9 +13,25 @@ let documentClient: DynamoDBDocumentClient | undefined;
 let requestCount = 0;
 const requestsByCommand = new Map<string, number>();
 
+/**
+ * How long a request may take before the SDK gives up on it (and retries, within maxAttempts).
+ * Without a bound a DynamoDB that accepts the connection and never answers (a stopped JVM, a
+ * black-holed route) hangs every caller for good: `ferry audit` never returned. One request is
+ * bounded by DynamoDB itself (1 MB per page, 100 items per transaction) and answers in
+ * milliseconds; 20 s is far beyond that even for DynamoDB Local on a loaded two-core machine.
+ */
+export const DYNAMO_REQUEST_TIMEOUT_MS = 20_000;
+export const DYNAMO_CONNECTION_TIMEOUT_MS = 5_000;
+
 export function dynamoConfigFromEnv(): DynamoDBClientConfig {
   const endpoint = process.env.FERRY_DYNAMODB_ENDPOINT;
-  const config: DynamoDBClientConfig = { region: process.env.AWS_REGION ?? 'us-east-1', maxAttempts: 5 };
+  const config: DynamoDBClientConfig = {
+    region: process.env.AWS_REGION ?? 'us-east-1',
+    maxAttempts: 5,
+    // throwOnRequestTimeout: without it @smithy/node-http-handler 4.x only logs a warning when
+    // requestTimeout passes and goes on waiting (test/integration/dynamo-timeout.test.ts).
+    requestHandler: { requestTimeout: DYNAMO_REQUEST_TIMEOUT_MS, throwOnRequestTimeout: true, connectionTimeout: DYNAMO_CONNECTION_TIMEOUT_MS },
+  };
   if (endpoint) {
     config.endpoint = endpoint;
     // DynamoDB Local accepts any credentials; fixed ones keep its data file name stable.
