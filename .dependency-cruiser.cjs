@@ -14,17 +14,23 @@ const LAYERS = [
   'core',
   'copy', // the copy worker: files and the operation record, nothing of the drivers
   'drivers',
+  'quotas', // quota limits and usage items, and the charge a create writes with its record (Cinder's and Manila's APIs name the resources)
+  'messages', // user messages (Cinder's and Manila's /messages): what an asynchronous operation that failed records for its user
   'volumes',
   'snapshots',
+  'transfers', // Cinder volume transfers: a volume (and its snapshots) handed to another project
   'replication',
   'attachments',
   'shares',
   'migration',
   'compute',
   'servers',
+  'images', // Glance v2 over the image store the servers keep (functions/servers/images.ts)
+  'networks', // Neutron v2.0 over the compute foundation's networks and the servers' ports
   'audit',
   'ops', // the read model of operations in flight (ferry ops, ferry watch, the console): reads what the capabilities record
   'auth',
+  'identity', // Keystone: users, projects, roles, its tokens in auth's token table
   'inventory', // what a deployment holds (backends, types, cells, hosts, flavors, images): writes through the capabilities
   'api',
 ];

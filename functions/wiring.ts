@@ -33,7 +33,15 @@ export interface FunctionWiring {
   httpPrefix?: string;
   /** For `api` functions: `GET` paths answered without a token (version discovery), trailing slash ignored. */
   publicPaths?: string[];
+  /**
+   * For `api` functions: the function checks every request's token itself, so no route of it goes
+   * through the authorizer (the identity API: issuing a token needs none, and its refusals carry
+   * Keystone's own body).
+   */
+  authenticatesItself?: boolean;
   tables: TableKey[];
+  /** Only reads its tables: on AWS its role gets DynamoDB's read actions on them, no write (the permission test checks every call against that). */
+  readsTablesOnly?: boolean;
   /** State machines this function starts (gets their ARNs in the environment and start permission). */
   starts?: StateMachineName[];
   /** State machines whose executions this function only reads (gets their ARNs and DescribeExecution on their executions). */
@@ -41,6 +49,8 @@ export interface FunctionWiring {
   /** For `scheduled` functions: how often it runs, in minutes (an EventBridge rate on AWS). */
   scheduleRateMinutes?: number;
   usesBucket?: boolean;
+  /** With `usesBucket`: the key prefix its role may read and write (`images/`), instead of the whole bucket. */
+  bucketPrefix?: string;
   /**
    * Calls share drivers on the share storage: on AWS the function runs in the VPC with the share
    * file system (EFS) mounted at `/mnt/ferry-shares`, where the share backends' roots are, and gets
@@ -62,18 +72,33 @@ export const FUNCTIONS: FunctionWiring[] = [
     kind: 'authorizer',
     entry: 'functions/auth/authorizer.ts',
     export: 'handler',
-    description: 'HTTP API Lambda authorizer: token table lookup on AWS, upstream noauth `user:project` tokens locally.',
+    description: 'HTTP API Lambda authorizer: token table lookup (identity tokens from /identity, `ferry token create` tokens); locally also upstream noauth `user:project` tokens.',
     tables: ['tokens'],
+  },
+  {
+    name: 'identity-api',
+    kind: 'api',
+    entry: 'functions/api/identity.ts',
+    export: 'handler',
+    description: 'Keystone v3 REST API: versions, tokens (password, token and application credential methods; validate, check, revoke), the catalog, projects, users, roles, role assignments, application credentials.',
+    httpPrefix: '/identity',
+    publicPaths: ['/identity', '/identity/v3'],
+    authenticatesItself: true,
+    tables: ['tokens'],
+    timeoutSeconds: 29,
   },
   {
     name: 'volume-api',
     kind: 'api',
     entry: 'functions/api/volume.ts',
     export: 'handler',
-    description: 'Cinder v3 REST API: versions, volumes, types, manageable volumes, attachments, snapshots, os-services (failover/freeze/thaw), capabilities, scheduler stats.',
+    description: 'Cinder v3 REST API: versions, volumes, types, manageable volumes, attachments, snapshots, os-services (failover/freeze/thaw), capabilities, scheduler stats, limits, os-availability-zone.',
     httpPrefix: '/volume',
     publicPaths: ['/volume', '/volume/v3'],
-    tables: ['volume'],
+    // compute-api: the image record a create from imageRef reads (servers/volume-image-sources.ts).
+    // compute-api and the cells: image records (volumes from images), and Nova's in-use check of an
+    // attachment before a non-service user deletes it (servers/repo.ts attachmentInUseByServer).
+    tables: ['volume', 'compute-api', 'cell1', 'cell2'],
     callsVolumeDrivers: true,
     // snapshot-create: only for a snapshot the backend is still making when the request answers.
     starts: ['volume-create', 'volume-delete', 'volume-failover', 'snapshot-create'],
@@ -164,13 +189,13 @@ export const FUNCTIONS: FunctionWiring[] = [
     kind: 'api',
     entry: 'functions/api/compute.ts',
     export: 'handler',
-    description: 'Nova v2.1 REST API: versions, flavors and extra specs, os-services (forced_down), os-hypervisors, os-availability-zone; cell and host mappings in compute-api, services and compute nodes in each cell table.',
+    description: 'Nova v2.1 REST API: versions, flavors and extra specs, os-services (forced_down), os-hypervisors, os-availability-zone, limits and os-quota-sets (read-only); cell and host mappings in compute-api, services and compute nodes in each cell table.',
     httpPrefix: '/compute',
     publicPaths: ['/compute', '/compute/v2.1'],
     tables: ['compute-api', 'cell1', 'cell2', 'volume'],
     callsVolumeDrivers: true,
     usesBucket: true,
-    starts: ['server-create', 'server-delete', 'server-power', 'server-attach-volume', 'server-detach-volume', 'server-swap-volume', 'server-resize', 'server-confirm-resize', 'server-revert-resize', 'server-cross-cell-confirm', 'server-cross-cell-revert', 'server-evacuate', 'server-shelve', 'server-unshelve', 'server-live-migrate', 'volume-delete'],
+    starts: ['server-create', 'server-delete', 'server-power', 'server-attach-volume', 'server-detach-volume', 'server-swap-volume', 'server-resize', 'server-confirm-resize', 'server-revert-resize', 'server-cross-cell-confirm', 'server-cross-cell-revert', 'server-evacuate', 'server-shelve', 'server-unshelve', 'server-live-migrate', 'volume-delete', 'volume-create'],
     timeoutSeconds: 29,
   },
   {
@@ -233,6 +258,32 @@ export const FUNCTIONS: FunctionWiring[] = [
     timeoutSeconds: 300,
   },
   {
+    name: 'image-api',
+    kind: 'api',
+    entry: 'functions/api/image.ts',
+    export: 'handler',
+    description: 'Glance v2 REST API: versions, images (list, show, create, JSON-patch update, delete), image data upload and download (bytes in the bucket under images/<id>), schemas.',
+    httpPrefix: '/image',
+    publicPaths: ['/image', '/image/versions', '/image/v2'],
+    // Image records live in compute-api beside the flavors and networks.
+    tables: ['compute-api'],
+    usesBucket: true,
+    bucketPrefix: 'images/',
+    timeoutSeconds: 29,
+  },
+  {
+    name: 'network-api',
+    kind: 'api',
+    entry: 'functions/api/network.ts',
+    export: 'handler',
+    description: 'Neutron v2.0 REST API (read): versions, networks, subnets (one per network), ports, extensions, quotas.',
+    httpPrefix: '/network',
+    publicPaths: ['/network'],
+    // Only reads: the networks and the ports in compute-api.
+    tables: ['compute-api'],
+    timeoutSeconds: 29,
+  },
+  {
     name: 'ops-api',
     kind: 'api',
     entry: 'functions/api/ferry.ts',
@@ -242,6 +293,7 @@ export const FUNCTIONS: FunctionWiring[] = [
     publicPaths: ['/ferry/console'],
     // Only reads: the operations' records, the backends, the last audit, the server actions of each cell.
     tables: ['volume', 'share', 'compute-api', 'cell1', 'cell2'],
+    readsTablesOnly: true,
     timeoutSeconds: 29,
   },
 ];

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what `npm start` and `npm test` need beyond Node on a fresh Debian machine, only when it
-# is missing: Java 17 for Amazon's DynamoDB Local (both), the upstream cinder, manila and nova CLIs
-# for the e2e tests (`test`), and the npm packages when node_modules is absent. First it checks
-# Node itself (`node`: only that, what .ci/run asks before `npm ci`).
+# is missing: Java 17 for Amazon's DynamoDB Local (both), the upstream cinder, manila, nova, glance
+# and openstack CLIs, openstacksdk and Tempest for the e2e tests (`test`), and the npm packages
+# when node_modules is absent. First it checks Node itself (`node`: only that, what .ci/run asks before `npm ci`).
 # Usage: scripts/ensure-system.sh start|test|node
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,10 +32,20 @@ need=()
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 if [ "$what" = test ]; then
   command -v cinder >/dev/null 2>&1 || need+=(python3-cinderclient)
+  # Also the `openstack share ...` commands (manilaclient's openstackclient plugin).
   command -v manila >/dev/null 2>&1 || need+=(python3-manilaclient)
   command -v nova >/dev/null 2>&1 || need+=(python3-novaclient)
+  command -v openstack >/dev/null 2>&1 || need+=(python3-openstackclient)
+  # test/e2e/openstacksdk-lifecycle.test.ts runs test/e2e/sdk/lifecycle.py with Debian's own
+  # interpreter (a pyenv python3 first on PATH would not see the package).
+  /usr/bin/python3 -c 'import openstack' >/dev/null 2>&1 || need+=(python3-openstacksdk)
+  # test/e2e/openstack-image-network.test.ts drives glance too (Debian's openstackclient does not pull it in).
+  command -v glance >/dev/null 2>&1 || need+=(python3-glanceclient)
   command -v tmux >/dev/null 2>&1 || need+=(tmux)
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  # OpenStack's API tests (test/conformance, `npm run conformance` and its subset in the e2e tier):
+  # Debian's package brings stestr, subunit and testtools with it, so no PyPI is needed.
+  command -v tempest >/dev/null 2>&1 || need+=(python3-tempest)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then

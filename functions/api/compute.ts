@@ -20,6 +20,8 @@ import { randomUUID } from 'node:crypto';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import { createApiHandler, json, type RouteSpec, type UnversionedRoute } from '../core/api.js';
 import { registerAttachmentUsers } from '../attachments/ports.js';
+import { registerSnapshotsAsVolumeSources } from '../snapshots/sources.js';
+import { registerImagesAsVolumeSources } from '../servers/volume-image-sources.js';
 import { COMPUTE_VERSIONS } from '../core/microversion.js';
 import { registerComputeHostRestart } from '../compute/ports.js';
 import { FOUNDATION_ROUTES } from '../compute/routes.js';
@@ -27,12 +29,16 @@ import { versionDocument, versionsDocument } from '../compute/views.js';
 import { cleanupEvacuatedGuests } from '../servers/flows/evacuate/host-restart.js';
 import { attachmentInUseByServer } from '../servers/repo.js';
 import { SERVER_ROUTES } from '../servers/routes.js';
+import { LIMITS_ROUTES } from '../servers/limits-routes.js';
 
 registerComputeHostRestart({ cleanupEvacuatedGuests });
 registerAttachmentUsers({ attachmentInUseByServer });
+// /os-volumes creates through the volume API, snapshot_id included (volumes/sources.ts port).
+registerSnapshotsAsVolumeSources();
+registerImagesAsVolumeSources();
 
 /** Every route of the Nova API (the authorization checks enumerate it). */
-export const routes: RouteSpec[] = [...FOUNDATION_ROUTES, ...SERVER_ROUTES];
+export const routes: RouteSpec[] = [...FOUNDATION_ROUTES, ...SERVER_ROUTES, ...LIMITS_ROUTES];
 
 export const COMPUTE_VERSION_ROUTES: UnversionedRoute[] = [
   // Nova answers its version list with 200 (not 300 like Cinder and Manila).

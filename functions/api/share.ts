@@ -14,6 +14,8 @@ import { shareNetworkRoutes } from '../shares/networks.js';
 import { isExperimental } from '../shares/actions.js';
 import { shareRoutes } from '../shares/routes.js';
 import { shareTypeRoutes } from '../shares/types.js';
+import { shareQuotaRoutes } from '../shares/quotas.js';
+import { manilaMessageRoutes } from '../messages/routes.js';
 import { versionRoutes, type VersionInfo } from './versions.js';
 
 export const SHARE_VERSION_INFO: VersionInfo = {
@@ -28,7 +30,7 @@ const inner = createApiHandler({
   service: SHARE_VERSIONS,
   rootPath: '/share',
   versionPath: '/v2',
-  routes: [...shareRoutes, ...shareTypeRoutes, ...shareNetworkRoutes, ...accessRoutes],
+  routes: [...shareRoutes, ...shareTypeRoutes, ...shareNetworkRoutes, ...accessRoutes, ...shareQuotaRoutes, ...manilaMessageRoutes],
   unversioned: versionRoutes(SHARE_VERSION_INFO),
 });
 

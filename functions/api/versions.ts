@@ -1,7 +1,9 @@
 /**
  * Version discovery documents, as the OpenStack services answer them (C/api/versions.py and its
- * Manila and Nova twins), for any ServiceVersions: `GET <root>/` lists the versions (300 Multiple
- * Choices, as upstream), `GET <root>/v<N>/` describes one (200). No token is needed for either.
+ * Manila twin), for any ServiceVersions: `GET <root>/` lists the versions (300 Multiple Choices,
+ * as upstream's VersionsController.all), `GET <root>/v<N>/` lists them too with 200 (its `index`:
+ * a `versions` list, not Nova's `version` object), and `GET <root>/v<N>` redirects there (302, the
+ * v<N> router's `mapper.redirect("", "/")`). No token is needed for any.
  *
  * What the CLIs read (reference §4.2/§4.3): the first entry whose `version` has the major, its
  * `version` (max microversion) and `min_version`.
@@ -42,13 +44,18 @@ export function versionsResponse(info: VersionInfo, rootUrl: string): ApiRespons
 }
 
 export function versionResponse(info: VersionInfo, rootUrl: string): ApiResponse {
-  return { status: 200, body: { version: versionEntry(info, rootUrl) } };
+  return { status: 200, body: { versions: [versionEntry(info, rootUrl)] } };
 }
 
 /** The two unversioned routes of a service: `/` and `/v<N>/`. */
 export function versionRoutes(info: VersionInfo): UnversionedRoute[] {
   return [
     { method: 'GET', path: '/', handler: async ({ rootUrl }) => versionsResponse(info, rootUrl) },
-    { method: 'GET', path: `${info.versionPath}/`, handler: async ({ rootUrl }) => versionResponse(info, rootUrl) },
+    {
+      method: 'GET',
+      path: `${info.versionPath}/`,
+      handler: async ({ rootUrl, rawPath }) =>
+        rawPath.endsWith('/') ? versionResponse(info, rootUrl) : { status: 302, headers: { Location: `${rootUrl}${info.versionPath}/` } },
+    },
   ];
 }

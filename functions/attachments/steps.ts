@@ -11,6 +11,7 @@ import { BadRequest, reasonOf, type CaughtError } from '../core/errors.js';
 import type { Volume } from '../volumes/model.js';
 import { getVolumeOrThrow, updateVolume } from '../volumes/repo.js';
 import { createAttachment } from './service.js';
+import { recordMessage } from '../messages/store.js';
 
 export interface AttachmentStepInput {
   step: string;
@@ -43,7 +44,9 @@ export async function attachPending(volumeId: string): Promise<{ attached: boole
 
 /** Rollback of attachPending: the volume stays available; the pending instance is dropped with the reason. */
 export async function attachFailed(volumeId: string, error: CaughtError | undefined): Promise<void> {
-  await updateVolume(volumeId, { type: 'pending-attach-done', at: now(), reason: `Attach to instance failed: ${reasonOf(error)}` });
+  const v = await updateVolume(volumeId, { type: 'pending-attach-done', at: now(), reason: `Attach to instance failed: ${reasonOf(error)}` });
+  // C/volume/manager.py: ATTACH_VOLUME / ATTACH_ERROR, for the volume's owner to read (one per volume).
+  await recordMessage('volume', { key: [volumeId, 'attach-pending-failed'], projectId: v.projectId, resourceType: 'VOLUME', resourceId: volumeId, actionId: '002', detailId: '021' });
 }
 
 function need(input: AttachmentStepInput): string {

@@ -4,7 +4,7 @@
  * error the API answers with; nothing here reads or writes storage, so each rule is tested alone
  * and the repository re-applies them after a lost race.
  */
-import { Conflict, InvalidVolume, NotFound } from '../core/errors.js';
+import { BadRequest, Conflict, InvalidVolume, NotFound } from '../core/errors.js';
 import type { ConnectionProperties, Connector } from '../drivers/volume/driver.js';
 import { ERROR_STATUSES, type AttachMode, type AttachmentSummary, type Volume, type VolumeAttachStatus, type VolumeStatus } from '../volumes/model.js';
 import type { Attachment, ConnectIntent } from './model.js';
@@ -344,5 +344,47 @@ export function remove(volume: Volume, attachment: Attachment, now: string): Rem
     },
     remaining,
     disconnect,
+  };
+}
+
+export interface LegacyAttachInput {
+  instanceUuid: string | null;
+  hostName: string | null;
+  mountpoint: string;
+  mode: 'rw' | 'ro';
+  now: string;
+}
+
+/** What refuses an os-attach whatever the attachment (checked before one is made, and again on write). */
+export function checkLegacyAttach(volume: Volume, mode: 'rw' | 'ro'): void {
+  if (volume.status === 'maintenance') throw new InvalidVolume('The volume cannot be attached in maintenance mode.');
+  if (isReadonly(volume) && mode !== 'ro') throw new BadRequest(`Invalid attaching mode '${mode}' for volume ${volume.id}.`);
+}
+
+/**
+ * The pre-3.27 os-attach on an attachment the same request or an earlier os-reserve /
+ * os-initialize_connection made (C/volume/manager.py attach_volume): attached to the instance (or
+ * host) at the mountpoint, the volume `in-use`. A read-only volume takes only mode `ro`.
+ */
+export function legacyAttach(volume: Volume, attachment: Attachment, input: LegacyAttachInput): { volume: Volume; attachment: Attachment } {
+  if (!volume.attachments[attachment.id]) assertAttachmentLive(undefined, attachment.id);
+  checkLegacyAttach(volume, input.mode);
+  const instanceUuid = attachment.instanceUuid ?? input.instanceUuid;
+  const next: Attachment = {
+    ...attachment,
+    instanceUuid,
+    attachStatus: 'attached',
+    attachMode: input.mode,
+    attachedHost: attachment.attachedHost ?? input.hostName,
+    mountpoint: input.mountpoint,
+    attachTime: input.now,
+    updatedAt: input.now,
+    version: attachment.version + 1,
+  };
+  const instances = { ...volume.instances };
+  if (instanceUuid && !attachment.instanceUuid) instances[instanceUuid] = (instances[instanceUuid] ?? 0) + 1;
+  return {
+    volume: { ...volume, status: 'in-use', attachStatus: 'attached', instances, attachments: { ...volume.attachments, [attachment.id]: summaryOf(next) }, updatedAt: input.now, version: volume.version + 1 },
+    attachment: next,
   };
 }

@@ -111,7 +111,7 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
   for (const [host, b] of held) {
     for (const entry of b.snapshots ?? []) {
       const [volumeName, snapshotName] = entry.split(' ');
-      if (FERRY_SNAPSHOT_NAME.test(snapshotName!) && !knownSnapshots.has(`${host} ${volumeName} ${snapshotName}`)) {
+      if (FERRY_SNAPSHOT_NAME.test(snapshotName!) && !knownSnapshots.has(`${host} ${volumeName} ${snapshotName}`) && !unmanagedMarkers.has(`${host} ${volumeName} ${snapshotName}`)) {
         find('orphan-backend-snapshot', `${host} ${volumeName}`, `snapshot ${snapshotName} has no snapshot record`);
       }
     }

@@ -3,8 +3,9 @@
  * `X-Auth-Token` and answers who the caller is; handlers read the result from
  * `requestContext.authorizer.lambda` (functions/core/auth.ts).
  *
- * FERRY_AUTH_MODE=noauth (the local stack's default) accepts the upstream noauth convention
- * `user:project`; otherwise the token must be in the token table.
+ * The token must be in the token table (a Keystone token from /identity, or one of `ferry token
+ * create`). FERRY_AUTH_MODE=noauth (the local stack's default) also accepts the upstream noauth
+ * convention `user:project`, colon included.
  */
 import { parseNoAuthToken, type AuthorizerContext } from '../core/auth.js';
 import { lookupToken } from './tokens.js';
@@ -20,10 +21,29 @@ export interface AuthorizerResult {
 
 export async function authorize(event: AuthorizerEvent): Promise<AuthorizerResult> {
   const headers = Object.fromEntries(Object.entries(event.headers ?? {}).map(([k, v]) => [k.toLowerCase(), v]));
-  const token = headers['x-auth-token'];
+  const token = noauthMode() ? percentDecodedNoAuth(headers['x-auth-token']) : headers['x-auth-token'];
   if (!token) return { isAuthorized: false };
-  const context = process.env.FERRY_AUTH_MODE === 'noauth' ? parseNoAuthToken(token) : await lookupToken(token);
+  // A noauth token names a project after its colon; an identity token never has one. Anything else
+  // (`notused`, a bare `admin`) is refused in both modes, as a real deployment would refuse it.
+  const noauth = noauthMode() && token.includes(':');
+  const context = noauth ? parseNoAuthToken(token) : await lookupToken(token);
   return context ? { isAuthorized: true, context } : { isAuthorized: false };
+}
+
+const noauthMode = () => process.env.FERRY_AUTH_MODE === 'noauth';
+
+/**
+ * glanceclient percent-encodes every header value, so `demo:demo` arrives as `demo%3Ademo`. A
+ * token with no colon but an encoded one is read decoded; an identity token is base64url and never
+ * holds a `%`. Local only: on AWS no token is a noauth token.
+ */
+function percentDecodedNoAuth(token: string | undefined): string | undefined {
+  if (!token || token.includes(':') || !/%3a/i.test(token)) return token;
+  try {
+    return decodeURIComponent(token);
+  } catch {
+    return token; // malformed escapes: left as sent, and refused below as no token of either kind
+  }
 }
 
 export const handler = authorize;

@@ -78,7 +78,8 @@ export interface UnversionedRoute {
   method: Method;
   /** Relative to the service root, e.g. `/` or `/v3/`. */
   path: string;
-  handler: (req: { event: APIGatewayProxyEventV2; rootUrl: string }) => Promise<ApiResponse>;
+  /** `rawPath`: the path as the client sent it (with its trailing slash, which routing drops). */
+  handler: (req: { event: APIGatewayProxyEventV2; rootUrl: string; rawPath: string }) => Promise<ApiResponse>;
 }
 
 export interface ApiDefinition {
@@ -146,7 +147,7 @@ export function createApiHandler(def: ApiDefinition) {
     groups.set(key, [...(groups.get(key) ?? []), r]);
   }
 
-  type Ev = APIGatewayProxyEventV2 & { ferry: { urlProjectId?: string; requestId: string } };
+  type Ev = APIGatewayProxyEventV2 & { ferry: { urlProjectId?: string; requestId: string; rawPath: string } };
 
   const routerRoutes: { method: Method; path: string; handler: (event: Ev) => Promise<APIGatewayProxyStructuredResultV2> }[] = [];
   for (const [key, specs] of groups) {
@@ -190,7 +191,7 @@ export function createApiHandler(def: ApiDefinition) {
     routerRoutes.push({
       method: u.method,
       path: def.rootPath + (u.path === '/' ? '' : u.path.replace(/\/$/, '')),
-      handler: async (event: Ev) => toResult(await u.handler({ event, rootUrl: requestBaseUrl(event) + def.rootPath }), {}),
+      handler: async (event: Ev) => toResult(await u.handler({ event, rootUrl: requestBaseUrl(event) + def.rootPath, rawPath: event.ferry.rawPath }), {}),
     });
   }
 
@@ -204,17 +205,20 @@ export function createApiHandler(def: ApiDefinition) {
   const normalize = async (event: APIGatewayProxyEventV2, context: Context) => {
     const requestId = `req-${randomUUID()}`;
     const ev = event as Ev;
-    let path = ev.requestContext.http.path;
+    const rawPath = ev.requestContext.http.path;
+    let path = rawPath;
     if (path.length > 1 && path.endsWith('/')) path = path.slice(0, -1);
     let urlProjectId: string | undefined;
     if (path.startsWith(versionedBase + '/')) {
       const rest = path.slice(versionedBase.length + 1).split('/');
-      if (rest[0] && !collections.has(rest[0])) {
+      // A lone segment (`/volume/v3/foo`) is no project: upstream routes nothing at
+      // `/v3/{project_id}`, so it stays as it is and answers 404, not the version document.
+      if (rest[0] && !collections.has(rest[0]) && rest.length > 1) {
         urlProjectId = rest[0];
-        path = versionedBase + (rest.length > 1 ? '/' + rest.slice(1).join('/') : '');
+        path = versionedBase + '/' + rest.slice(1).join('/');
       }
     }
-    ev.ferry = { urlProjectId, requestId };
+    ev.ferry = { urlProjectId, requestId, rawPath };
     ev.requestContext = { ...ev.requestContext, http: { ...ev.requestContext.http, path } };
     const result = (await router(ev as never, context)) as APIGatewayProxyStructuredResultV2;
     result.headers = { ...(result.headers ?? {}), 'x-openstack-request-id': requestId };

@@ -14,6 +14,8 @@ import { backendShareName, type MigrationInstance, type Share, type ShareMigrati
 import { getShareBackend, getShareOrThrow, updateShareBy, writeShareWith, type TransactItem } from '../shares/repo.js';
 import { DEFAULT_SHARE_AZ } from '../shares/scheduler.js';
 import { migrationTransition, type MigrationEvent } from './transitions.js';
+import { recordMessage } from '../messages/store.js';
+import { MIGRATE_ACTION, MIGRATION_FAILED_DETAIL } from '../messages/routes.js';
 
 export const now = () => new Date().toISOString();
 
@@ -44,8 +46,29 @@ export interface MigrationStepInput {
 
 export async function apply(input: { shareId: string }, event: MigrationEvent | ((s: Share) => MigrationEvent)): Promise<Share> {
   // The end of a migration also moves its operations-index entry, in the same transaction.
-  if (typeof event !== 'function' && event.type === 'finish') return applyWith(input.shareId, () => ({ event, items: [] }));
+  if (typeof event !== 'function' && event.type === 'finish') {
+    const s = await applyWith(input.shareId, () => ({ event, items: [] }));
+    if (event.outcome === 'migration_error') await recordMigrationFailure(s, event.migrationId, event.reason);
+    return s;
+  }
   return updateShareBy(input.shareId, (s) => migrationTransition(s, typeof event === 'function' ? event(s) : event));
+}
+
+/**
+ * A migration that ended in migration_error tells its user why, in a user message (`manila
+ * message-list`): upstream records none and shows the reason nowhere. One per migration (its id
+ * makes the message's), however often the finish is applied.
+ */
+async function recordMigrationFailure(s: Share, migrationId: string, reason: string | undefined): Promise<void> {
+  await recordMessage('share', {
+    key: [s.id, 'migration', migrationId],
+    projectId: s.projectId,
+    resourceType: 'SHARE',
+    resourceId: s.id,
+    actionId: MIGRATE_ACTION,
+    detailId: MIGRATION_FAILED_DETAIL,
+    text: reason ? `${reason.replace(/\s+$/, '')}` : null,
+  });
 }
 
 /** The operations-index entry of a new migration (core/ops-index.ts), put with its accept. */

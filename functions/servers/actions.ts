@@ -10,5 +10,7 @@ export interface ServerActionSpec {
   /** The policy checked against the server's project before the handler runs. */
   policy: string;
   minVersion?: string;
+  /** Runs on a locked instance for anyone (Nova's check_instance_lock is absent: evacuate, lock, unlock). */
+  ignoresLock?: boolean;
   handler: (req: ApiRequest, server: LoadedServer, args: unknown) => Promise<ApiResponse>;
 }

@@ -65,7 +65,7 @@ const SERVER_MACHINES = STATE_MACHINE_NAMES.filter((m): m is ServerMachine => m.
  * one the server's migration does not run, assertStartedBy.)
  */
 const ACTIONS: Partial<Record<ServerMachine, readonly string[]>> = {
-  'server-power': ['os-stop', 'os-start', 'reboot'],
+  'server-power': ['os-stop', 'os-start', 'reboot', 'pause', 'unpause', 'suspend', 'resume', 'rebuild'],
   'server-live-migrate': ['os-migrateLive'],
   'server-resize': ['resize', 'migrate'],
   'server-confirm-resize': ['confirmResize'],

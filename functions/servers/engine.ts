@@ -112,6 +112,11 @@ export function invalidState(action: string, uuid: string, attr: 'vm_state' | 't
   return new Conflict(`Cannot '${action}' instance ${uuid} while it is in ${attr} ${state ?? 'None'}`);
 }
 
+/** Nova's check_instance_lock: a locked instance refuses a non-admin caller (InstanceIsLocked, 409). */
+export function assertNotLocked(instance: Pick<Instance, 'uuid' | 'locked'>, isAdmin: boolean): void {
+  if (instance.locked && !isAdmin) throw new Conflict(`Instance ${instance.uuid} is locked`);
+}
+
 export function assertState(instance: Instance, action: string, vmStates: readonly VmState[], taskStates: readonly (TaskState | null)[] = [null]): void {
   if (!vmStates.includes(instance.vmState)) throw invalidState(action, instance.uuid, 'vm_state', instance.vmState);
   if (!taskStates.includes(instance.taskState)) throw invalidState(action, instance.uuid, 'task_state', instance.taskState);
@@ -140,6 +145,9 @@ export async function beginOperation(b: BeginOperation): Promise<Instance> {
     startedAt: now(),
   };
   const written = await updateServer(cell, b.server.instance.uuid, ({ instance, bdms }) => {
+    // Every operation but evacuate (which Nova does not lock-check) is refused on a locked
+    // instance, here on the fresh record so a lock that landed after the dispatcher's check counts.
+    if (b.kind !== 'evacuate') assertNotLocked(instance, b.auth.isAdmin);
     if (instance.operation) throw invalidState(b.action, instance.uuid, 'task_state', instance.taskState ?? instance.operation.kind);
     assertState(instance, b.action, b.vmStates, b.taskStates);
     b.check?.(instance, bdms);

@@ -35,6 +35,8 @@ export interface NewImage {
   diskFormat?: string;
   containerFormat?: string;
   id?: string;
+  tags?: string[];
+  protected?: boolean;
 }
 
 /**
@@ -58,6 +60,8 @@ export async function createImageRecord(input: NewImage): Promise<Image> {
     properties: input.properties,
     objectKey: imageObjectKey(id),
     sha256: null,
+    ...(input.tags ? { tags: input.tags } : {}),
+    ...(input.protected ? { protected: true } : {}),
     createdAt: at,
     updatedAt: at,
   };
@@ -94,7 +98,8 @@ export async function getImage(id: string): Promise<Image> {
 /** The images a project sees: public ones and its own; an admin sees all. By name. */
 export async function listImages(projectId: string, isAdmin: boolean): Promise<Image[]> {
   const items = await queryAll({ TableName: apiTable(), IndexName: 'gsi1', KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': SERVER_GSI.images } });
-  return items.map(strip).filter((i) => isAdmin || i.visibility === 'public' || i.ownerProjectId === projectId);
+  // A `deleted` record is one the image API's delete has not finished removing (functions/images/repo.ts): gone for everyone.
+  return items.map(strip).filter((i) => i.status !== 'deleted' && (isAdmin || i.visibility === 'public' || i.ownerProjectId === projectId));
 }
 
 /** Moves the status from one of `from` to `to` (plus `extra` fields); false when the status was none of `from`. */
@@ -160,6 +165,9 @@ export async function uploadImage(id: string, body: Readable | Uint8Array, sizeB
   if (!(await transition(id, ['queued', 'saving'], 'saving'))) return settledUpload(id, await shaOfData());
 
   const hash = createHash('sha256');
+  // Glance's checksum (MD5) and os_hash_value (SHA-512), computed in the same pass.
+  const md5 = createHash('md5');
+  const sha512 = createHash('sha512');
   let counted = 0;
   // A body longer or shorter than the length announced would leave S3 waiting for bytes that never
   // come (or cut it off silently): the count fails the stream, which aborts the PUT.
@@ -167,6 +175,8 @@ export async function uploadImage(id: string, body: Readable | Uint8Array, sizeB
   const hashing = new Transform({
     transform(chunk: Buffer, _enc, done) {
       hash.update(chunk);
+      md5.update(chunk);
+      sha512.update(chunk);
       counted += chunk.length;
       done(counted > length ? wrongLength() : null, chunk);
     },
@@ -188,7 +198,8 @@ export async function uploadImage(id: string, body: Readable | Uint8Array, sizeB
     throw counting.errored ?? e;
   }
   const sha256 = hash.digest('hex');
-  if (!(await transition(id, ['saving'], 'active', { sizeBytes: length, sha256 }))) return settledUpload(id, sha256);
+  const digests = { md5: md5.digest('hex'), sha512: sha512.digest('hex') };
+  if (!(await transition(id, ['saving'], 'active', { sizeBytes: length, sha256, ...digests }))) return settledUpload(id, sha256);
   return getImage(id);
 }
 

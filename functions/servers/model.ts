@@ -36,6 +36,10 @@ export type TaskState =
   | 'powering-off'
   | 'powering-on'
   | 'rebooting_hard'
+  | 'pausing'
+  | 'unpausing'
+  | 'suspending'
+  | 'resuming'
   | 'reboot_started_hard'
   | 'resize_prep'
   | 'resize_migrating'
@@ -129,6 +133,11 @@ export type OperationKind =
   | 'stop'
   | 'start'
   | 'reboot'
+  | 'pause'
+  | 'unpause'
+  | 'suspend'
+  | 'resume'
+  | 'rebuild'
   | 'attach_volume'
   | 'detach_volume'
   | 'swap_volume'
@@ -167,6 +176,8 @@ export interface Instance {
   systemMetadata: Record<string, string>;
   hidden: boolean;
   locked: boolean;
+  /** Nova's locked_by: who set the lock (an unlock by the other kind needs unlock_override); absent on records from before it. */
+  lockedBy?: 'owner' | 'admin' | null;
   fault: InstanceFault | null;
   operation: ServerOperation | null;
   launchedAt: string | null;
@@ -283,13 +294,19 @@ export interface Image {
   minRam: number;
   diskFormat: string;
   containerFormat: string;
-  visibility: 'public' | 'private' | 'shared';
+  visibility: 'public' | 'private' | 'shared' | 'community';
   ownerProjectId: string | null;
   /** Properties (image_type snapshot, instance_uuid, ...). */
   properties: Record<string, string>;
   /** S3 key of the bytes. */
   objectKey: string;
   sha256: string | null;
+  /** Glance's `checksum` (MD5) and `os_hash_value` (SHA-512) of the bytes; absent on images uploaded before Ferry recorded them. */
+  md5?: string | null;
+  sha512?: string | null;
+  /** Glance's `tags` and `protected` (a protected image cannot be deleted). */
+  tags?: string[];
+  protected?: boolean;
   createdAt: string;
   updatedAt: string;
 }

@@ -8,24 +8,25 @@
 import { json, type ApiRequest, type ApiResponse, type RouteSpec } from '../core/api.js';
 import { BadRequest, NotFound } from '../core/errors.js';
 import { authorize } from '../core/policy.js';
-import { COMPUTE_BINARY, serviceIsUp } from '../compute/model.js';
-import { findServiceByHostBinary } from '../compute/repo.js';
 import type { LinkContext } from '../compute/views.js';
-import { isObject, type Json } from '../compute/validation.js';
-import { computeDriverFor } from '../drivers/compute/registry.js';
+import { isObject } from '../compute/validation.js';
 import type { ServerActionSpec } from './actions.js';
-import { computeNodes } from './engine.js';
+import { assertNotLocked } from './engine.js';
 import { EVACUATE_ACTIONS } from './flows/evacuate/api.js';
 import { createServer, deleteServer, LIFECYCLE_ACTIONS } from './flows/lifecycle/api.js';
+import { GUEST_ACTIONS } from './flows/lifecycle/guest-actions.js';
 import { LIVE_MIGRATION_ACTIONS } from './flows/live-migration/api.js';
+import { LOCK_ACTIONS } from './flows/lock/api.js';
 import { RESIZE_ACTIONS } from './flows/resize/api.js';
 import { SHELVE_ACTIONS } from './flows/shelve/api.js';
 import { VOLUME_ATTACHMENT_ROUTES } from './flows/volumes/api.js';
 import { HISTORY_ROUTES } from './history-routes.js';
-import { addressesOf, listPortsOf } from './network.js';
+import { IPS_ROUTES } from './ips-routes.js';
+import { OS_VOLUMES_ROUTES } from './os-volumes-routes.js';
 import { SERVER_POLICIES, visibleServer } from './policies.js';
-import { listInstances, loadPartition, type LoadedServer } from './repo.js';
-import { SERVER_HOST_STATUS_MIN, serverDetail, serverSummary } from './views.js';
+import { listInstances } from './repo.js';
+import { serverSummary } from './views.js';
+import { detailOf } from './detail.js';
 
 const linkContext = (req: ApiRequest): LinkContext => ({ baseUrl: req.baseUrl, urlProjectId: req.urlProjectId });
 
@@ -36,27 +37,9 @@ const SERVER_ACTIONS: Record<string, ServerActionSpec> = {
   ...RESIZE_ACTIONS,
   ...EVACUATE_ACTIONS,
   ...SHELVE_ACTIONS,
+  ...LOCK_ACTIONS,
+  ...GUEST_ACTIONS,
 };
-
-async function detailOf(req: ApiRequest, server: LoadedServer): Promise<Json> {
-  const { bdms } = await loadPartition(server.cell, server.instance.uuid);
-  const ports = await listPortsOf(server.instance.uuid);
-  const addresses = await addressesOf(ports);
-  // Only admins see host_status (2.16+): the service lookup is skipped for everyone else.
-  const hostStatus = req.auth.isAdmin && req.version.atLeast(SERVER_HOST_STATUS_MIN) ? await hostStatusOf(server.instance.host) : undefined;
-  return serverDetail(server.instance, { bdms, ports, addresses, hostStatus }, req.version, linkContext(req), { isAdmin: req.auth.isAdmin });
-}
-
-/** compute/api.py `get_instance_host_status`: '' without a host; DOWN, MAINTENANCE (disabled) or UP from its nova-compute service. */
-async function hostStatusOf(host: string | null): Promise<string> {
-  if (!host) return '';
-  const svc = await findServiceByHostBinary(host, COMPUTE_BINARY);
-  const node = (await computeNodes()).find((n) => n.node.host === host);
-  if (!svc || !node) return 'UNKNOWN';
-  const reporting = (await computeDriverFor(node.node.config).getHostInfo()).up;
-  if (!serviceIsUp(svc.value, reporting)) return 'DOWN';
-  return svc.value.disabled ? 'MAINTENANCE' : 'UP';
-}
 
 // ---------------------------------------------------------------------------------------------
 // List / show
@@ -106,6 +89,8 @@ async function serverAction(req: ApiRequest): Promise<ApiResponse> {
   const server = await visibleServer(req, req.params.server_id!);
   if (!spec || (spec.minVersion && !req.version.atLeast(spec.minVersion))) throw new NotFound('The resource could not be found.');
   authorize(req.auth, spec.policy, { projectId: server.instance.projectId });
+  // check_instance_lock wraps the API method, before its state checks (beginOperation checks again in its write).
+  if (!spec.ignoresLock) assertNotLocked(server.instance, req.auth.isAdmin);
   return spec.handler(req, server, body[name]);
 }
 
@@ -118,4 +103,6 @@ export const SERVER_ROUTES: RouteSpec[] = [
   { method: 'POST', path: '/servers/{server_id}/action', action: 'server action', authorizeBy: 'resource', handler: serverAction },
   ...VOLUME_ATTACHMENT_ROUTES,
   ...HISTORY_ROUTES,
+  ...IPS_ROUTES,
+  ...OS_VOLUMES_ROUTES,
 ];

@@ -7,13 +7,13 @@
  */
 import { randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type RouteSpec } from '../core/api.js';
-import { BadRequest } from '../core/errors.js';
+import { BadRequest, NotFound } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { authorize, registerPolicies } from '../core/policy.js';
 import type { DriverAccessRule } from '../drivers/share/driver.js';
 import { shareDriverFor } from '../drivers/share/registry.js';
 import { backendShareName, type Share } from './model.js';
-import { getShareBackend, getShareOrThrow, getShareScoped, updateShare } from './repo.js';
+import { getShareBackend, getShareOrThrow, getShareScoped, listShares, updateShare } from './repo.js';
 import { accessRuleOf } from './validation.js';
 import { accessListEntry, accessRuleView, shareViewContext } from './views.js';
 
@@ -22,6 +22,7 @@ registerPolicies({
   'share:deny_access': 'admin_or_owner',
   'share:access_get_all': 'admin_or_owner',
   'share_access_rule:index': 'admin_or_owner',
+  'share_access_rule:get': 'admin_or_owner',
 });
 
 const now = () => new Date().toISOString();
@@ -91,4 +92,20 @@ async function listRules(req: ApiRequest) {
   return json(200, { access_list: rules.map((r) => accessRuleView(ctx, share, r)) });
 }
 
-export const accessRoutes: RouteSpec[] = [{ method: 'GET', path: '/share-access-rules', action: 'share_access_rule:index', authorizeBy: 'resource', minVersion: '2.45', handler: listRules }];
+/**
+ * share_accesses.py show: the rule by its id. Rules live on their share's item, so the caller's
+ * shares (an admin's: all) are searched; a rule of a share the caller cannot see is not found.
+ */
+async function showRule(req: ApiRequest) {
+  const id = req.params.access_id!;
+  const shares = await listShares(req.auth.isAdmin ? undefined : req.auth.projectId);
+  const share = shares.find((s) => s.accessRules[id]);
+  if (!share) throw new NotFound(`Share access rule ${id} not found.`);
+  authorize(req.auth, 'share_access_rule:get', share);
+  return json(200, { access: accessRuleView(shareViewContext(req), share, share.accessRules[id]!) });
+}
+
+export const accessRoutes: RouteSpec[] = [
+  { method: 'GET', path: '/share-access-rules', action: 'share_access_rule:index', authorizeBy: 'resource', minVersion: '2.45', handler: listRules },
+  { method: 'GET', path: '/share-access-rules/{access_id}', action: 'share_access_rule:get', authorizeBy: 'resource', minVersion: '2.45', handler: showRule },
+];

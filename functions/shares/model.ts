@@ -112,6 +112,8 @@ export interface Share {
   migration: ShareMigration | null;
   /** How the share's last migration ended, with the reason when it failed (what `ferry watch` shows); absent before the first. */
   lastMigration?: MigrationEnd | null;
+  /** What the share took from its project's quota (resource -> amount), given back when its record is removed (quotas/engine.ts). Absent on shares from before quotas until counted. */
+  quota?: Record<string, number> | null;
   createdAt: string;
   updatedAt: string;
   version: number;

@@ -12,6 +12,8 @@ import { GSI1, tableName } from '../core/tables.js';
 import type { ShareBackendConfig } from '../drivers/share/driver.js';
 import { shareBackendKey, shareBackendOf, shareGsi1, shareKey, shareNetworkKey, sharePoolKey, shareTypeKey, type Share } from './model.js';
 import { transition, type ShareEvent } from './transitions.js';
+import { writeShareCharged } from './quotas.js';
+import { releaseItem } from '../quotas/engine.js';
 
 export type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
 const KEY_ATTRIBUTES = ['pk', 'sk', 'gsi1pk', 'gsi1sk'];
@@ -93,17 +95,14 @@ export async function writeShareWith(before: Share, after: Share, others: Transa
 
 export async function insertShare(s: Share): Promise<void> {
   try {
-    await db().send(
-      new TransactWriteCommand({
-        TransactItems: [
-          { Put: { TableName: tableName('share'), Item: { ...shareKey(s.id), ...shareGsi1(s), ...s }, ConditionExpression: 'attribute_not_exists(pk)' } },
-          // The type's share count moves with the share, so a type in use cannot be deleted (types.ts).
-          typeCountItem(s.shareTypeId, 1),
-          // So does its network's (networks.ts); the condition also refuses a network deleted since it was checked.
-          ...(s.shareNetworkId ? [networkCountItem(s.shareNetworkId, 1)] : []),
-        ],
-      }),
-    );
+    // One transaction with the project's quota charge (shares/quotas.ts): usage <= limit - n holds under concurrency.
+    await writeShareCharged(s, (s) => [
+      { Put: { TableName: tableName('share'), Item: { ...shareKey(s.id), ...shareGsi1(s), ...s }, ConditionExpression: 'attribute_not_exists(pk)' } },
+      // The type's share count moves with the share, so a type in use cannot be deleted (types.ts).
+      typeCountItem(s.shareTypeId, 1),
+      // So does its network's (networks.ts); the condition also refuses a network deleted since it was checked.
+      ...(s.shareNetworkId ? [networkCountItem(s.shareNetworkId, 1)] : []),
+    ]);
   } catch (e) {
     if (s.shareNetworkId && cancellationCodes(e)[2] === 'ConditionalCheckFailed') throw shareNetworkNotFound(s.shareNetworkId);
     throw e;
@@ -139,6 +138,8 @@ export async function removeShareRecord(before: Share, requireStatus?: string): 
         },
         typeCountItem(before.shareTypeId, -1),
         ...(before.shareNetworkId ? [networkCountItem(before.shareNetworkId, -1)] : []),
+        // What the share took from its project's quota goes back with the record, exactly once.
+        ...[releaseItem('share', before.projectId, before.quota)].filter((i): i is TransactItem => i !== undefined),
       ],
     }),
   );

@@ -9,6 +9,7 @@ import { shareDriverFor } from '../drivers/share/registry.js';
 import { backendShareName, sharePoolOf } from './model.js';
 import { getShare, getShareBackend, getShareOrThrow, removeShareRecord, updateShare } from './repo.js';
 import { releaseShareCapacity, scheduleShare } from './scheduler.js';
+import { recordMessage } from '../messages/store.js';
 
 const now = () => new Date().toISOString();
 
@@ -51,6 +52,10 @@ export async function rollbackCreate(shareId: string, error: CaughtError | undef
   }
   await releaseShareCapacity(shareId);
   const after = await updateShare(shareId, { type: 'create-failed', at: now(), reason: reasonOf(error) });
+  // M/scheduler/manager.py: ALLOCATE_HOST / NO_VALID_HOST when no backend took it; M/share/manager.py:
+  // CREATE / UNKNOWN_ERROR for the driver's failure. One message per share.
+  const noHost = error?.Error === 'NoValidHost';
+  await recordMessage('share', { key: [shareId, 'create-failed'], projectId: after.projectId, resourceType: 'SHARE', resourceId: shareId, actionId: noHost ? '001' : '002', detailId: noHost ? '002' : '001' });
   return { status: after.status };
 }
 

@@ -9,7 +9,10 @@ import { db, isConditionFailure, listKind, withRetries } from '../core/db.js';
 import { ConcurrentModification, FerryError, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import { BackendFrozen, notFrozenCheck } from '../volumes/frozen.js';
-import { cancellationCodes, getVolume, getVolumeOrThrow, volumeUpdate, type TransactItem } from '../volumes/repo.js';
+import { cancellationCodes, getVolume, getVolumeOrThrow, unmanagedKey, volumeUpdate, type TransactItem } from '../volumes/repo.js';
+import { snapshotTakes, writeSnapshotCharged } from '../volumes/quotas.js';
+import { releaseItem } from '../quotas/engine.js';
+import { recordMessage } from '../messages/store.js';
 import { transition as volumeTransition } from '../volumes/transitions.js';
 import { snapshotGsi1, snapshotKey, snapshotTransition, type Snapshot, type SnapshotEvent } from './model.js';
 
@@ -66,16 +69,15 @@ export async function insertSnapshot(s: Snapshot, allowInUse: boolean): Promise<
       const before = await getVolumeOrThrow(s.volumeId);
       const after = volumeTransition(before, { type: 'snapshot-added', at: s.createdAt, snapshotId: s.id, allowInUse });
       if (after instanceof FerryError) throw after;
+      // The snapshot carries what it takes from the quota; the charge joins the same transaction.
+      const taken = snapshotTakes(s.size, before.volumeTypeName);
+      s.quota = taken;
       try {
-        await db().send(
-          new TransactWriteCommand({
-            TransactItems: [
-              { Update: volumeUpdate(before, after) },
-              { Put: { TableName: tableName('volume'), Item: { ...snapshotKey(s.id), ...snapshotGsi1(s), ...s }, ConditionExpression: 'attribute_not_exists(pk)' } },
-              notFrozenCheck(s.backendHost),
-            ],
-          }),
-        );
+        await writeSnapshotCharged(s.projectId, s.size, taken, [
+          { Update: volumeUpdate(before, after) },
+          { Put: { TableName: tableName('volume'), Item: { ...snapshotKey(s.id), ...snapshotGsi1(s), ...s }, ConditionExpression: 'attribute_not_exists(pk)' } },
+          notFrozenCheck(s.backendHost),
+        ]);
       } catch (e) {
         if (cancellationCodes(e)[2] === 'ConditionalCheckFailed') throw new BackendFrozen(s.backendHost);
         throw e;
@@ -111,8 +113,12 @@ export async function updateSnapshot(id: string, event: SnapshotEvent, options: 
   });
 }
 
-/** Removes a deleted snapshot's record and its id on the volume, in one transaction. Idempotent. */
-export async function removeSnapshotRecord(id: string): Promise<void> {
+/**
+ * Removes a deleted snapshot's record and its id on the volume, in one transaction. Idempotent.
+ * `unmanaged` (os-unmanage): the backend object stays, and a marker in the same transaction tells
+ * the audit it is an operator's now, not an orphan (as volumes/repo.ts removeVolumeRecord does).
+ */
+export async function removeSnapshotRecord(id: string, options: { unmanaged?: boolean } = {}): Promise<void> {
   await withRetries(
     async () => {
       const s = await getSnapshot(id);
@@ -135,6 +141,12 @@ export async function removeSnapshotRecord(id: string): Promise<void> {
         const after = volumeTransition(volume, { type: 'snapshot-removed', at: new Date().toISOString(), snapshotId: id });
         if (after instanceof FerryError) throw after;
         if (after !== volume) items.push({ Update: volumeUpdate(volume, after) });
+      }
+      // What the snapshot took from its project's quota goes back with the record, exactly once.
+      const quota = releaseItem('volume', s.projectId, s.quota);
+      if (quota) items.push(quota);
+      if (options.unmanaged) {
+        items.push({ Put: { TableName: tableName('volume'), Item: { ...unmanagedKey(s.backendHost, `${s.volumeBackendName} ${s.backendName}`), snapshotId: s.id, at: new Date().toISOString() } } });
       }
       await db().send(new TransactWriteCommand({ TransactItems: items }));
     },
@@ -164,4 +176,9 @@ export function snapshotErrorItem(id: string, at: string): TransactItem {
 export async function listSnapshots(projectId?: string): Promise<Snapshot[]> {
   const items = await listKind(tableName('volume'), { sk: 'SNAP', pkPrefix: 'SNAP#', gsi1pk: projectId === undefined ? undefined : snapshotGsi1({ projectId, createdAt: '', id: '' }).gsi1pk });
   return items.map(toSnapshot);
+}
+
+/** C/volume/manager.py create_snapshot's failure: a SNAPSHOT_CREATE / SNAPSHOT_CREATE_ERROR user message, one per snapshot. */
+export async function recordSnapshotCreateFailure(s: Pick<Snapshot, 'id' | 'projectId'>): Promise<void> {
+  await recordMessage('volume', { key: [s.id, 'snapshot-create-failed'], projectId: s.projectId, resourceType: 'VOLUME_SNAPSHOT', resourceId: s.id, actionId: '009', detailId: '013' });
 }

@@ -1,6 +1,7 @@
 /**
  * Cinder v3 snapshots (C/api/v3/snapshots.py, C/api/v2/snapshots.py, C/api/schemas/snapshots.py):
- * create, list, list detail, show, delete.
+ * create, list, list detail, show, delete, and the os-reset_status and os-force_delete actions
+ * (C/api/contrib/admin_actions.py).
  *
  * Create records the snapshot `creating` (the intent: its backend name derives from its id) and
  * tries the driver once in the request: a snapshot the backend makes at once (the local driver's
@@ -23,11 +24,13 @@ import { isSnapshotDriver } from '../drivers/volume/registry.js';
 import { assertNotFrozen } from '../volumes/frozen.js';
 import { backendOf, driverForHost } from '../volumes/backends.js';
 import { upstreamTime } from '../volumes/model.js';
+import { parseLimit, parseOffset, parseSort } from '../volumes/queries.js';
 import { getVolumeScoped } from '../volumes/repo.js';
-import { invalidField, isUuidLike, metadataField, optionalString, pyRepr, wrapped } from '../volumes/validation.js';
-import { snapshotBackendName, type Snapshot } from './model.js';
+import { invalidField, isObject, isUuidLike, metadataField, optionalString, pyRepr, wrapped } from '../volumes/validation.js';
+import { SNAPSHOT_ACTIONS } from './actions.js';
+import { snapshotBackendName, type Snapshot, type SnapshotStatus } from './model.js';
 import { snapshotCreateExecutionName, startSnapshotCreate } from './machine.js';
-import { getSnapshotScoped, insertSnapshot, listSnapshots, removeSnapshotRecord, updateSnapshot } from './repo.js';
+import { getSnapshotScoped, insertSnapshot, listSnapshots, recordSnapshotCreateFailure, removeSnapshotRecord, updateSnapshot } from './repo.js';
 
 export const SNAPSHOT_POLICIES = {
   create: 'volume:create_snapshot',
@@ -37,7 +40,12 @@ export const SNAPSHOT_POLICIES = {
   extendedAttributes: 'volume_extension:extended_snapshot_attributes',
 } as const;
 
+const SNAPSHOT_RESET_STATUS = 'volume_extension:snapshot_admin_actions:reset_status';
+const SNAPSHOT_FORCE_DELETE = 'volume_extension:snapshot_admin_actions:force_delete';
+
 registerPolicies({
+  [SNAPSHOT_RESET_STATUS]: 'admin_api',
+  [SNAPSHOT_FORCE_DELETE]: 'admin_api',
   [SNAPSHOT_POLICIES.create]: 'admin_or_owner',
   [SNAPSHOT_POLICIES.get]: 'admin_or_owner',
   [SNAPSHOT_POLICIES.getAll]: 'admin_or_owner',
@@ -89,7 +97,13 @@ export function parseSnapshotCreate(body: unknown): NewSnapshotRequest {
   return { volumeId, force, name, description, metadata };
 }
 
-export function snapshotView(req: ApiRequest, s: Snapshot, detail: boolean): Record<string, unknown> {
+/**
+ * A snapshot as upstream's views show it: `detail` is the v3 detail builder (create, update, show,
+ * the detail list: group_snapshot_id, user_id, consumes_quota by microversion), else the summary
+ * (the plain list); `extended` adds the os-extended-snapshot-attributes extension, which upstream
+ * hooks on show and the detail list only (not create).
+ */
+export function snapshotView(req: ApiRequest, s: Snapshot, detail: boolean, extended = detail): Record<string, unknown> {
   const out: Record<string, unknown> = {
     id: s.id,
     created_at: upstreamTime(s.createdAt),
@@ -101,10 +115,11 @@ export function snapshotView(req: ApiRequest, s: Snapshot, detail: boolean): Rec
     size: s.size,
     metadata: { ...(s.metadata ?? {}) },
   };
-  if (detail && allowed(req.auth, SNAPSHOT_POLICIES.extendedAttributes, { projectId: s.projectId })) {
-    out['os-extended-snapshot-attributes:progress'] = s.status === 'available' ? '100%' : '0%';
+  if (extended && allowed(req.auth, SNAPSHOT_POLICIES.extendedAttributes, { projectId: s.projectId })) {
+    out['os-extended-snapshot-attributes:progress'] = s.status === 'available' ? '100%' : (s.progress ?? '0%');
     out['os-extended-snapshot-attributes:project_id'] = s.projectId;
   }
+  if (!detail) return out;
   if (req.version.atLeast('3.14')) out.group_snapshot_id = null;
   if (req.version.atLeast('3.41')) out.user_id = s.userId;
   if (req.version.atLeast('3.65')) out.consumes_quota = true;
@@ -151,12 +166,13 @@ async function createSnapshotRoute(req: ApiRequest) {
     if (e instanceof BackendNotReady) {
       // The backend is still making it (an EBS snapshot takes minutes): the machine waits for it.
       await waitInMachine(id);
-      return json(202, { snapshot: snapshotView(req, result, true) });
+      return json(202, { snapshot: snapshotView(req, result, true, false) });
     }
     logger.error('snapshot create failed on the backend', { snapshotId: id, error: e as Error });
     result = await updateSnapshot(id, { type: 'create-failed', at: now(), reason: e instanceof Error ? e.message : String(e) });
+    await recordSnapshotCreateFailure(result);
   }
-  return json(202, { snapshot: snapshotView(req, result, true) });
+  return json(202, { snapshot: snapshotView(req, result, true, false) });
 }
 
 /**
@@ -179,6 +195,18 @@ async function waitInMachine(snapshotId: string): Promise<void> {
   }
 }
 
+const SNAPSHOT_SORT_KEYS: Record<string, (s: Snapshot) => string | number> = {
+  id: (s) => s.id,
+  name: (s) => s.name ?? '',
+  display_name: (s) => s.name ?? '',
+  status: (s) => s.status,
+  size: (s) => s.size,
+  volume_id: (s) => s.volumeId,
+  created_at: (s) => s.createdAt,
+  updated_at: (s) => s.updatedAt,
+  project_id: (s) => s.projectId,
+};
+
 const PAGING_KEYS = new Set(['limit', 'marker', 'offset', 'sort', 'sort_key', 'sort_dir', 'all_tenants', 'with_count']);
 
 async function listRoute(req: ApiRequest, detail: boolean) {
@@ -192,19 +220,25 @@ async function listRoute(req: ApiRequest, detail: boolean) {
     else if (k === 'name' || k === 'display_name') snapshots = snapshots.filter((s) => (s.name ?? '') === value);
     else if (k === 'project_id' && allTenants) snapshots = snapshots.filter((s) => s.projectId === value);
   }
-  // Upstream's default order: created_at desc, then id.
-  snapshots.sort((a, b) => b.createdAt.localeCompare(a.createdAt) || b.id.localeCompare(a.id));
+  // Upstream's default order: created_at desc, then id; `sort`/`sort_key`+`sort_dir` and `offset` as for volumes.
+  const sort = parseSort(q, SNAPSHOT_SORT_KEYS);
+  const limit = parseLimit(q);
+  const offset = parseOffset(q);
+  snapshots.sort((a, b) => {
+    for (const { key, dir } of sort) {
+      const x = SNAPSHOT_SORT_KEYS[key]!(a);
+      const y = SNAPSHOT_SORT_KEYS[key]!(b);
+      if (x !== y) return (x < y ? -1 : 1) * (dir === 'asc' ? 1 : -1);
+    }
+    return 0;
+  });
   const marker = q.get('marker');
   if (marker) {
     const i = snapshots.findIndex((s) => s.id === marker);
     if (i < 0) throw new NotFound(`Marker ${marker} could not be found.`);
     snapshots = snapshots.slice(i + 1);
   }
-  const limitRaw = q.get('limit');
-  if (limitRaw !== null) {
-    if (!/^\d+$/.test(limitRaw)) throw new BadRequest('limit param must be an integer');
-    snapshots = snapshots.slice(0, Number(limitRaw));
-  }
+  snapshots = snapshots.slice(offset, offset + limit);
   const body: Record<string, unknown> = { snapshots: snapshots.map((s) => snapshotView(req, s, detail)) };
   if (req.version.atLeast('3.45') && ['1', 'true'].includes((q.get('with_count') ?? '').toLowerCase())) body.count = snapshots.length;
   return json(200, body);
@@ -220,9 +254,15 @@ async function deleteRoute(req: ApiRequest) {
   const id = req.params.snapshot_id!;
   const found = await getSnapshotScoped(req.auth, id);
   authorize(req.auth, SNAPSHOT_POLICIES.delete, { projectId: found.projectId });
+  return deleteSnapshotNow(found, false);
+}
+
+/** DELETE and os-force_delete (any status): the driver runs in the request. */
+async function deleteSnapshotNow(found: Snapshot, force: boolean) {
+  const id = found.id;
   // Upstream's order: frozen first, then the status guard of the conditional update.
   await assertNotFrozen(found.backendHost);
-  const s = await updateSnapshot(id, { type: 'begin-delete', at: now() }, { notFrozen: true });
+  const s = await updateSnapshot(id, { type: 'begin-delete', at: now(), force }, { notFrozen: true });
   try {
     const driver = await driverForHost(s.backendHost);
     if (!isSnapshotDriver(driver)) throw new InvariantViolation(`backend ${s.backendHost} does not support snapshots, yet holds snapshot ${id}`, { context: { snapshotId: id } });
@@ -235,7 +275,45 @@ async function deleteRoute(req: ApiRequest) {
   return json(202);
 }
 
+/** C/objects/fields.py SnapshotStatus.ALL, in its order (the refusal lists them). */
+const UPSTREAM_SNAPSHOT_STATUSES = ['error', 'available', 'creating', 'deleting', 'deleted', 'updating', 'error_deleting', 'unmanaging', 'backing-up', 'restoring'];
+const SNAPSHOT_STATUSES: readonly SnapshotStatus[] = ['creating', 'available', 'deleting', 'error', 'error_deleting'];
+
+/** POST /snapshots/{id}/action: os-reset_status and os-force_delete (admin_actions.py SnapshotAdminController). */
+async function actionRoute(req: ApiRequest) {
+  const body = req.body;
+  if (!isObject(body) || Object.keys(body).length === 0) throw new BadRequest('Malformed request body');
+  if ('os-force_delete' in body) {
+    const args = body['os-force_delete'];
+    if (args !== null && !isObject(args)) throw invalidField('os-force_delete', args, `${pyRepr(args)} is not of type 'object', 'null'`);
+    const s = await getSnapshotScoped(req.auth, req.params.snapshot_id!);
+    authorize(req.auth, SNAPSHOT_FORCE_DELETE, { projectId: s.projectId });
+    return deleteSnapshotNow(s, true);
+  }
+  const other = Object.keys(body).find((k) => k in SNAPSHOT_ACTIONS);
+  if (other !== undefined) return SNAPSHOT_ACTIONS[other]!(req, body[other]);
+  if (!('os-reset_status' in body)) throw new BadRequest(`There is no such action: ${Object.keys(body)[0]}`);
+  const args = body['os-reset_status'];
+  if (!isObject(args)) throw invalidField('os-reset_status', args, `${pyRepr(args)} is not of type 'object'`);
+  const extra = Object.keys(args).find((k) => k !== 'status');
+  if (extra !== undefined) throw invalidField('os-reset_status', args, `Additional properties are not allowed (${pyRepr(extra)} was unexpected)`);
+  if (!('status' in args)) throw invalidField('os-reset_status', args, "'status' is a required property");
+  const status = args.status;
+  if (typeof status !== 'string') throw invalidField('status', status, `${pyRepr(status)} is not of type 'string'`);
+  if (!UPSTREAM_SNAPSHOT_STATUSES.includes(status.toLowerCase())) {
+    throw new BadRequest(`Snapshot status: ${status} is invalid, valid statuses are: (${UPSTREAM_SNAPSHOT_STATUSES.map((x) => `'${x}'`).join(', ')}).`);
+  }
+  if (!SNAPSHOT_STATUSES.includes(status.toLowerCase() as SnapshotStatus)) {
+    throw new BadRequest(`Invalid input received: Ferry's snapshots have no status ${status.toLowerCase()} (docs/compatibility.md).`);
+  }
+  const s = await getSnapshotScoped(req.auth, req.params.snapshot_id!);
+  authorize(req.auth, SNAPSHOT_RESET_STATUS, { projectId: s.projectId });
+  await updateSnapshot(s.id, { type: 'reset-status', at: now(), status: status.toLowerCase() as SnapshotStatus });
+  return json(202);
+}
+
 export const snapshotRoutes: RouteSpec[] = [
+  { method: 'POST', path: '/snapshots/{snapshot_id}/action', action: SNAPSHOT_RESET_STATUS, authorizeBy: 'resource', handler: actionRoute },
   { method: 'POST', path: '/snapshots', action: SNAPSHOT_POLICIES.create, authorizeBy: 'resource', handler: createSnapshotRoute },
   { method: 'GET', path: '/snapshots', action: SNAPSHOT_POLICIES.getAll, handler: (req) => listRoute(req, false) },
   { method: 'GET', path: '/snapshots/detail', action: SNAPSHOT_POLICIES.getAll, handler: (req) => listRoute(req, true) },

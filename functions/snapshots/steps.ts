@@ -16,7 +16,7 @@ import { logger } from '../core/logger.js';
 import { isSnapshotDriver } from '../drivers/volume/registry.js';
 import { driverForHost } from '../volumes/backends.js';
 import { InvalidSnapshot, type Snapshot } from './model.js';
-import { getSnapshot, snapshotNotFound, updateSnapshot } from './repo.js';
+import { getSnapshot, recordSnapshotCreateFailure, snapshotNotFound, updateSnapshot } from './repo.js';
 
 const now = () => new Date().toISOString();
 
@@ -80,6 +80,7 @@ export async function createFailed(snapshotId: string, error: CaughtError | unde
     logger.error('snapshot-create could not delete what the backend made', { snapshotId, error: e as Error });
   }
   const after = await updateSnapshot(snapshotId, { type: 'create-failed', at: now(), reason });
+  await recordSnapshotCreateFailure(after);
   logger.warn('snapshot create failed', { snapshotId, reason });
   return { status: after.status };
 }

@@ -1,7 +1,7 @@
 /**
  * POST /volumes/{id}/action (C/api/contrib/volume_actions.py, admin_actions.py,
  * volume_unmanage.py): os-reset_status, os-begin_detaching, os-roll_detaching, os-extend,
- * os-unmanage and os-retype, each a pure transition (transitions.ts) persisted conditionally.
+ * os-unmanage, os-retype, os-set_bootable, os-update_readonly_flag and os-force_delete, each a pure transition (transitions.ts) persisted conditionally.
  */
 import { own } from '../core/lookup.js';
 import { json, type ApiRequest } from '../core/api.js';
@@ -18,12 +18,13 @@ import { cancellationCodes, getVolumeScoped, removeVolumeRecord, updateVolume, w
 import { filterAndWeigh, gatherPools, poolTotalGb, reservePoolItem } from './scheduler.js';
 import { apply, RESETTABLE_ATTACH_STATUSES, RESETTABLE_MIGRATION_STATUSES, VOLUME_STATUSES } from './transitions.js';
 import { getVolumeTypeByNameOrId, isMultiattachType, visibleType, volumeTypeKey } from './types.js';
-import { invalidField, isObject, pyRepr, sizeField } from './validation.js';
+import { boolParam, invalidField, isObject, pyRepr, sizeField } from './validation.js';
+import { deleteVolume } from './delete.js';
 import { VOLUME_POLICIES } from './policies.js';
 
 const now = () => new Date().toISOString();
 
-type ActionHandler = (req: ApiRequest, v: Volume, args: unknown) => Promise<ReturnType<typeof json>>;
+export type ActionHandler = (req: ApiRequest, v: Volume, args: unknown) => Promise<ReturnType<typeof json>>;
 
 async function resetStatus(req: ApiRequest, v: Volume, args: unknown) {
   authorize(req.auth, VOLUME_POLICIES.resetStatus, { projectId: v.projectId });
@@ -163,7 +164,41 @@ async function retype(req: ApiRequest, v: Volume, args: unknown) {
   return json(202);
 }
 
+/** `{"<action>": {"<field>": <boolean>}}`, the only property, as upstream's schemas ask; strict bool_from_string. */
+function boolArg(action: string, field: string, args: unknown): boolean {
+  if (!isObject(args)) throw invalidField(action, args, `${pyRepr(args)} is not of type 'object'`);
+  for (const k of Object.keys(args)) if (k !== field) throw invalidField(action, args, `Additional properties are not allowed (${pyRepr(k)} was unexpected)`);
+  if (!(field in args)) throw invalidField(action, args, `'${field}' is a required property`);
+  return boolParam(field, args[field]);
+}
+
+/** os-set_bootable: volume_api.update({'bootable': ...}); 200 with no body. */
+async function setBootable(req: ApiRequest, v: Volume, args: unknown) {
+  const bootable = boolArg('os-set_bootable', 'bootable', args);
+  authorize(req.auth, VOLUME_POLICIES.update, { projectId: v.projectId });
+  await updateVolume(v.id, { type: 'set-bootable', at: now(), bootable });
+  return json(200);
+}
+
+/** os-update_readonly_flag: the `readonly` admin metadata of an available volume. */
+async function updateReadonly(req: ApiRequest, v: Volume, args: unknown) {
+  const readonly = boolArg('os-update_readonly_flag', 'readonly', args);
+  authorize(req.auth, VOLUME_POLICIES.updateReadonlyFlag, { projectId: v.projectId });
+  await updateVolume(v.id, { type: 'set-readonly', at: now(), readonly });
+  return json(202);
+}
+
+/** os-force_delete (admin_actions.py): delete with the status guard dropped. */
+async function forceDelete(req: ApiRequest, v: Volume) {
+  authorize(req.auth, VOLUME_POLICIES.forceDelete, { projectId: v.projectId });
+  await deleteVolume(v, true);
+  return json(202);
+}
+
 const ACTIONS: Record<string, ActionHandler> = {
+  'os-set_bootable': setBootable,
+  'os-update_readonly_flag': updateReadonly,
+  'os-force_delete': forceDelete,
   'os-retype': retype,
   'os-reset_status': resetStatus,
   'os-begin_detaching': beginDetaching,
@@ -171,6 +206,14 @@ const ACTIONS: Record<string, ActionHandler> = {
   'os-extend': extend,
   'os-unmanage': unmanage,
 };
+
+/**
+ * A port for actions a higher layer implements (the pre-3.27 attach actions live with the
+ * attachments, functions/attachments/legacy.ts); the entry point (functions/api/volume.ts) fills it.
+ */
+export function registerVolumeActions(actions: Record<string, ActionHandler>): void {
+  for (const [name, handler] of Object.entries(actions)) if (!own(ACTIONS, name)) ACTIONS[name] = handler;
+}
 
 export async function volumeAction(req: ApiRequest) {
   if (!isObject(req.body) || Object.keys(req.body).length === 0) throw new BadRequest('Malformed request body');

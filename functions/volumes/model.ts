@@ -28,6 +28,8 @@ export type VolumeStatus =
   | 'extending'
   | 'error_extending'
   | 'backing-up'
+  /** Offered for transfer to another project (functions/transfers/). */
+  | 'awaiting-transfer'
   | 'restoring-backup'
   | 'error_restoring';
 
@@ -103,10 +105,42 @@ export interface Volume {
   snapshotIds?: string[];
   /** The failover operation that last applied its rules to this volume: a re-run of that operation skips it. Added by replication. */
   failoverOperationId?: string | null;
+  /** The snapshot this volume was created from (the view's `snapshot_id`). Added by create-from-source. */
+  snapshotId?: string | null;
+  /** The volume this one was cloned from (the view's `source_volid`). Added by create-from-source. */
+  sourceVolid?: string | null;
+  /** What create-on-backend copies from, recorded with the volume so the steps need no other capability (sources.ts). */
+  source?: VolumeSourceRef | null;
+  /** Cinder's volume_image_metadata of a volume made from an image (image_id, image_name, size, ...). */
+  imageMetadata?: Record<string, string> | null;
+  /** On a SOURCE (volume or snapshot item): how many volumes are being created from it; no delete while > 0. */
+  dependentCreates?: number;
+  /** What the volume took from its project's quota (resource -> amount), given back when its record is removed (quotas/engine.ts). Absent on volumes from before quotas until counted. */
+  quota?: Record<string, number> | null;
   createdAt: string;
   updatedAt: string;
   /** Optimistic-concurrency version; every write conditions on it or bumps it. */
   version: number;
+}
+
+/**
+ * A new volume's source, as recorded on it: the item whose `dependentCreates` it holds (`key`, in
+ * the volume table), and the backend object to copy. `held` is true exactly while it holds one.
+ */
+export interface VolumeSourceRef {
+  kind: 'snapshot' | 'volume' | 'image';
+  id: string;
+  /** The held item (snapshot, volume); an image is not held (Glance does not refuse its delete either). */
+  key: { pk: string; sk: string } | null;
+  /** `host@backend#pool` (volume) or `host@backend` (snapshot) the source lives on. */
+  backendHost: string;
+  /** The source volume's backend object (for a snapshot: the snapshotted volume's). */
+  volumeBackendName: string;
+  /** A snapshot's own backend name. */
+  snapshotName?: string;
+  /** An image's bytes: the object key in the bucket (`images/<id>`). */
+  imageObjectKey?: string;
+  held: boolean;
 }
 
 /** Cinder's ReplicationStatus enum (C/objects/fields.py): a volume's replication_status, and a backend service's. */

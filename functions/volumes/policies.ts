@@ -17,6 +17,8 @@ export const VOLUME_POLICIES = {
   unmanage: 'volume_extension:volume_unmanage',
   action: 'volume:volume_action',
   retype: 'volume:retype',
+  updateReadonlyFlag: 'volume:update_readonly_flag',
+  forceDelete: 'volume_extension:volume_admin_actions:force_delete',
 } as const;
 
 registerPolicies({
@@ -32,4 +34,6 @@ registerPolicies({
   [VOLUME_POLICIES.unmanage]: 'admin_api',
   [VOLUME_POLICIES.action]: 'admin_or_owner',
   [VOLUME_POLICIES.retype]: 'admin_or_owner',
+  [VOLUME_POLICIES.updateReadonlyFlag]: 'admin_or_owner',
+  [VOLUME_POLICIES.forceDelete]: 'admin_api',
 });

@@ -43,7 +43,7 @@ function parseMetadataFilter(raw: string): Record<string, string> {
   throw new BadRequest(`Invalid input received: Invalid metadata filter ${raw}.`);
 }
 
-function parseLimit(q: URLSearchParams): number {
+export function parseLimit(q: URLSearchParams): number {
   const raw = q.get('limit');
   if (raw === null) return MAX_LIMIT;
   if (!/^-?\d+$/.test(raw)) throw new BadRequest('limit param must be an integer');
@@ -52,7 +52,7 @@ function parseLimit(q: URLSearchParams): number {
   return Math.min(n, MAX_LIMIT);
 }
 
-function parseOffset(q: URLSearchParams): number {
+export function parseOffset(q: URLSearchParams): number {
   const raw = q.get('offset');
   if (raw === null) return 0;
   if (!/^-?\d+$/.test(raw)) throw new BadRequest('offset param must be an integer');
@@ -61,7 +61,8 @@ function parseOffset(q: URLSearchParams): number {
   return n;
 }
 
-function parseSort(q: URLSearchParams): { key: string; dir: 'asc' | 'desc' }[] {
+/** `sort=k1:dir,k2` or `sort_key`/`sort_dir` (C/api/common.py get_sort_params), checked against `sortKeys`; id breaks ties. */
+export function parseSort(q: URLSearchParams, sortKeys: Record<string, unknown> = SORT_KEYS): { key: string; dir: 'asc' | 'desc' }[] {
   const pairs: { key: string; dir: string }[] = [];
   const sort = q.get('sort');
   if (sort) {
@@ -78,7 +79,7 @@ function parseSort(q: URLSearchParams): { key: string; dir: 'asc' | 'desc' }[] {
   }
   for (const p of pairs) {
     if (p.dir !== 'asc' && p.dir !== 'desc') throw new BadRequest("Unknown sort direction, must be 'desc' or 'asc'");
-    if (!own(SORT_KEYS, p.key)) throw new BadRequest(`Invalid input received: Invalid sort key ${p.key}.`);
+    if (!own(sortKeys, p.key)) throw new BadRequest(`Invalid input received: Invalid sort key ${p.key}.`);
   }
   if (!pairs.some((p) => p.key === 'id')) pairs.push({ key: 'id', dir: pairs[pairs.length - 1]!.dir });
   return pairs as { key: string; dir: 'asc' | 'desc' }[];
@@ -165,14 +166,16 @@ export async function listRoute(req: ApiRequest, detail: boolean) {
   volumes = volumes.slice(offset, offset + limit);
 
   const ctx = viewContext(req);
-  const body: Record<string, unknown> = { volumes: volumes.map((v) => (detail ? volumeDetail(ctx, v) : volumeSummary(ctx, v))) };
+  const body: Record<string, unknown> = { volumes: volumes.map((v) => (detail ? volumeDetail(ctx, v, true) : volumeSummary(ctx, v))) };
   if (volumes.length > 0 && volumes.length === limit) {
     const params = new URLSearchParams(q);
     params.set('limit', String(limit));
     params.set('marker', volumes[volumes.length - 1]!.id);
     params.delete('offset');
-    const project = req.urlProjectId ?? req.auth.projectId;
-    body.volumes_links = [{ href: `${req.baseUrl}/${project}/volumes${detail ? '/detail' : ''}?${params.toString()}`, rel: 'next' }];
+    // common.py _get_next_link: the project id is in the link only when the request's URL has it
+    // (Tempest compares the link's path with the URL it asked).
+    const project = req.urlProjectId ? `/${req.urlProjectId}` : '';
+    body.volumes_links = [{ href: `${req.baseUrl}${project}/volumes${detail ? '/detail' : ''}?${params.toString()}`, rel: 'next' }];
   }
   if (req.version.atLeast('3.45') && truthy(q.get('with_count'))) body.count = count;
   return json(200, body);
@@ -181,5 +184,21 @@ export async function listRoute(req: ApiRequest, detail: boolean) {
 export async function showVolume(req: ApiRequest) {
   const v = await getVolumeScoped(req.auth, req.params.volume_id!);
   authorize(req.auth, VOLUME_POLICIES.get, { projectId: v.projectId });
-  return json(200, { volume: volumeDetail(viewContext(req), v) });
+  return json(200, { volume: volumeDetail(viewContext(req), v, true) });
+}
+
+/**
+ * GET /volumes/summary (3.12; distinct metadata from 3.36): count and total size of the caller's
+ * volumes (every project's for an admin with all_tenants), as C/api/v3/volumes.py summary.
+ */
+export async function summaryRoute(req: ApiRequest) {
+  const allTenants = req.auth.isAdmin && truthy(req.query.get('all_tenants'));
+  const volumes = await listVolumes(allTenants ? undefined : req.auth.projectId);
+  const summary: Record<string, unknown> = { total_count: volumes.length, total_size: volumes.reduce((n, v) => n + v.size, 0) };
+  if (req.version.atLeast('3.36')) {
+    const metadata: Record<string, string[]> = {};
+    for (const v of volumes) for (const [k, x] of Object.entries(v.metadata ?? {})) if (!(metadata[k] ??= []).includes(x)) metadata[k]!.push(x);
+    summary.metadata = metadata;
+  }
+  return json(200, { 'volume-summary': summary });
 }

@@ -15,9 +15,11 @@ import { cancellationCodes, db, isConditionFailure, listKind, queryAll, versione
 import { BadRequest, ConcurrentModification, Conflict, FerryError, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import { backendOf } from './backends.js';
-import { volumeGsi1, volumeKey, type Volume } from './model.js';
+import { volumeGsi1, volumeKey, type Volume, type VolumeSourceRef } from './model.js';
 import { transition, type VolumeEvent } from './transitions.js';
 import { volumeTypeKey } from './types.js';
+import { writeVolumeCharged } from './quotas.js';
+import { releaseItem } from '../quotas/engine.js';
 
 export type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
 
@@ -121,8 +123,12 @@ function plain(v: unknown): unknown {
  * Creates the volume item, counting it on its type (which must still exist) and, for a managed
  * volume, claiming its backend object — all or nothing.
  */
-export async function insertVolume(v: Volume, options: { claimBackendObject?: boolean } = {}): Promise<void> {
-  const items: TransactItem[] = [
+export async function insertVolume(
+  v: Volume,
+  options: { claimBackendObject?: boolean; hold?: { item: TransactItem; refused: () => FerryError } } = {},
+): Promise<void> {
+  // The record carries what it takes from the quota (set by writeVolumeCharged before items are built).
+  const items = (v: Volume): TransactItem[] => [
     { Put: { TableName: tableName('volume'), Item: { ...volumeKey(v.id), ...volumeGsi1(v), ...v }, ConditionExpression: 'attribute_not_exists(pk)' } },
     {
       Update: {
@@ -133,25 +139,32 @@ export async function insertVolume(v: Volume, options: { claimBackendObject?: bo
         ExpressionAttributeValues: { ':one': 1 },
       },
     },
+    ...(options.claimBackendObject
+      ? [
+          { Delete: { TableName: tableName('volume'), Key: unmanagedKey(v.host!, v.backendName) } },
+          {
+            Put: {
+              TableName: tableName('volume'),
+              Item: { ...claimKey(v.host!, v.backendName), volumeId: v.id, host: backendOf(v.host!), backendName: v.backendName },
+              ConditionExpression: 'attribute_not_exists(pk)',
+              ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+            },
+          } as TransactItem,
+        ]
+      : []),
+    // A volume from a source holds it (sources.ts): last, so its index is the items' length - 1.
+    ...(options.hold ? [options.hold.item] : []),
   ];
-  if (options.claimBackendObject) {
-    items.push({ Delete: { TableName: tableName('volume'), Key: unmanagedKey(v.host!, v.backendName) } });
-    items.push({
-      Put: {
-        TableName: tableName('volume'),
-        Item: { ...claimKey(v.host!, v.backendName), volumeId: v.id, host: backendOf(v.host!), backendName: v.backendName },
-        ConditionExpression: 'attribute_not_exists(pk)',
-        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-      },
-    });
-  }
+  const holdIndex = options.hold ? items(v).length - 1 : -1;
   try {
-    await db().send(new TransactWriteCommand({ TransactItems: items }));
+    // One transaction: the record, its type's count, its claim, and its quota (usage <= limit - n).
+    await writeVolumeCharged(v, items);
   } catch (e) {
     const codes = cancellationCodes(e);
     if (codes[0] === 'ConditionalCheckFailed') throw new Conflict(`Volume ${v.id} already exists.`);
+    if (options.hold && codes[holdIndex] === 'ConditionalCheckFailed') throw options.hold.refused();
     if (codes[1] === 'ConditionalCheckFailed') throw new NotFound(`Volume type ${v.volumeTypeId} could not be found.`);
-    if (codes[3] === 'ConditionalCheckFailed') {
+    if (options.claimBackendObject && codes[3] === 'ConditionalCheckFailed') {
       const owner = plain(cancellationItem(e, 3)?.volumeId);
       throw new BadRequest(`Invalid volume: Backend object ${v.backendName} on ${backendOf(v.host!)} is already managed by volume ${owner}.`);
     }
@@ -167,6 +180,21 @@ export function claimItem(v: Volume, poolHost: string): TransactItem {
       Item: { ...claimKey(poolHost, v.backendName), volumeId: v.id, host: backendOf(poolHost), backendName: v.backendName },
       ConditionExpression: 'attribute_not_exists(pk) OR volumeId = :vid',
       ExpressionAttributeValues: { ':vid': v.id },
+    },
+  };
+}
+
+/** Gives the hold back (the source cannot be gone while it is held: its delete is refused). */
+/* sources.ts holds the other half (holdSourceItem). */
+export function releaseSourceItem(ref: VolumeSourceRef): TransactItem {
+  return {
+    Update: {
+      TableName: tableName('volume'),
+      Key: ref.key!,
+      UpdateExpression: 'ADD dependentCreates :minus, #version :one',
+      ConditionExpression: 'attribute_exists(pk)',
+      ExpressionAttributeNames: { '#version': 'version' },
+      ExpressionAttributeValues: { ':minus': -1, ':one': 1 },
     },
   };
 }
@@ -234,6 +262,11 @@ export async function removeVolumeRecord(before: Volume, condition?: ExtraCondit
   if (pool) items.push(pool);
   const claim = releaseClaimItem(before);
   if (claim) items.push(claim);
+  // A hold on a source still held (an admin reset a creating volume and deleted it) goes back too.
+  if (before.source?.held) items.push(releaseSourceItem(before.source));
+  // What the volume took from its project's quota goes back with the record, exactly once.
+  const quota = releaseItem('volume', before.projectId, before.quota);
+  if (quota) items.push(quota);
   if (options.unmanaged && before.host) {
     items.push({ Put: { TableName: tableName('volume'), Item: { ...unmanagedKey(before.host, before.backendName), volumeId: before.id, at: new Date().toISOString() } } });
   }

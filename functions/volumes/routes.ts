@@ -3,22 +3,20 @@
  * C/api/contrib/admin_actions.py, C/api/contrib/volume_unmanage.py): validation in upstream's
  * order and wording, then a pure transition (transitions.ts) persisted conditionally (repo.ts),
  * and for create/delete an execution of the volume machine named from the volume id. Create is
- * create.ts, list and show queries.ts, the actions actions.ts; update and delete are here.
+ * create.ts, list and show queries.ts, the actions actions.ts, delete delete.ts, the metadata API
+ * metadata.ts; update is here.
  */
 import { json, type ApiRequest, type RouteSpec } from '../core/api.js';
-import { isConditionFailure, withRetries } from '../core/db.js';
-import { ConcurrentModification, FerryError } from '../core/errors.js';
-import { assertNotFrozen, BackendFrozen, notFrozenCheck } from './frozen.js';
 import { authorize } from '../core/policy.js';
-import { type Volume, type VolumeStatus } from './model.js';
-import { cancellationCodes, getVolumeOrThrow, getVolumeScoped, updateVolume, writeVolumeWith } from './repo.js';
-import { apply } from './transitions.js';
+import { getVolumeScoped, updateVolume } from './repo.js';
 import { invalidField, metadataField, optionalString, pyRepr, wrapped } from './validation.js';
 import { viewContext, volumeDetail } from './views.js';
 import { VOLUME_POLICIES } from './policies.js';
-import { createVolumeRoute, startVolumeExecution } from './create.js';
-import { listRoute, showVolume } from './queries.js';
+import { createVolumeRoute } from './create.js';
+import { deleteVolume } from './delete.js';
+import { listRoute, showVolume, summaryRoute } from './queries.js';
 import { volumeAction } from './actions.js';
+import { metadataRoutes } from './metadata.js';
 
 const now = () => new Date().toISOString();
 
@@ -39,40 +37,12 @@ async function updateVolumeRoute(req: ApiRequest) {
   return json(200, { volume: volumeDetail(viewContext(req), v) });
 }
 
-/**
- * begin-delete written with a ConditionCheck that the volume's backend is not frozen, so a freeze
- * that lands after the read still refuses the delete (reference §2.5).
- */
-async function beginDeleteNotFrozen(id: string): Promise<Volume> {
-  return withRetries(
-    async () => {
-      const before = await getVolumeOrThrow(id);
-      const after = apply(before, { type: 'begin-delete', at: now() });
-      try {
-        return await writeVolumeWith(before, after, before.host ? [notFrozenCheck(before.host)] : []);
-      } catch (e) {
-        if (before.host && cancellationCodes(e)[1] === 'ConditionalCheckFailed') throw new BackendFrozen(before.host);
-        throw e;
-      }
-    },
-    { retryable: (e) => cancellationCodes(e)[0] === 'ConditionalCheckFailed' || cancellationCodes(e).includes('TransactionConflict'), attempts: 20 },
-  ).catch((e) => {
-    if (isConditionFailure(e) && !(e instanceof FerryError)) throw new ConcurrentModification(`Volume ${id}`, e);
-    throw e;
-  });
-}
-
 async function deleteVolumeRoute(req: ApiRequest) {
   // `cascade` is accepted and ignored: a volume with snapshots is refused (delete its snapshots first).
   const id = req.params.volume_id!;
   const found = await getVolumeScoped(req.auth, id);
   authorize(req.auth, VOLUME_POLICIES.delete, { projectId: found.projectId });
-  // Upstream's order: frozen (assert_not_frozen) before the status guard.
-  if (found.host) await assertNotFrozen(found.host);
-  const before = await beginDeleteNotFrozen(id);
-  await startVolumeExecution('volume-delete', id, async () => {
-    await updateVolume(id, { type: 'reset-status', at: now(), status: (before.previousStatus ?? 'available') as VolumeStatus });
-  });
+  await deleteVolume(found, false);
   return json(202);
 }
 
@@ -80,8 +50,10 @@ export const volumeRoutes: RouteSpec[] = [
   { method: 'POST', path: '/volumes', action: VOLUME_POLICIES.create, handler: createVolumeRoute },
   { method: 'GET', path: '/volumes', action: VOLUME_POLICIES.getAll, handler: (req) => listRoute(req, false) },
   { method: 'GET', path: '/volumes/detail', action: VOLUME_POLICIES.getAll, handler: (req) => listRoute(req, true) },
+  { method: 'GET', path: '/volumes/summary', action: VOLUME_POLICIES.getAll, minVersion: '3.12', handler: summaryRoute },
   { method: 'GET', path: '/volumes/{volume_id}', action: VOLUME_POLICIES.get, authorizeBy: 'resource', handler: showVolume },
   { method: 'PUT', path: '/volumes/{volume_id}', action: VOLUME_POLICIES.update, authorizeBy: 'resource', handler: updateVolumeRoute },
   { method: 'DELETE', path: '/volumes/{volume_id}', action: VOLUME_POLICIES.delete, authorizeBy: 'resource', handler: deleteVolumeRoute },
   { method: 'POST', path: '/volumes/{volume_id}/action', action: VOLUME_POLICIES.action, authorizeBy: 'resource', handler: volumeAction },
+  ...metadataRoutes,
 ];

@@ -13,6 +13,7 @@
 import type { BackendConfig, BackendServiceState, PoolCapabilities } from '../drivers/volume/driver.js';
 import { replicationCapability, type ReplicationCapability } from './capabilities.js';
 import { driverFor } from '../drivers/volume/registry.js';
+import { fillsFromImages } from '../drivers/volume/driver.js';
 import { FerryError } from '../core/errors.js';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { db, withRetries } from '../core/db.js';
@@ -200,7 +201,10 @@ export async function scheduleVolume(volumeId: string): Promise<Volume> {
     if (v.capacity) return v;
     const type = await getVolumeTypeById(v.volumeTypeId);
     const req: ScheduleRequest = { sizeGb: v.size, extraSpecs: type.extraSpecs, availabilityZone: v.availabilityZone };
-    let pools = await gatherPools(v.managed && v.host ? v.host : undefined);
+    // A volume from a snapshot or a volume is made by its source's backend (Cinder's resource_backend), never migrated.
+    let pools = await gatherPools(v.managed && v.host ? v.host : v.source?.backendHost || undefined);
+    // Only a backend that can write the image's bytes takes a volume from an image (create.ts refuses when none can).
+    if (v.source?.kind === 'image') pools = pools.filter((p) => fillsFromImages(p.backend));
     if (v.managed && v.host && poolOf(v.host)) pools = pools.filter((p) => p.host === v.host);
     // A managed object is already on its pool: only capacity counts, not the type's placement filters.
     const { chosen, rejected } = v.managed ? filterAndWeigh(pools, { ...req, extraSpecs: {}, availabilityZone: v.availabilityZone }) : filterAndWeigh(pools, req);

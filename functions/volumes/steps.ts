@@ -16,13 +16,16 @@ import { tableName } from '../core/tables.js';
 import { BackendNotReady, BadRequest, Conflict, DriverError, reasonOf, type CaughtError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import type { VolumeDriver } from '../drivers/volume/driver.js';
+import { isCopyingDriver, isImageFillingDriver } from '../drivers/volume/driver.js';
 import { adoptingDriverFor, isReplicationDriver } from '../drivers/volume/registry.js';
+import { openImageObject, releaseSource } from './sources.js';
 import { driverForHost, poolOf } from './backends.js';
 import { isReplicatedVolume } from './capabilities.js';
 import type { Volume } from './model.js';
 import { claimKey, getVolume, getVolumeOrThrow, removeVolumeRecord, updateVolume } from './repo.js';
 import { parseCreateBody, recordNewVolume } from './create.js';
 import { releaseCapacity, scheduleVolume } from './scheduler.js';
+import { recordMessage } from '../messages/store.js';
 
 const now = () => new Date().toISOString();
 
@@ -99,12 +102,28 @@ export async function createOnBackend(volumeId: string): Promise<{ providerLocat
     const after = await updateVolume(volumeId, { type: 'created-on-backend', at: now(), providerLocation: v.providerLocation, sizeGb: found.sizeGb });
     return { providerLocation: after.providerLocation };
   }
-  const { providerLocation } = await driver.createVolume({ backendName: v.backendName, sizeGb: v.size, pool: poolOf(v.host)!, multiattach: v.multiattach });
+  const { providerLocation } = await createOnDriver(v, driver);
   // Once the backend object exists (seed 001): a volume of a replicated type is kept in sync on
   // every target. A failure here rolls the create back like any other (the object is deleted).
   await enableReplicationIfReplicated(v, driver);
   await updateVolume(volumeId, { type: 'created-on-backend', at: now(), providerLocation });
   return { providerLocation };
+}
+
+/**
+ * The backend object of a new volume: blank, or the copy of its source (the source is held, so it
+ * is still there). The name is the volume's own, so a re-run finds what the first run made.
+ */
+async function createOnDriver(v: Volume, driver: VolumeDriver): Promise<{ providerLocation: string }> {
+  const req = { backendName: v.backendName, sizeGb: v.size, pool: poolOf(v.host!)!, multiattach: v.multiattach };
+  if (!v.source) return driver.createVolume(req);
+  if (v.source.kind === 'image') {
+    if (!isImageFillingDriver(driver)) throw new DriverError(`Backend ${v.host} cannot create a volume from an image.`);
+    return driver.createVolumeFromImage(req, () => openImageObject(v.source!.imageObjectKey!));
+  }
+  if (!isCopyingDriver(driver)) throw new DriverError(`Backend ${v.host} cannot create a volume from a ${v.source.kind}.`);
+  if (v.source.kind === 'snapshot') return driver.createVolumeFromSnapshot(req, { volumeBackendName: v.source.volumeBackendName, snapshotName: v.source.snapshotName! });
+  return driver.cloneVolume(req, v.source.volumeBackendName);
 }
 
 /** enableReplication for a volume whose type asked for it (replication_status `enabled`); idempotent in the driver. */
@@ -116,6 +135,9 @@ async function enableReplicationIfReplicated(v: Volume, driver: VolumeDriver): P
 
 /** creating/managing -> available (conditional on the version read). */
 export async function markAvailable(volumeId: string): Promise<{ pendingServerId: string | null }> {
+  // The copy is made: the source may be deleted again — before the volume shows available, so a
+  // client that waits for available and then deletes the source is never refused (idempotent).
+  await releaseSource(volumeId);
   const v = await updateVolume(volumeId, { type: 'mark-available', at: now() });
   return { pendingServerId: v.pendingServerId ?? null };
 }
@@ -137,6 +159,7 @@ export async function rollbackCreate(volumeId: string, error: CaughtError | unde
       const driver = await driverForHost(v.host);
       if (isReplicatedVolume(v) && isReplicationDriver(driver)) await driver.disableReplication(v.backendName);
       await driver.deleteVolume(v.backendName);
+      if (v.source?.kind === 'volume' && isCopyingDriver(driver)) await driver.abandonCopy?.(v.backendName, v.source.volumeBackendName);
       await updateVolume(volumeId, { type: 'backend-object-released', at: now() });
     } catch (e) {
       // The backend is still at it (an EBS volume still creating): the machine runs the rollback again after its wait.
@@ -158,9 +181,29 @@ export async function rollbackCreate(volumeId: string, error: CaughtError | unde
     }
   }
   if (objectGone) await releaseCapacity(volumeId);
+  // Nothing copies from the source any more (the object is deleted, or left for the volume's delete).
+  await releaseSource(volumeId);
   if (v.managed) await releaseManagedClaim(volumeId);
   const after = await updateVolume(volumeId, { type: 'create-failed', at: now(), reason });
+  await recordCreateFailure(after, error);
   return { status: after.status };
+}
+
+/**
+ * The user message of a failed create (C/scheduler/manager.py: SCHEDULE_ALLOCATE_VOLUME with the
+ * detail of NoValidBackend; C/volume/flows/manager/create_volume.py: CREATE_VOLUME_FROM_BACKEND,
+ * DRIVER_FAILED_CREATE for the driver's failure). One per volume: a rollback run again records none.
+ */
+async function recordCreateFailure(v: Volume, error: CaughtError | undefined): Promise<void> {
+  const noBackend = error?.Error === 'NoValidBackend';
+  await recordMessage('volume', {
+    key: [v.id, 'create-failed'],
+    projectId: v.projectId,
+    resourceType: 'VOLUME',
+    resourceId: v.id,
+    actionId: noBackend ? '001' : '008',
+    detailId: noBackend ? '003' : '012',
+  });
 }
 
 /**

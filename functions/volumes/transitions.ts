@@ -6,7 +6,7 @@
  * The guards and messages follow C/volume/api.py (delete, begin_detaching, roll_detaching,
  * _extend, update) and C/api/contrib/admin_actions.py (reset_status).
  */
-import { BadRequest, FerryError, InvalidVolume } from '../core/errors.js';
+import { BadRequest, FerryError, InvalidVolume, NotFound } from '../core/errors.js';
 import type { HeldCapacity, Volume, VolumeAttachStatus, VolumeStatus } from './model.js';
 
 /** Every status upstream's reset-state accepts (C/objects/fields.py VolumeStatus.ALL, as our model spells them). */
@@ -15,6 +15,9 @@ export const VOLUME_STATUSES: readonly VolumeStatus[] = [
   'detaching', 'maintenance', 'reserved', 'downloading', 'uploading', 'retyping', 'extending', 'error_extending',
   'backing-up', 'restoring-backup', 'error_restoring',
 ];
+
+/** validation.ts MAX_MAP_ITEMS: the volume item must stay one DynamoDB item. */
+const MAX_METADATA_ITEMS = 128;
 
 /** Statuses a volume may be deleted (or unmanaged) from, in upstream's order (it builds the message from this list). */
 export const DELETABLE_STATUSES: readonly VolumeStatus[] = ['available', 'error', 'error_restoring', 'error_extending', 'error_managing'];
@@ -38,7 +41,12 @@ export type VolumeEvent =
   | { type: 'backend-object-released'; at: string }
   | { type: 'pending-attach-done'; at: string; reason?: string }
   /** API delete / unmanage. `resume` (the delete machine's first step) accepts a volume already deleting. */
-  | { type: 'begin-delete'; at: string; resume?: boolean }
+  /** force: os-force_delete, which drops only the status guard (C/volume/api.py delete(force=True)). */
+  | { type: 'begin-delete'; at: string; resume?: boolean; force?: boolean }
+  | { type: 'set-bootable'; at: string; bootable: boolean }
+  /** The metadata API (C/api/v3/volume_metadata.py): merge `set` (replace: the whole map), or remove one key. */
+  | { type: 'metadata'; at: string; set?: Record<string, string>; replace?: boolean; remove?: string }
+  | { type: 'set-readonly'; at: string; readonly: boolean }
   | { type: 'delete-failed'; at: string; reason: string }
   | { type: 'update'; at: string; name?: string | null; description?: string | null; metadata?: Record<string, string> }
   | { type: 'reset-status'; at: string; status?: VolumeStatus; attachStatus?: VolumeAttachStatus; migrationStatus?: string | null }
@@ -113,6 +121,13 @@ export function transition(v: Volume, e: VolumeEvent): TransitionResult {
       return v.pendingServerId ? next({ pendingServerId: null, ...(e.reason ? { errorReason: e.reason } : {}) }) : v;
     case 'begin-delete': {
       if (e.resume && v.status === 'deleting') return v;
+      // Volumes being created from this one (sources.ts) read it until they are available: not even a force delete.
+      if ((v.dependentCreates ?? 0) > 0) return new InvalidVolume(`Volume ${v.id} has dependent volumes being created from it.`, { volumeId: v.id, status: v.status });
+      if (e.force && (v.attachStatus === 'attached' || hasAttachments(v) || isMigrating(v) || (v.snapshotIds ?? []).length > 0)) {
+        // Upstream builds the status part from an empty list: hence its two spaces.
+        return new InvalidVolume('Volume  must not be migrating, attached, belong to a group, have snapshots or be disassociated from snapshots after volume transfer.', { volumeId: v.id, status: v.status });
+      }
+      if (e.force) return next({ status: 'deleting', previousStatus: v.status });
       if (!DELETABLE_STATUSES.includes(v.status) || v.attachStatus === 'attached' || hasAttachments(v) || isMigrating(v) || (v.snapshotIds ?? []).length > 0) {
         return new InvalidVolume(deleteRefusedMessage(), { volumeId: v.id, status: v.status });
       }
@@ -130,6 +145,27 @@ export function transition(v: Volume, e: VolumeEvent): TransitionResult {
         ...(e.metadata !== undefined ? { metadata: e.metadata } : {}),
       });
     }
+    case 'set-bootable':
+      // os-set_bootable is volume_api.update({'bootable': ...}): the update guard.
+      if (v.status === 'maintenance') return new InvalidVolume('The volume cannot be updated during maintenance.');
+      return next({ bootable: e.bootable });
+    case 'metadata': {
+      if (['maintenance', 'uploading'].includes(v.status)) {
+        return new InvalidVolume(`${e.remove !== undefined ? 'Deleting' : 'Updating'} volume metadata is not allowed for volumes in ${v.status} status.`);
+      }
+      const current = v.metadata ?? {};
+      if (e.remove !== undefined) {
+        if (!(e.remove in current)) return new NotFound(`Volume ${v.id} has no metadata with key ${e.remove}.`);
+        const { [e.remove]: _removed, ...rest } = current;
+        return next({ metadata: rest });
+      }
+      const metadata = e.replace ? { ...(e.set ?? {}) } : { ...current, ...(e.set ?? {}) };
+      if (Object.keys(metadata).length > MAX_METADATA_ITEMS) return new BadRequest(`Invalid input received: Maximum number of metadata items exceeds ${MAX_METADATA_ITEMS}.`);
+      return next({ metadata });
+    }
+    case 'set-readonly':
+      if (v.status !== 'available') return new InvalidVolume(`Volume ${v.id} status must be available to update readonly flag, but current status is: ${v.status}.`);
+      return next({ adminMetadata: { ...v.adminMetadata, readonly: e.readonly ? 'True' : 'False' } });
     case 'reset-status': {
       if (e.status === undefined && e.attachStatus === undefined && e.migrationStatus === undefined) {
         return new BadRequest("Must specify 'status', 'attach_status' or 'migration_status' for update.");

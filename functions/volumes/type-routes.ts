@@ -8,7 +8,7 @@ import { BadRequest } from '../core/errors.js';
 import { allowed, registerPolicies } from '../core/policy.js';
 import { boolParam, extraSpecsField, invalidField, isObject, optionalString, pyRepr, requiredProperty, wrapped } from './validation.js';
 
-import { createVolumeType, deleteExtraSpec, deleteVolumeType, findType, listVolumeTypes, setExtraSpecs, updateVolumeType, USER_VISIBLE_EXTRA_SPECS, visibleType, type VolumeType, DEFAULT_VOLUME_TYPE, getVolumeTypeByName, noSuchSpec } from './types.js';
+import { createVolumeType, deleteExtraSpec, deleteVolumeType, findType, listVolumeTypes, setExtraSpecs, updateVolumeType, USER_VISIBLE_EXTRA_SPECS, visibleType, typeVisibleTo, type VolumeType, DEFAULT_VOLUME_TYPE, getVolumeTypeByName, noSuchSpec } from './types.js';
 
 registerPolicies({
   'volume_extension:types_manage': 'admin_api',
@@ -33,7 +33,18 @@ export function visibleExtraSpecs(auth: AuthContext, specs: Record<string, strin
   return Object.fromEntries(Object.entries(specs).filter(([k]) => USER_VISIBLE_EXTRA_SPECS.includes(k)));
 }
 
-export function typeView(auth: AuthContext, t: VolumeType): Record<string, unknown> {
+/**
+ * The type as each call answers it. show and list use the v3 view (C/api/v3/views/types.py:
+ * extra_specs and qos_specs_id by policy) plus the os-volume-type-access extension; create and
+ * update (C/api/contrib/types_manage.py) use the plain C/api/views/types.py view (every extra spec,
+ * no qos_specs_id), and only create is extended with `os-volume-type-access:is_public`.
+ */
+export function typeView(auth: AuthContext, t: VolumeType, call: 'show' | 'create' | 'update' = 'show'): Record<string, unknown> {
+  if (call !== 'show') {
+    const out: Record<string, unknown> = { id: t.id, name: t.name, is_public: t.isPublic, extra_specs: { ...t.extraSpecs }, description: t.description };
+    if (call === 'create') out['os-volume-type-access:is_public'] = t.isPublic;
+    return out;
+  }
   const out: Record<string, unknown> = { id: t.id, name: t.name, is_public: t.isPublic, description: t.description };
   if (allowed(auth, 'volume_extension:access_types_extra_specs')) out.extra_specs = visibleExtraSpecs(auth, t.extraSpecs);
   if (allowed(auth, 'volume_extension:access_types_qos_specs_id')) out.qos_specs_id = t.qosSpecsId;
@@ -58,7 +69,7 @@ function typeNameField(obj: Record<string, unknown>, required: boolean): string 
 
 async function indexTypes(req: ApiRequest) {
   let types = await listVolumeTypes();
-  if (!req.auth.isAdmin) types = types.filter((t) => t.isPublic);
+  if (!req.auth.isAdmin) types = types.filter((t) => typeVisibleTo(req.auth, t));
   else if (req.query.has('is_public')) {
     const raw = req.query.get('is_public')!;
     if (raw.toLowerCase() !== 'none') {
@@ -83,7 +94,7 @@ async function createType(req: ApiRequest) {
   const extraSpecs = 'extra_specs' in body && body.extra_specs !== null ? extraSpecsField(body.extra_specs) : {};
   const isPublic = 'os-volume-type-access:is_public' in body ? boolParam('os-volume-type-access:is_public', body['os-volume-type-access:is_public']) : true;
   const t = await createVolumeType({ name, description, isPublic, extraSpecs });
-  return json(200, { volume_type: typeView(req.auth, t) });
+  return json(200, { volume_type: typeView(req.auth, t, 'create') });
 }
 
 async function updateType(req: ApiRequest) {
@@ -99,7 +110,7 @@ async function updateType(req: ApiRequest) {
   }
   const current = await findType(req.params.type_id!);
   const t = await updateVolumeType(current.id, { name, description, isPublic });
-  return json(200, { volume_type: typeView(req.auth, t) });
+  return json(200, { volume_type: typeView(req.auth, t, 'update') });
 }
 
 async function deleteType(req: ApiRequest) {

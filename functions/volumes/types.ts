@@ -34,6 +34,8 @@ export interface VolumeType {
   isPublic: boolean;
   extraSpecs: Record<string, string>;
   qosSpecsId: string | null;
+  /** A private type's access list (os-volume-type-access, type-access.ts): the projects that may see and use it. */
+  projects: string[];
   createdAt: string;
   version: number;
 }
@@ -41,6 +43,8 @@ export interface VolumeType {
 const typeKey = (id: string) => ({ pk: `VTYPE#${id}`, sk: 'VTYPE' });
 const nameKey = (name: string) => ({ pk: `VTYPENAME#${name}`, sk: 'VTYPENAME' });
 export const volumeTypeKey = typeKey;
+/** A QoS spec's key (qos.ts keeps the specs; a type's delete takes its association off the spec's count). */
+export const qosSpecKey = (id: string) => ({ pk: `QOS#${id}`, sk: 'QOS' });
 
 function toType(item: Record<string, unknown>): VolumeType {
   return {
@@ -50,6 +54,8 @@ function toType(item: Record<string, unknown>): VolumeType {
     isPublic: item.isPublic !== false,
     extraSpecs: (item.extraSpecs as Record<string, string>) ?? {},
     qosSpecsId: (item.qosSpecsId as string | null) ?? null,
+    // Stored as a DynamoDB string set (ADD / DELETE keep it without a read).
+    projects: item.projects instanceof Set ? [...(item.projects as Set<string>)].sort() : [],
     createdAt: item.createdAt as string,
     version: (item.version as number) ?? 1,
   };
@@ -97,10 +103,13 @@ export async function findType(idOrName: string): Promise<VolumeType> {
   }
 }
 
-/** A type the caller may see: non-public types are hidden from non-admins (404, as upstream's access check). */
+/** Upstream's _volume_type_get_query filter: public, or private with the caller's project on its access list, or an admin. */
+export const typeVisibleTo = (auth: Pick<AuthContext, 'isAdmin' | 'projectId'>, t: Pick<VolumeType, 'isPublic' | 'projects'>) => auth.isAdmin || t.isPublic || t.projects.includes(auth.projectId);
+
+/** A type the caller may see: other private types are hidden from non-admins (404, as upstream's access check). */
 export async function visibleType(auth: AuthContext, idOrName: string, lookup: (s: string) => Promise<VolumeType> = findType): Promise<VolumeType> {
   const t = await lookup(idOrName);
-  if (!t.isPublic && !auth.isAdmin) throw typeNotFound(idOrName);
+  if (!typeVisibleTo(auth, t)) throw typeNotFound(idOrName);
   return t;
 }
 
@@ -120,15 +129,18 @@ export async function createVolumeType(input: { name: string; description?: stri
     isPublic: input.isPublic ?? true,
     extraSpecs: input.extraSpecs ?? {},
     qosSpecsId: null,
+    projects: [],
     createdAt: new Date().toISOString(),
     version: 1,
   };
+  // The access list is a string set, absent while empty (DynamoDB has no empty sets).
+  const { projects: _none, ...stored } = t;
   try {
     await db().send(
       new TransactWriteCommand({
         TransactItems: [
           { Put: { TableName: tableName('volume'), Item: { ...nameKey(t.name), typeId: t.id }, ConditionExpression: 'attribute_not_exists(pk)' } },
-          { Put: { TableName: tableName('volume'), Item: { ...typeKey(t.id), gsi1pk: 'VTYPES', gsi1sk: t.name, ...t, volumeCount: 0 }, ConditionExpression: 'attribute_not_exists(pk)' } },
+          { Put: { TableName: tableName('volume'), Item: { ...typeKey(t.id), gsi1pk: 'VTYPES', gsi1sk: t.name, ...stored, volumeCount: 0 }, ConditionExpression: 'attribute_not_exists(pk)' } },
         ],
       }),
     );
@@ -199,8 +211,19 @@ export async function deleteVolumeType(id: string): Promise<void> {
     await db().send(
       new TransactWriteCommand({
         TransactItems: [
-          { Delete: { TableName: tableName('volume'), Key: typeKey(id), ConditionExpression: 'attribute_exists(pk) AND (attribute_not_exists(volumeCount) OR volumeCount <= :zero)', ExpressionAttributeValues: { ':zero': 0 } } },
+          {
+            Delete: {
+              TableName: tableName('volume'),
+              Key: typeKey(id),
+              // The association read is part of the condition: a qos (dis)association in between fails the delete.
+              ConditionExpression: `attribute_exists(pk) AND (attribute_not_exists(volumeCount) OR volumeCount <= :zero) AND ${t.qosSpecsId ? 'qosSpecsId = :q' : '(attribute_not_exists(qosSpecsId) OR qosSpecsId = :null)'}`,
+              ExpressionAttributeValues: { ':zero': 0, ...(t.qosSpecsId ? { ':q': t.qosSpecsId } : { ':null': null }) },
+            },
+          },
           { Delete: { TableName: tableName('volume'), Key: nameKey(t.name), ConditionExpression: 'attribute_not_exists(pk) OR typeId = :id', ExpressionAttributeValues: { ':id': id } } },
+          ...(t.qosSpecsId
+            ? [{ Update: { TableName: tableName('volume'), Key: qosSpecKey(t.qosSpecsId), UpdateExpression: 'ADD typeCount :minus', ConditionExpression: 'attribute_exists(pk)', ExpressionAttributeValues: { ':minus': -1 } } }]
+            : []),
         ],
       }),
     );

@@ -51,11 +51,25 @@ export function attachmentsView(v: Volume, isAdmin: boolean): Record<string, unk
     }));
 }
 
+/** The admin metadata every user sees, over the volume's own (C/api/api_utils.py add_visible_admin_metadata). */
+const VISIBLE_ADMIN_METADATA = ['readonly', 'attached_mode'];
+
+export function visibleMetadata(v: Pick<Volume, 'metadata' | 'adminMetadata'>): Record<string, string> {
+  const out = { ...(v.metadata ?? {}) };
+  for (const k of VISIBLE_ADMIN_METADATA) if (v.adminMetadata?.[k] !== undefined) out[k] = v.adminMetadata[k]!;
+  return out;
+}
+
 export function volumeSummary(ctx: ViewContext, v: Volume): Record<string, unknown> {
   return { id: v.id, name: v.name, links: volumeLinks(ctx, v) };
 }
 
-export function volumeDetail(ctx: ViewContext, v: Volume): Record<string, unknown> {
+/**
+ * The v3 detail view. `extended`: the contrib attribute extensions (tenant, host, migration
+ * status) too, which upstream adds to show and the detail list only (their `@wsgi.extends` hooks
+ * are `show` and `detail`): create, update and manage answer without them.
+ */
+export function volumeDetail(ctx: ViewContext, v: Volume, extended = false): Record<string, unknown> {
   const { auth, version } = ctx;
   const out: Record<string, unknown> = {
     id: v.id,
@@ -68,9 +82,9 @@ export function volumeDetail(ctx: ViewContext, v: Volume): Record<string, unknow
     name: v.name,
     description: v.description,
     volume_type: v.volumeTypeName,
-    snapshot_id: null,
-    source_volid: null,
-    metadata: { ...(v.metadata ?? {}) },
+    snapshot_id: v.snapshotId ?? null,
+    source_volid: v.sourceVolid ?? null,
+    metadata: visibleMetadata(v),
     links: volumeLinks(ctx, v),
     user_id: v.userId,
     bootable: String(v.bootable).toLowerCase(),
@@ -80,9 +94,9 @@ export function volumeDetail(ctx: ViewContext, v: Volume): Record<string, unknow
     multiattach: v.multiattach,
   };
   if (auth.isAdmin) out.migration_status = v.migrationStatus;
-  if (allowed(auth, 'volume_extension:volume_tenant_attribute', { projectId: v.projectId })) out['os-vol-tenant-attr:tenant_id'] = v.projectId;
-  if (allowed(auth, 'volume_extension:volume_host_attribute')) out['os-vol-host-attr:host'] = v.host;
-  if (allowed(auth, 'volume_extension:volume_mig_status_attribute')) {
+  if (extended && allowed(auth, 'volume_extension:volume_tenant_attribute', { projectId: v.projectId })) out['os-vol-tenant-attr:tenant_id'] = v.projectId;
+  if (extended && allowed(auth, 'volume_extension:volume_host_attribute')) out['os-vol-host-attr:host'] = v.host;
+  if (extended && allowed(auth, 'volume_extension:volume_mig_status_attribute')) {
     out['os-vol-mig-status-attr:migstat'] = v.migrationStatus;
     out['os-vol-mig-status-attr:name_id'] = null;
   }
@@ -96,5 +110,7 @@ export function volumeDetail(ctx: ViewContext, v: Volume): Record<string, unknow
   if (auth.isAdmin && version.atLeast('3.61')) out.cluster_name = null;
   if (version.atLeast('3.63')) out.volume_type_id = v.volumeTypeId;
   if (version.atLeast('3.65')) out.consumes_quota = true;
+  // C/api/contrib/volume_image_metadata.py: shown for a volume made from an image.
+  if (v.imageMetadata) out.volume_image_metadata = v.imageMetadata;
   return out;
 }

@@ -60,7 +60,7 @@ export function acknowledgeFunction(scope: AcknowledgementScope, fn: IFunction, 
   }
   if (f.usesBucket) {
     const bucket = logicalIdOf(scope.bucket);
-    for (const finding of ['Action::s3:GetObject*', 'Action::s3:GetBucket*', 'Action::s3:List*', 'Action::s3:DeleteObject*', 'Action::s3:Abort*', `Resource::<${bucket}.Arn>/*`]) {
+    for (const finding of ['Action::s3:GetObject*', 'Action::s3:GetBucket*', 'Action::s3:List*', 'Action::s3:DeleteObject*', 'Action::s3:Abort*', `Resource::<${bucket}.Arn>/${f.bucketPrefix ?? ''}*`]) {
       v.acknowledge({ id: `AwsSolutions-IAM5[${finding}]`, reason: 'grantReadWrite on the one Ferry bucket (temporary snapshots, images): object-level wildcards within that bucket only.' });
     }
   }

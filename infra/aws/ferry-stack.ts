@@ -232,8 +232,9 @@ export class FerryStack extends Stack implements AcknowledgementScope {
       bundling: LAMBDA_BUNDLING,
     });
 
-    for (const key of f.tables) this.table(key, f.name).grantReadWriteData(fn);
-    if (f.usesBucket) this.bucket.grantReadWrite(fn);
+    const grantTable = f.readsTablesOnly ? (t: Table) => t.grantReadData(fn) : (t: Table) => t.grantReadWriteData(fn);
+    for (const key of f.tables) grantTable(this.table(key, f.name));
+    if (f.usesBucket) this.bucket.grantReadWrite(fn, f.bucketPrefix ? `${f.bucketPrefix}*` : '*');
     copyWorker?.grantMount(fn);
     grantDriverPermissions(fn, f);
     const starts = f.starts ?? [];

@@ -76,9 +76,20 @@ export function addHttpApi(stack: Stack, wiring: readonly FunctionWiring[], depl
     if (!f.httpPrefix) throw new Error(`functions/wiring.ts: api function ${f.name} has no httpPrefix.`);
     const integration = new HttpLambdaIntegration(`Integration${pascal(f.name)}`, deployed.get(f.name)!);
     for (const path of [f.httpPrefix, `${f.httpPrefix}/{proxy+}`]) {
-      api.addRoutes({ path, methods: [HttpMethod.ANY], integration, authorizer });
+      if (!f.authenticatesItself) {
+        api.addRoutes({ path, methods: [HttpMethod.ANY], integration, authorizer });
+        continue;
+      }
+      // The identity API checks tokens itself (functions/api/identity.ts says why): no authorizer.
+      for (const route of api.addRoutes({ path, methods: [HttpMethod.ANY], integration })) {
+        Validations.of(route).acknowledge({
+          id: 'AwsSolutions-APIG4',
+          reason: `${path} is the identity API (${f.name}): issuing a token takes none, and every other call's X-Auth-Token is validated by the function itself against the token table, answering Keystone's 401 body.`,
+        });
+      }
     }
-    for (const publicPath of f.publicPaths ?? []) {
+    // A function that authenticates itself has every path routed already, public ones included.
+    for (const publicPath of f.authenticatesItself ? [] : (f.publicPaths ?? [])) {
       // Version discovery answers without a token, as upstream does (clients call it before authenticating).
       const routes = api.addRoutes({ path: publicPath.replace(/\/+$/, '') || '/', methods: [HttpMethod.GET], integration });
       for (const route of routes) {

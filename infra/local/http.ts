@@ -201,7 +201,7 @@ export async function startHttpServer(options: HttpServerOptions): Promise<Local
 
     const event = apiGatewayEvent(req, fn, { rawPath, rawQueryString, body });
     const method = req.method ?? 'GET';
-    const isPublic = method === 'GET' && (fn.publicPaths ?? []).some((p) => withoutTrailingSlash(p) === withoutTrailingSlash(rawPath));
+    const isPublic = fn.authenticatesItself || (method === 'GET' && (fn.publicPaths ?? []).some((p) => withoutTrailingSlash(p) === withoutTrailingSlash(rawPath)));
     if (!isPublic) {
       if (!authorizer) throw new Error(`no authorizer function among the local stack's functions, needed for ${method} ${rawPath}`);
       let verdict: { isAuthorized?: boolean; context?: Record<string, unknown> } | null;

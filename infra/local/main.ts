@@ -119,5 +119,6 @@ for (const f of FUNCTIONS) {
   lines.push(line(f.name.replace(/-api$/, ''), stack.url + root));
 }
 lines.push(line('healthz', `${stack.url}/healthz`));
+lines.push(line('clouds.yaml', `${stack.cloudsYaml} (openstack --os-cloud ferry-demo, with OS_CLIENT_CONFIG_FILE set to it)`));
 lines.push(line('stepfunctions', stack.url + STEP_FUNCTIONS_PATH));
 console.log(lines.join('\n'));

@@ -24,6 +24,7 @@ import { NO_STAGES, type StartStages } from './start-stages.js';
 import { STEP_FUNCTIONS_PATH, startHttpServer } from './http.js';
 import { startReplicationLoop } from './replicator.js';
 import { seedSandbox } from './sandbox.js';
+import { seedIdentity } from './clouds.js';
 import { ECS_RUN_TASK_SYNC, LocalStepFunctions, type TaskIntegration } from './stepfunctions.js';
 import { copyTaskIntegration } from './copy-task.js';
 import { stopOrphanedDynamo } from './orphaned-dynamo.js';
@@ -72,6 +73,8 @@ export interface LocalStack {
   url: string;
   port: number;
   dataDir: string;
+  /** `<dataDir>/clouds.yaml`: the clouds ferry-admin and ferry-demo for the openstack CLI (clouds.ts). */
+  cloudsYaml: string;
   stop(): Promise<void>;
 }
 
@@ -170,6 +173,9 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     process.env.FERRY_SFN_ENDPOINT = server.url + STEP_FUNCTIONS_PATH;
     setSfn(undefined);
 
+    // The admin and demo users and the clouds.yaml naming them (its URLs need the server's port).
+    const cloudsYaml = await stages.run('identity', () => seedIdentity(dataDir, server.url));
+
     stepFunctions.resumeRunning();
 
     // Replicated local backends copy changed chunks to their targets every
@@ -198,7 +204,7 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     writeStackFile(lock, { url: server.url, dynamodbEndpoint: dynamo.endpoint, s3Endpoint: process.env.FERRY_S3_ENDPOINT });
     stops.push(async () => void removeOwnStackFile(lock));
 
-    return { url: server.url, port: server.port, dataDir, stop: stopAll };
+    return { url: server.url, port: server.port, dataDir, cloudsYaml, stop: stopAll };
   } catch (e) {
     await stopAll();
     throw e;

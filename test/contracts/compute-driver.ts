@@ -224,6 +224,33 @@ export function describeComputeDriverContract(name: string, makeDriver: () => Pr
         await expect(driver.powerOn(UUID_B)).rejects.toThrow(/not defined/);
       });
 
+      it('pause, unpause, suspend and resume move the power state, are idempotent, and refuse a wrong state', async () => {
+        // Prepare
+        await spawnSmall(UUID_A);
+
+        // Act
+        await driver.pause(UUID_A);
+        await driver.pause(UUID_A);
+        const paused = await driver.getPowerState(UUID_A);
+        await driver.unpause(UUID_A);
+        await driver.suspend(UUID_A);
+        await driver.suspend(UUID_A);
+        const suspended = await driver.getPowerState(UUID_A);
+        const pauseSuspended = driver.pause(UUID_A);
+        await expect(pauseSuspended).rejects.toBeInstanceOf(DriverError);
+        await driver.resume(UUID_A);
+        await driver.resume(UUID_A);
+
+        // Assess
+        expect(paused).toBe(POWER_STATE.PAUSED);
+        expect(suspended).toBe(POWER_STATE.SUSPENDED);
+        expect(await driver.getPowerState(UUID_A)).toBe(POWER_STATE.RUNNING);
+        await driver.powerOff(UUID_A);
+        await expect(driver.pause(UUID_A)).rejects.toBeInstanceOf(DriverError);
+        await expect(driver.resume(UUID_A)).rejects.toBeInstanceOf(DriverError);
+        await expect(driver.suspend(UUID_B)).rejects.toBeInstanceOf(DriverError);
+      });
+
       it('a guest spawned powered off stays off until powered on', async () => {
         // Act
         const guest = await spawnSmall(UUID_A, { powerOn: false });

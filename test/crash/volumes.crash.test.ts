@@ -8,4 +8,4 @@ vi.mock('../../infra/local/dynamo.js', async (real) => keepDynamoAcrossRestarts(
 vi.mock('../../infra/local/orphaned-dynamo.js', async (real) => spareKeptDynamos(await real<typeof import('../../infra/local/orphaned-dynamo.js')>()));
 
 // Replication only when a step syncs, so a failover's points are the same on every run.
-crashMatrix('volumes', ['volume-create', 'volume-delete', 'volume-failover'], volumeScenarios, { FERRY_REPLICATION_INTERVAL_MS: String(3_600_000) });
+crashMatrix('volumes', ['volume-create', 'volume-create-from-snapshot', 'volume-clone', 'volume-delete', 'volume-failover'], volumeScenarios, { FERRY_REPLICATION_INTERVAL_MS: String(3_600_000) });

@@ -3,13 +3,15 @@
  * declare must exist, wired as declared, with no more permission than declared. The app is built
  * once (bundling every function takes seconds) and shared by the tests in this file.
  */
+import { resolve } from 'node:path';
 import { App, Stack } from 'aws-cdk-lib';
+import { build } from 'esbuild';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import type { IConstruct } from 'constructs';
 import { beforeAll, describe, expect, test } from 'vitest';
 import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName } from '../../functions/core/tables.js';
 import { FUNCTIONS, STATE_MACHINES, functionByName, stateMachineEnvName, substitutionKey, type FunctionWiring } from '../../functions/wiring.js';
-import { AUTH_HEADER, BUCKET_ENV, FerryStack, TMP_PREFIX, buildFerryApp } from '../../infra/aws/ferry-stack.js';
+import { AUTH_HEADER, BUCKET_ENV, FerryStack, REPO_ROOT, TMP_PREFIX, buildFerryApp } from '../../infra/aws/ferry-stack.js';
 import { COPY_ENV } from '../../infra/aws/copy-worker.js';
 
 let stack: FerryStack;
@@ -171,6 +173,9 @@ describe('HTTP API', () => {
   const route = (key: string) => routes().find((r) => r.RouteKey === key);
   const authorizerId = () => Object.entries(resources()).find(([, r]) => r.Type === 'AWS::ApiGatewayV2::Authorizer')![0];
   const apiFunctions = FUNCTIONS.filter((f) => f.kind === 'api');
+  // The identity API checks tokens itself (functions/api/identity.ts): its two routes have no authorizer.
+  const guarded = apiFunctions.filter((f) => !f.authenticatesItself);
+  const selfAuthenticated = apiFunctions.filter((f) => f.authenticatesItself);
 
   test('the authorizer reads X-Auth-Token, answers simple responses and caches nothing', () => {
     template.resourceCountIs('AWS::ApiGatewayV2::Authorizer', 1);
@@ -184,24 +189,35 @@ describe('HTTP API', () => {
     });
   });
 
-  test.each(apiFunctions.map((f) => [f.httpPrefix!, f] as const))('%s and %s/{proxy+} go to their function behind the authorizer', (prefix) => {
+  test.each(guarded.map((f) => [f.httpPrefix!, f] as const))('%s and %s/{proxy+} go to their function behind the authorizer', (prefix) => {
     for (const key of [`ANY ${prefix}`, `ANY ${prefix}/{proxy+}`]) {
       expect(route(key), key).toMatchObject({ AuthorizationType: 'CUSTOM', AuthorizerId: { Ref: authorizerId() } });
     }
   });
 
-  test.each(apiFunctions.flatMap((f) => (f.publicPaths ?? []).map((p) => [p] as const)))('GET %s answers without the authorizer', (path) => {
+  test.each(selfAuthenticated.map((f) => [f.httpPrefix!, f] as const))('%s and %s/{proxy+} go to their function, which checks tokens itself', (prefix) => {
+    expect(prefix).toBe('/identity');
+    for (const key of [`ANY ${prefix}`, `ANY ${prefix}/{proxy+}`]) {
+      expect(route(key), key).toBeDefined();
+      expect(route(key)!.AuthorizerId, key).toBeUndefined();
+    }
+  });
+
+  test.each(guarded.flatMap((f) => (f.publicPaths ?? []).map((p) => [p] as const)))('GET %s answers without the authorizer', (path) => {
     const r = route(`GET ${path}`);
     expect(r).toBeDefined();
     expect(r!.AuthorizerId).toBeUndefined();
     expect(r!.AuthorizationType ?? 'NONE').toBe('NONE');
   });
 
-  test('only the public GET paths are open: every other route has the authorizer', () => {
-    const publicKeys = new Set(apiFunctions.flatMap((f) => (f.publicPaths ?? []).map((p) => `GET ${p}`)));
+  test('only the public GET paths and the identity API are open: every other route has the authorizer', () => {
+    const publicKeys = new Set([
+      ...guarded.flatMap((f) => (f.publicPaths ?? []).map((p) => `GET ${p}`)),
+      ...selfAuthenticated.flatMap((f) => [`ANY ${f.httpPrefix}`, `ANY ${f.httpPrefix}/{proxy+}`]),
+    ]);
     const open = routes().filter((r) => r.AuthorizationType !== 'CUSTOM').map((r) => r.RouteKey);
     expect(open.sort()).toEqual([...publicKeys].sort());
-    expect(routes()).toHaveLength(apiFunctions.length * 2 + publicKeys.size);
+    expect(routes()).toHaveLength(guarded.length * 2 + publicKeys.size);
   });
 
   test('each route integrates the Lambda of its own function', () => {
@@ -248,6 +264,28 @@ describe('IAM least privilege', () => {
     const s3 = actionsOf(roleStatements(name)).filter((a) => a.startsWith('s3:'));
     if (f.usesBucket) expect(s3).not.toEqual([]);
     else expect(s3).toEqual([]);
+  });
+
+  test.each(FUNCTIONS.filter((f) => f.bucketPrefix).map((f) => [f.name, f] as const))('%s reaches only the objects under its bucketPrefix', (name, f) => {
+    const objectResources = roleStatements(name)
+      .filter((s) => actionsOf([s]).some((a) => a.startsWith('s3:') && /Object/.test(a)))
+      .flatMap((s) => (Array.isArray(s.Resource) ? s.Resource : [s.Resource]))
+      .map((r) => JSON.stringify(r));
+    expect(objectResources.length).toBeGreaterThan(0);
+    // Every object ARN ends in `/<prefix>*`: no statement grants the whole bucket's objects.
+    for (const r of objectResources) if (r.includes('/')) expect(r).toContain(`/${f.bucketPrefix}*`);
+  });
+
+  // ConditionCheckItem is not among them: CDK's grantReadData gives it, and a condition check writes nothing.
+  const DYNAMO_WRITES = /^dynamodb:(PutItem|UpdateItem|DeleteItem|BatchWriteItem|PartiQL(Insert|Update|Delete))$/;
+  test.each(FUNCTIONS.filter((f) => f.readsTablesOnly).map((f) => [f.name, f] as const))('%s (readsTablesOnly) may read its tables, write none, and its bundle sends only reads', async (name, f) => {
+    const dynamo = actionsOf(roleStatements(name)).filter((a) => a.startsWith('dynamodb:'));
+    expect(dynamo).toContain('dynamodb:Query');
+    expect(dynamo.filter((a) => DYNAMO_WRITES.test(a))).toEqual([]);
+    // The code side: every DynamoDB command the bundle can construct (tree-shaken as CDK bundles it) is a read.
+    const out = await build({ entryPoints: [resolve(REPO_ROOT, f.entry)], bundle: true, write: false, platform: 'node', format: 'esm', target: 'node22', mainFields: ['module', 'main'], external: ['@aws-sdk/*'], outdir: '/tmp/ferry-read-only-bundle', logLevel: 'silent' });
+    const commands = new Set([...out.outputFiles.map((o) => o.text).join('\n').matchAll(/new (\w+)Command\(/g)].map((m) => m[1]!));
+    expect([...commands].filter((c) => !['Get', 'BatchGet', 'Query', 'Scan', 'DescribeExecution', 'DescribeTable'].includes(c))).toEqual([]);
   });
 
   test('no function is granted a service-wide wildcard action', () => {

@@ -28,14 +28,14 @@ describe('noauth mode', () => {
     expect(await handler(withToken('alice:proj1'))).toEqual({ isAuthorized: true, context: { userId: 'alice', projectId: 'proj1', roles: 'member,reader' } });
   });
 
-  test('a user alone is also the project', async () => {
-    expect(await handler(withToken('bob'))).toEqual({ isAuthorized: true, context: { userId: 'bob', projectId: 'bob', roles: 'member,reader' } });
-  });
-
   test('the user admin gets the admin role', async () => {
     const result = await handler(withToken('admin:ops'));
     expect(result.isAuthorized).toBe(true);
     expect(result.context?.roles.split(',')).toContain('admin');
+  });
+
+  test('a percent-encoded noauth token (glanceclient encodes header values) is read decoded', async () => {
+    expect(await handler(withToken('demo%3Ademo'))).toEqual({ isAuthorized: true, context: { userId: 'demo', projectId: 'demo', roles: 'member,reader' } });
   });
 
   test('the header name is matched case-insensitively', async () => {
@@ -76,8 +76,21 @@ describe('token mode (DynamoDB Local)', () => {
     expect(await handler(withToken(token.slice(0, -1) + (token.endsWith('A') ? 'B' : 'A')))).toEqual({ isAuthorized: false });
   });
 
+  test('noauth mode: a token with no colon is no noauth token, refused unless it is in the token table', async () => {
+    const { token } = await createToken({ userId: 'alice', projectId: 'proj1', admin: false });
+    process.env.FERRY_AUTH_MODE = 'noauth';
+    try {
+      // demo%3a%ZZ: an encoded colon but a malformed escape, so not decoded and no noauth token.
+      for (const t of ['bob', 'notused', 'admin', 'demo%3a%ZZ']) expect(await handler(withToken(t))).toEqual({ isAuthorized: false });
+      expect((await handler(withToken(token))).context?.userId).toBe('alice');
+    } finally {
+      process.env.FERRY_AUTH_MODE = 'token';
+    }
+  });
+
   test('the noauth form is not accepted in token mode', async () => {
     expect(await handler(withToken('admin:admin'))).toEqual({ isAuthorized: false });
+    expect(await handler(withToken('admin%3Aadmin'))).toEqual({ isAuthorized: false });
   });
 
   test('a missing token is not authorized', async () => {

@@ -100,7 +100,7 @@ const COLUMNS: Column[] = ['none', 'admin', 'owner', 'other'];
 const TOKENS: Record<Column, string | undefined> = { none: undefined, admin: 'admin:admin', owner: 'demo:demo', other: 'other:other' };
 
 /** Path parameters that name something global (a type, a spec key, a service action, a host) rather than a project's resource. */
-const GLOBAL_PARAMS = new Set(['type_id', 'key', 'action', 'host']);
+const GLOBAL_PARAMS = new Set(['type_id', 'key', 'action', 'host', 'class_name']);
 /** Whether the route touches a resource of a project: a project-owned id in the path, or a body naming demo's volume. */
 const projectScoped = (r: RouteSpec): boolean =>
   [...r.path.matchAll(/\{(\w+)\}/g)].some((m) => !GLOBAL_PARAMS.has(m[1]!)) || (r.method === 'POST' && r.path === '/attachments');
@@ -160,11 +160,27 @@ async function requestFor(cell: Cell): Promise<Request> {
     } else if (p === 'id' && r.path.startsWith('/attachments/')) {
       params[p] = await attachment(r.method === 'PUT' ? 'reserved' : r.method === 'POST' ? 'attaching' : 'attached');
     } else if (p === 'type_id') {
-      params[p] = (await createVolumeType({ name: `authz-type-${randomUUID().slice(0, 8)}`, extraSpecs: { multiattach: '<is> False', k1: 'v1' } })).id;
+      // Private for the access action (access lists apply to private types only).
+      const isPublic = r.path !== '/types/{type_id}/action';
+      params[p] = (await createVolumeType({ name: `authz-type-${randomUUID().slice(0, 8)}`, isPublic, extraSpecs: { multiattach: '<is> False', k1: 'v1' } })).id;
     } else if (p === 'key') {
       params[p] = 'multiattach';
     } else if (p === 'host') {
       params[p] = 'ferry@lvm-a';
+    } else if (p === 'project_id') {
+      // os-quota-sets: demo's own quota set.
+      params[p] = 'demo';
+    } else if (p === 'snapshot_id') {
+      // A snapshot of a fresh volume of demo's, made as demo through the API.
+      const res = await fetch(`${stack.url}/volume/v3/snapshots`, {
+        method: 'POST',
+        headers: { 'X-Auth-Token': 'demo:demo', 'OpenStack-API-Version': `volume ${VERSION}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ snapshot: { volume_id: await volume(), name: secretName() } }),
+      });
+      params[p] = ((await res.json()) as { snapshot: { id: string } }).snapshot.id;
+      secrets.push(params[p]!);
+    } else if (p === 'class_name') {
+      params[p] = 'default';
     } else if (p === 'action') {
       // os-services: freeze the replicated backend, which no fixture volume lives on. Upstream
       // validates the body before the policy (reference §2.2), so only a well-formed body tests the rule.
@@ -238,6 +254,48 @@ async function requestFor(cell: Cell): Promise<Request> {
     case 'POST /attachments/{id}/action':
       body = { 'os-complete': null };
       break;
+    case 'POST /volumes/{volume_id}/metadata':
+    case 'PUT /volumes/{volume_id}/metadata':
+      body = { metadata: { k: 'v' } };
+      break;
+    case 'PUT /volumes/{volume_id}/metadata/{key}':
+      body = { meta: { multiattach: 'v' } };
+      break;
+    case 'POST /snapshots/{snapshot_id}/action':
+      body = { 'os-reset_status': { status: 'error' } };
+      break;
+    case 'PUT /snapshots/{snapshot_id}':
+      body = { snapshot: { name: 'authz-renamed' } };
+      break;
+    case 'POST /snapshots/{snapshot_id}/metadata':
+    case 'PUT /snapshots/{snapshot_id}/metadata':
+      body = { metadata: { k: 'v' } };
+      break;
+    case 'PUT /snapshots/{snapshot_id}/metadata/{key}':
+      body = { meta: { multiattach: 'v' } };
+      break;
+    case 'POST /types/{type_id}/action':
+      body = { addProjectAccess: { project: 'other' } };
+      break;
+    case 'POST /os-volume-transfer/{transfer_id}/accept':
+    case 'POST /volume-transfers/{transfer_id}/accept':
+      // No transfer of that id (the path's id is random): a well-formed body, so the answer is the lookup's.
+      body = { accept: { auth_key: 'authz-key' } };
+      known = false;
+      break;
+    case 'PUT /os-quota-sets/{project_id}':
+      body = { quota_set: { backups: 10 } };
+      break;
+    case 'PUT /os-quota-class-sets/{class_name}':
+      body = { quota_class_set: { backups: 10 } };
+      break;
+    case 'GET /os-quota-sets/{project_id}':
+    case 'GET /os-quota-sets/{project_id}/defaults':
+    case 'DELETE /os-quota-sets/{project_id}':
+    case 'GET /os-quota-class-sets/{class_name}':
+    case 'GET /messages':
+    case 'GET /limits':
+    case 'GET /os-availability-zone':
     case 'GET /volumes/{volume_id}':
     case 'DELETE /volumes/{volume_id}':
     case 'GET /types':
@@ -302,6 +360,8 @@ function violation(cell: Cell, rule: Rule, column: Column, status: number, known
       if (known && (status < 200 || status >= 300)) return 'owner: a valid request was not 2xx';
       return undefined;
     case 'other':
+      // A quota set is no secret resource: upstream answers another project's member 403 for it, not 404.
+      if (cell.route.path.startsWith('/os-quota-sets/')) return status === 403 ? undefined : "expected 403 for another project's quota set";
       if (scoped) {
         if (status >= 200 && status < 300) return "another project got a 2xx on demo's resource";
         if (rule === 'admin_api' || rule === '!') return status === 403 || status === 404 ? undefined : 'expected 403 or 404';

@@ -137,7 +137,7 @@ describe('HTTP server', () => {
     const bytes = randomBytes(300);
 
     // Act
-    const res = await send('PUT', '/echo/v1/blob', { 'X-Auth-Token': 'alice', 'Content-Type': 'application/octet-stream' }, bytes);
+    const res = await send('PUT', '/echo/v1/blob', { 'X-Auth-Token': 'alice:alice', 'Content-Type': 'application/octet-stream' }, bytes);
 
     // Assess
     const { event } = JSON.parse(res.body);
@@ -161,7 +161,7 @@ describe('HTTP server', () => {
 
   test('a plain object result becomes a 200 JSON response, as API Gateway does', async () => {
     // Act
-    const res = await send('GET', '/echo/v1/plain', { 'X-Auth-Token': 'alice' });
+    const res = await send('GET', '/echo/v1/plain', { 'X-Auth-Token': 'alice:alice' });
 
     // Assess
     expect(res.status).toBe(200);

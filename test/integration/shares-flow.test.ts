@@ -47,14 +47,14 @@ async function gone(id: string): Promise<void> {
 }
 
 describe('version discovery and headers', () => {
-  test('GET /share/ is 300 with CURRENT 2.72; GET /share/v2/ describes v2; the version, experimental and Vary echoes', async () => {
+  test('GET /share/ is 300 with CURRENT 2.72; GET /share/v2/ lists v2 (200); the version, experimental and Vary echoes', async () => {
     const root = await fetch(`${stack.url}/share/`);
     expect(root.status).toBe(300);
     const doc = (await root.json()) as any;
     expect(doc.versions[0]).toMatchObject({ id: 'v2.0', status: 'CURRENT', version: '2.72', min_version: '2.0' });
     const v2 = await fetch(`${stack.url}/share/v2/`);
     expect(v2.status).toBe(200);
-    expect(((await v2.json()) as any).version.version).toBe('2.72');
+    expect(((await v2.json()) as any).versions[0].version).toBe('2.72');
 
     const res = await api('GET', '/shares', undefined, 'demo:demo', '2.50', { 'X-OpenStack-Manila-API-Experimental': 'True' });
     expect(res.status).toBe(200);

@@ -21,7 +21,7 @@ import { freePort } from '../../infra/local/ports.js';
 /** The promise: everything of the stack gone this long after the signal. */
 const GONE_WITHIN_MS = 5000;
 /** The stages main.ts and stack.ts print, in no particular order (some run side by side). */
-const STAGES = ['lock', 'modules', 'DynamoDB Local', 'tables', 'S3', 'state machines', 'inventory', 'reconcile', 'HTTP'];
+const STAGES = ['lock', 'modules', 'DynamoDB Local', 'tables', 'S3', 'state machines', 'inventory', 'reconcile', 'HTTP', 'identity'];
 
 const started: ChildProcess[] = [];
 let dataDir: string | undefined;

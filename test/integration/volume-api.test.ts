@@ -53,10 +53,21 @@ describe('version discovery', () => {
     expect(res.body.versions[0]).toMatchObject({ id: 'v3.0', status: 'CURRENT', version: '3.70', min_version: '3.0' });
     expect(res.body.versions[0].links).toContainEqual({ rel: 'self', href: 'http://127.0.0.1:8780/volume/v3/' });
   });
-  test('GET /volume/v3/ -> 200 {"version": ...}', async () => {
+  test('GET /volume/v3/ -> 200 {"versions": [...]} (VersionsController.index), /volume/v3 -> 302 there', async () => {
     const res = await call(handler, { method: 'GET', path: '/volume/v3/', caller: null });
     expect(res.status).toBe(200);
-    expect(res.body.version).toMatchObject({ id: 'v3.0', version: '3.70', min_version: '3.0' });
+    expect(Object.keys(res.body)).toEqual(['versions']);
+    expect(res.body.versions).toHaveLength(1);
+    expect(res.body.versions[0]).toMatchObject({ id: 'v3.0', status: 'CURRENT', version: '3.70', min_version: '3.0' });
+    const bare = await call(handler, { method: 'GET', path: '/volume/v3', caller: null });
+    expect(bare.status).toBe(302);
+    expect(bare.headers.Location).toBe('http://127.0.0.1:8780/volume/v3/');
+  });
+  test('an unknown path under /volume/v3 answers 404, never a version document', async () => {
+    for (const path of ['/volume/v3/foo', '/volume/v3/foo/', '/volume/v3/demo', '/volume/v3/demo/nothing']) {
+      const res = await call(handler, { method: 'GET', path, headers: V, caller: DEMO });
+      expect({ path, status: res.status, body: res.body }).toEqual({ path, status: 404, body: { itemNotFound: { code: 404, message: 'The resource could not be found.' } } });
+    }
   });
 });
 

@@ -63,3 +63,36 @@ export async function novaCli(endpoint: string, args: string[], options: { token
     return { stdout: err.stdout ?? '', stderr: err.stderr ?? '', code: typeof err.code === 'number' ? err.code : 1 };
   }
 }
+
+/**
+ * Runs `openstack` (Debian's python3-openstackclient 6.0) with a clouds.yaml file: `cloudsFile`
+ * names it, `cloud` the entry. Until Ferry's identity catalog is used, the entry is `admin_token`
+ * with one `<service>_endpoint_override` per service, so that commands that resolve names across
+ * services (`server create --image NAME --network NAME`) work.
+ */
+export async function openstackCli(cloudsFile: string, cloud: string, args: string[]): Promise<CliResult> {
+  const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', LANG: 'C.UTF-8', OS_CLIENT_CONFIG_FILE: cloudsFile };
+  try {
+    const { stdout, stderr } = await run('openstack', ['--os-cloud', cloud, ...args], { env, timeout: 120_000 });
+    return { stdout, stderr, code: 0 };
+  } catch (e) {
+    const err = e as { stdout?: string; stderr?: string; code?: number };
+    return { stdout: err.stdout ?? '', stderr: err.stderr ?? '', code: typeof err.code === 'number' ? err.code : 1 };
+  }
+}
+
+/**
+ * Runs `glance` (python3-glanceclient 4.1) at `<url>/image` with a token. glanceclient
+ * percent-encodes header values, so a noauth `user:project` token arrives as `user%3Aproject`:
+ * give it a token without a colon (a Keystone token, or one of `ferry token create`).
+ */
+export async function glanceCli(imageUrl: string, token: string, args: string[]): Promise<CliResult> {
+  const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', LANG: 'C.UTF-8' };
+  try {
+    const { stdout, stderr } = await run('glance', ['--os-image-url', imageUrl, '--os-auth-token', token, ...args], { env, timeout: 60_000 });
+    return { stdout, stderr, code: 0 };
+  } catch (e) {
+    const err = e as { stdout?: string; stderr?: string; code?: number };
+    return { stdout: err.stdout ?? '', stderr: err.stderr ?? '', code: typeof err.code === 'number' ? err.code : 1 };
+  }
+}

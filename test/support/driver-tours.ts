@@ -55,6 +55,10 @@ export async function recordEbsCalls(): Promise<Recorded[]> {
   await driver.listConnections();
   await driver.terminateConnection('volume-1', { host: 'i-1' });
   await driver.createSnapshot('volume-1', 'snapshot-1');
+  // Volumes with data (CopyingDriver): from a snapshot (CreateVolume with SnapshotId), a clone (through a snapshot), a failed clone's cleanup.
+  await driver.createVolumeFromSnapshot({ backendName: 'volume-2', sizeGb: 5, pool: 'gp' }, { volumeBackendName: 'volume-1', snapshotName: 'snapshot-1' });
+  await driver.cloneVolume({ backendName: 'volume-3', sizeGb: 5, pool: 'gp' }, 'volume-1');
+  await driver.abandonCopy('volume-3', 'volume-1');
   await driver.listSnapshots();
   await driver.deleteSnapshot('volume-1', 'snapshot-1');
   // A lost AttachVolume reply: the attach happened, the driver looks before failing.

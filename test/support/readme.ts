@@ -108,7 +108,7 @@ export function claimsOf(command: string, lineNo = 0): string[] {
   return claims;
 }
 
-/** The tables a client printed (prettytable): `| Property | Value |` tables, list tables, and loose `| a | b |` rows (a grep's). */
+/** The tables a client printed (prettytable): `| Property | Value |` (`| Field | Value |`) tables, list tables, and loose `| a | b |` rows (a grep's). */
 interface Tables {
   properties: Map<string, string[]>;
   rows: Record<string, string>[];
@@ -141,7 +141,8 @@ export function tablesIn(output: string): Tables {
       header = cells;
       state = 'separator';
     } else if (state === 'body') {
-      if (header.length === 2 && header[0] === 'Property') addProperty(cells[0]!, cells[1]!);
+      // novaclient, cinderclient and manilaclient head a record `Property | Value`, openstackclient `Field | Value`.
+      if (header.length === 2 && (header[0] === 'Property' || header[0] === 'Field') && header[1] === 'Value') addProperty(cells[0]!, cells[1]!);
       else rows.push(Object.fromEntries(header.map((h, i) => [h, cells[i] ?? ''])));
     } else if (cells.length === 2) {
       addProperty(cells[0]!, cells[1]!);

@@ -23,3 +23,13 @@ process.env.FERRY_LOCAL_WAIT_SCALE ??= TEST_WAIT_SCALE;
  * `tableName()` already sees it (test/support/dynamo.ts creates the tables under it).
  */
 if (inject('sharedDynamoEndpoint')) process.env.FERRY_TABLE_PREFIX = `ferry-${process.pid}-${Date.now().toString(36)}-`;
+
+/**
+ * Quotas (functions/quotas/engine.ts): every resource unlimited by default in the test tiers, so
+ * suites about other things may make more than Cinder's 10 volumes a project; a stack a test
+ * starts as a child process inherits it. The quota tests clear it and hold to upstream's defaults.
+ */
+export const TEST_QUOTA_DEFAULTS = JSON.stringify(Object.fromEntries(
+  ['volumes', 'gigabytes', 'snapshots', 'backups', 'backup_gigabytes', 'groups', 'shares', 'snapshot_gigabytes', 'share_networks', 'share_groups', 'share_group_snapshots', 'share_replicas', 'replica_gigabytes'].map((r) => [r, -1]),
+));
+process.env.FERRY_QUOTA_DEFAULTS ??= TEST_QUOTA_DEFAULTS;

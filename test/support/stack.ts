@@ -12,6 +12,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from '../../infra/local/ports.js';
 import { startLocalStack, type LocalStack, type LocalStackOptions } from '../../infra/local/stack.js';
 
 export interface TestLocalStack extends LocalStack {
@@ -22,11 +23,14 @@ export interface TestLocalStack extends LocalStack {
 export async function useLocalStack(given: Omit<LocalStackOptions, 'dataDir' | 'port'> = {}): Promise<TestLocalStack> {
   const options = { ...given, reconcile: { intervalSeconds: 0, ...given.reconcile } };
   const dataDir = await mkdtemp(join(tmpdir(), 'ferry-stack-'));
-  let current: LocalStack | undefined = await startLocalStack({ quiet: true, ...options, dataDir, port: 0 });
+  // A port below the kernel's ephemeral range (freePort): restart() reuses it, and a kernel-picked
+  // port could meanwhile be taken by an outgoing connection (EADDRINUSE on restart).
+  let current: LocalStack | undefined = await startLocalStack({ quiet: true, ...options, dataDir, port: await freePort() });
   const handle: TestLocalStack = {
     url: current.url,
     port: current.port,
     dataDir,
+    cloudsYaml: current.cloudsYaml,
     async restart(whileStopped) {
       await current?.stop();
       current = undefined;

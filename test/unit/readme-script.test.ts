@@ -66,6 +66,8 @@ describe('claims against what a client printed', () => {
     expect(unmetClaims(property, ['status=available', 'host=cmp1'])).toEqual([]);
     expect(unmetClaims(list, ['Forced down=True', 'ID=a'])).toEqual([]);
     expect(unmetClaims('| task_state     | migration_success |\n', ['task_state=migration_success'])).toEqual([]);
+    // openstackclient's record: `Field | Value`.
+    expect(unmetClaims(property.replace('Property', 'Field   '), ['status=available', 'host=cmp1'])).toEqual([]);
     // Two tables printed back to back (one border after the other) are both read.
     expect(unmetClaims(`${property}\n${list}`, ['host=cmp1', 'Forced down=False'])).toEqual([]);
   });
@@ -76,6 +78,7 @@ describe('claims against what a client printed', () => {
     expect(unmetClaims(list, ['ID=True', 'Forced down=Tru'])).toEqual(['ID=True', 'Forced down=Tru']);
     // The header row is not data.
     expect(unmetClaims(property, ['Property=Value'])).toEqual(['Property=Value']);
+    expect(unmetClaims(property.replace('Property', 'Field   '), ['Field=Value'])).toEqual(['Field=Value']);
   });
 
   test('any other claim is text the output must contain verbatim', () => {

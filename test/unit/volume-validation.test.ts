@@ -26,13 +26,16 @@ describe('POST /volumes body', () => {
     [{ volume: { size: 1, name: 5 } }, "Invalid input for field/attribute name. Value: 5. 5 is not of type 'string', 'null'"],
     [{ volume: { size: 1, metadata: { k: 1 } } }, "Invalid input for field/attribute k. Value: 1. 1 is not of type 'string'"],
     [{ volume: { size: 1, server_id: 'nope' } }, "Invalid input for field/attribute server_id. Value: nope. 'nope' is not a 'uuid'"],
-    [{ volume: { size: 1, snapshot_id: 'x' } }, 'Invalid input received: Creating a volume from snapshot_id is not supported by Ferry.'],
+    [{ volume: { size: 1, backup_id: 'x' } }, 'Invalid input received: Creating a volume from backup_id is not supported by Ferry.'],
+    [{ volume: { size: 1, snapshot_id: 'x' } }, "Invalid input for field/attribute snapshot_id. Value: x. 'x' is not a 'uuid'"],
+    [{ volume: { size: 1, source_volid: 5 } }, "Invalid input for field/attribute source_volid. Value: 5. 5 is not a 'uuid'"],
+    [{ volume: { name: 'no size, no source' } }, "Invalid input received: Volume size 'None' must be an integer and greater than 0"],
   ])('%j -> %s', (body, message) => {
     expect(refusal(body)).toBe(message);
   });
 
   test('a digit string size, names, metadata and a server are accepted', () => {
     const r = parseCreateBody({ volume: { size: '3', name: 'n', description: 'd', metadata: { a: 'b' }, server_id: '44444444-4444-4444-4444-444444444444', multiattach: false } });
-    expect(r).toEqual({ size: 3, name: 'n', description: 'd', volumeType: null, availabilityZone: null, metadata: { a: 'b' }, serverId: '44444444-4444-4444-4444-444444444444' });
+    expect(r).toEqual({ size: 3, name: 'n', description: 'd', volumeType: null, availabilityZone: null, metadata: { a: 'b' }, serverId: '44444444-4444-4444-4444-444444444444', snapshotId: null, sourceVolid: null, imageId: null });
   });
 });

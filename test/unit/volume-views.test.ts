@@ -28,13 +28,18 @@ const vol: Volume = {
 describe('volume detail view', () => {
   test('3.0 for the owner: base fields, tenant attribute, no admin attributes, no later-version fields', () => {
     // Act
-    const out = volumeDetail(ctx(OWNER, '3.0'), vol);
+    const out = volumeDetail(ctx(OWNER, '3.0'), vol, true);
     // Assess
     expect(out).toMatchObject({ id: 'v1', status: 'in-use', size: 2, bootable: 'false', encrypted: false, volume_type: 'default', multiattach: false, 'os-vol-tenant-attr:tenant_id': 'demo' });
     expect(out.created_at).toBe('2024-05-01T09:00:00.000000');
     for (const k of ['os-vol-host-attr:host', 'os-vol-mig-status-attr:migstat', 'migration_status', 'group_id', 'provider_id', 'shared_targets', 'service_uuid', 'cluster_name', 'volume_type_id', 'consumes_quota']) {
       expect(out).not.toHaveProperty(k);
     }
+  });
+  test('without the extensions (create, update, manage): no os-vol-* attribute, even for an admin', () => {
+    const out = volumeDetail(ctx(ADMIN, '3.70'), vol);
+    expect(Object.keys(out).filter((k) => k.startsWith('os-vol-'))).toEqual([]);
+    expect(out).toMatchObject({ migration_status: null, provider_id: null, cluster_name: null });
   });
   test('only attached attachments are shown, host_name hidden from non-admins', () => {
     const out = volumeDetail(ctx(OWNER, '3.0'), vol);
@@ -44,7 +49,7 @@ describe('volume detail view', () => {
     expect((volumeDetail(ctx(ADMIN, '3.0'), vol).attachments as { host_name: string }[])[0]!.host_name).toBe('cmp1');
   });
   test('3.70 for an admin: every versioned and admin field', () => {
-    const out = volumeDetail(ctx(ADMIN, '3.70'), vol);
+    const out = volumeDetail(ctx(ADMIN, '3.70'), vol, true);
     expect(out).toMatchObject({
       'os-vol-host-attr:host': 'ferry@lvm-a#pool0', 'os-vol-mig-status-attr:migstat': null, group_id: null, provider_id: null,
       shared_targets: null, service_uuid: 'svc', cluster_name: null, volume_type_id: 't1', consumes_quota: true,

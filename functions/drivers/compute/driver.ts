@@ -290,6 +290,14 @@ export interface ComputeDriver {
   powerOff(uuid: string): Promise<void>;
   powerOn(uuid: string): Promise<void>;
   reboot(uuid: string, type?: 'SOFT' | 'HARD'): Promise<void>;
+  /** RUNNING -> PAUSED (Nova's pause: the guest keeps its memory, stops running); already PAUSED: done. */
+  pause(uuid: string): Promise<void>;
+  /** PAUSED -> RUNNING; already RUNNING: done. */
+  unpause(uuid: string): Promise<void>;
+  /** RUNNING or PAUSED -> SUSPENDED (Nova's suspend: state saved, guest stopped); already SUSPENDED: done. */
+  suspend(uuid: string): Promise<void>;
+  /** SUSPENDED -> RUNNING; already RUNNING: done. */
+  resume(uuid: string): Promise<void>;
   /** NOSTATE when the guest is not defined here (Nova's manager maps InstanceNotFound so). */
   getPowerState(uuid: string): Promise<PowerState>;
   /** Raw bytes of the root disk as of now (defined guest or kept disks). The caller stores it (S3). */

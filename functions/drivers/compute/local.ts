@@ -38,6 +38,7 @@ import type {
   PowerState,
   SnapshotImage,
 } from './driver.js';
+import { POWER_STATE } from './driver.js';
 import { ColdMigration } from './local/cold-migration.js';
 import { HostConnections } from './local/connections.js';
 import { Evacuation } from './local/evacuate.js';
@@ -152,6 +153,18 @@ export class LocalComputeDriver implements ComputeDriver {
   }
   reboot(uuid: string, type?: 'SOFT' | 'HARD'): Promise<void> {
     return this.lifecycle.reboot(uuid, type);
+  }
+  pause(uuid: string): Promise<void> {
+    return this.lifecycle.transition(uuid, 'pause', [POWER_STATE.RUNNING], POWER_STATE.PAUSED);
+  }
+  unpause(uuid: string): Promise<void> {
+    return this.lifecycle.transition(uuid, 'unpause', [POWER_STATE.PAUSED], POWER_STATE.RUNNING);
+  }
+  suspend(uuid: string): Promise<void> {
+    return this.lifecycle.transition(uuid, 'suspend', [POWER_STATE.RUNNING, POWER_STATE.PAUSED], POWER_STATE.SUSPENDED);
+  }
+  resume(uuid: string): Promise<void> {
+    return this.lifecycle.transition(uuid, 'resume', [POWER_STATE.SUSPENDED], POWER_STATE.RUNNING);
   }
   getPowerState(uuid: string): Promise<PowerState> {
     return this.lifecycle.getPowerState(uuid);

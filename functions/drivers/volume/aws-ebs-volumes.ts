@@ -175,7 +175,8 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     });
   }
 
-  async createVolume(req: { backendName: string; sizeGb: number; pool: string; multiattach?: boolean }): Promise<{ providerLocation: string }> {
+  /** `fromEbsSnapshot`: the EBS snapshot the new volume starts from (CopyingDriver, aws-ebs.ts). */
+  async createVolume(req: { backendName: string; sizeGb: number; pool: string; multiattach?: boolean }, fromEbsSnapshot?: string): Promise<{ providerLocation: string }> {
     const { backendName, sizeGb, pool } = req;
     const poolConf = this.config.pools.find((p) => p.name === pool);
     if (!poolConf) throw this.fail(`no pool ${pool}`, { pool });
@@ -208,6 +209,7 @@ export class AwsEbsVolumeStore implements VolumeDriver {
             Iops: provisionedIops(volumeType, sizeGb, this.config.ebsIopsPerGb),
             // Per volume on EBS: only a volume of a multiattach type gets it (and its limits: Nitro instances, no boot).
             ...(req.multiattach ? { MultiAttachEnabled: true } : {}),
+            ...(fromEbsSnapshot ? { SnapshotId: fromEbsSnapshot } : {}),
             ClientToken: clientTokenFor(this.backendHost, backendName),
             TagSpecifications: [{ ResourceType: 'volume', Tags: tags }],
           }),

@@ -24,6 +24,8 @@ import {
   type AdoptingDriver,
   type BackendConfig,
   type BackendVolume,
+  type CopyingDriver,
+  type CreateVolumeRequest,
   type DrillCopy,
   type FailoverResult,
   type PoolCapabilities,
@@ -68,7 +70,7 @@ export interface EbsPassReport {
 // The driver's module is where callers (tests, operators' scripts) find its names.
 export { DEFAULT_EBS_VOLUME_TYPE, EBS_DRIVER_VERSION, clientTokenFor, regionOfAvailabilityZone, type AwsEbsDriverOptions } from './aws-ebs-ec2.js';
 
-export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDriver, AdoptingDriver, ReplicationDriver {
+export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDriver, AdoptingDriver, ReplicationDriver, CopyingDriver {
   private readonly targets: EbsSite[];
   /** The replication target the backend was failed over to, or undefined on the primary. */
   private readonly activeTarget?: EbsSite;
@@ -326,6 +328,37 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
     }
   }
 
+  // ---- Volumes with data (CopyingDriver) -------------------------------------------------------
+
+  /** CreateVolume with the EBS snapshot's SnapshotId (same ClientToken as any create of that name, so a retry gets the same volume). */
+  async createVolumeFromSnapshot(req: CreateVolumeRequest, source: { volumeBackendName: string; snapshotName: string }): Promise<{ providerLocation: string }> {
+    // Made already (a re-run): found by its tags, checked and waited for like any create.
+    if (await this.find(req.backendName)) return this.createVolume(req);
+    const snapshot = (await this.snapshotsNamed(source.volumeBackendName, source.snapshotName)).find((s) => s.State === 'completed');
+    if (!snapshot?.SnapshotId) throw this.fail(`no completed EBS snapshot ${source.snapshotName} of ${source.volumeBackendName}`, { ...source, backendName: req.backendName });
+    return this.createVolume(req, snapshot.SnapshotId);
+  }
+
+  /**
+   * EBS has no clone: a snapshot of the source named after the new volume (its tags are the intent
+   * a retry finds; BackendNotReady while it is pending, and the machine comes back), a volume from
+   * it, then the snapshot goes. abandonCopy removes the snapshot of a clone that failed.
+   */
+  async cloneVolume(req: CreateVolumeRequest, sourceBackendName: string): Promise<{ providerLocation: string }> {
+    const snapshotName = cloneSnapshotName(req.backendName);
+    if (!(await this.find(req.backendName))) {
+      await this.createSnapshot(sourceBackendName, snapshotName);
+      await this.createVolumeFromSnapshot(req, { volumeBackendName: sourceBackendName, snapshotName });
+    }
+    const out = await this.createVolume(req);
+    await this.deleteSnapshot(sourceBackendName, snapshotName);
+    return out;
+  }
+
+  async abandonCopy(backendName: string, sourceBackendName: string): Promise<void> {
+    await this.deleteSnapshot(sourceBackendName, cloneSnapshotName(backendName));
+  }
+
   async listSnapshots(): Promise<{ backendName: string; snapshotName: string }[]> {
     const seen = new Set<string>();
     const out: { backendName: string; snapshotName: string }[] = [];
@@ -341,3 +374,6 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
     return out;
   }
 }
+
+/** The EBS snapshot a clone goes through: named after the new volume, so every retry of the clone finds the same one. */
+export const cloneSnapshotName = (backendName: string) => `clone-for-${backendName}`;

@@ -216,3 +216,47 @@ export interface SnapshotDriver {
   deleteSnapshot(backendName: string, snapshotName: string): Promise<void>;
   listSnapshots(): Promise<{ backendName: string; snapshotName: string }[]>;
 }
+
+/** What createVolume takes; the copying calls take the same. */
+export interface CreateVolumeRequest {
+  backendName: string;
+  sizeGb: number;
+  pool: string;
+  multiattach?: boolean;
+}
+
+/**
+ * New volumes with data (Cinder's create_volume_from_snapshot, create_cloned_volume): the new
+ * volume holds the source's bytes, then zeros up to its size (never smaller than the source). Same
+ * idempotency as createVolume: a volume already made under the name is returned, so a retried step
+ * finds what its first try made; it is published only once whole.
+ */
+export interface CopyingDriver {
+  createVolumeFromSnapshot(req: CreateVolumeRequest, source: { volumeBackendName: string; snapshotName: string }): Promise<{ providerLocation: string }>;
+  cloneVolume(req: CreateVolumeRequest, sourceBackendName: string): Promise<{ providerLocation: string }>;
+  /** Removes what a failed clone made besides the volume (an EBS clone's snapshot); the create's rollback calls it. */
+  abandonCopy?(backendName: string, sourceBackendName: string): Promise<void>;
+}
+
+export function isCopyingDriver(driver: VolumeDriver): driver is VolumeDriver & CopyingDriver {
+  const d = driver as Partial<CopyingDriver>;
+  return typeof d.createVolumeFromSnapshot === 'function' && typeof d.cloneVolume === 'function';
+}
+
+/**
+ * A volume filled from an image's bytes (Cinder's copy_image_to_volume): the bytes from offset 0,
+ * then zeros to the volume's size; published only once whole, idempotent like createVolume.
+ * `open` streams the bytes (the caller knows where they are kept).
+ */
+export interface ImageFillingDriver {
+  createVolumeFromImage(req: CreateVolumeRequest, open: () => Promise<AsyncIterable<Uint8Array>>): Promise<{ providerLocation: string }>;
+}
+
+export function isImageFillingDriver(driver: VolumeDriver): driver is VolumeDriver & ImageFillingDriver {
+  return typeof (driver as Partial<ImageFillingDriver>).createVolumeFromImage === 'function';
+}
+
+/** Backends whose driver writes images into volumes: the local driver's files. An EBS volume is written only through an instance. */
+export function fillsFromImages(backend: Pick<BackendConfig, 'driver'>): boolean {
+  return backend.driver === 'local';
+}

@@ -14,13 +14,13 @@
 import { lstat, link, mkdir, open, readlink, rename, rmdir, symlink, truncate, unlink } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
 import { DriverError } from '../../core/errors.js';
-import type { BackendConfig, BackendConnection, BackendVolume, ConnectionProperties, Connector, PoolCapabilities, SnapshotDriver, VolumeDriver } from './driver.js';
+import type { BackendConfig, BackendConnection, BackendVolume, ConnectionProperties, Connector, CopyingDriver, CreateVolumeRequest, ImageFillingDriver, PoolCapabilities, SnapshotDriver, VolumeDriver } from './driver.js';
 import { isErrno, listVisible as listDir, statOrUndefined, tempName } from '../files.js';
 import { GIB, LOCAL_DRIVER_VERSION, checkName, discardTemp, connectionPath, decodeHost, rootOf, serialized, sizeGbOf } from './local-layout.js';
 import { CONNECTIONS_DIR, PRIMARY_BACKEND_ID, SNAPSHOTS_DIR, replicationDevicesOf, snapshotDirOf } from './local-sites.js';
-import { sparseCopyFile } from './sparse-copy.js';
+import { sparseCopyFile, writeStreamToFile } from './sparse-copy.js';
 
-export class LocalVolumeStore implements VolumeDriver, SnapshotDriver {
+export class LocalVolumeStore implements VolumeDriver, SnapshotDriver, CopyingDriver, ImageFillingDriver {
   readonly backendHost: string;
   /** A file on this machine, opened by its path (connection_info `device_path`). */
   readonly driverVolumeType = 'local';
@@ -276,6 +276,80 @@ export class LocalVolumeStore implements VolumeDriver, SnapshotDriver {
   async getVolume(backendName: string): Promise<BackendVolume | undefined> {
     const found = await this.find(backendName);
     return found && { backendName, sizeGb: found.sizeGb };
+  }
+
+  // ---- Volumes with data (CopyingDriver) -------------------------------------------------------
+
+  async createVolumeFromSnapshot(req: CreateVolumeRequest, source: { volumeBackendName: string; snapshotName: string }): Promise<{ providerLocation: string }> {
+    checkName('volume', source.volumeBackendName, this.config);
+    checkName('snapshot', source.snapshotName, this.config);
+    for (const pool of await this.poolDirs()) {
+      const path = join(snapshotDirOf(this.root, pool, source.volumeBackendName), source.snapshotName);
+      if ((await statOrUndefined(path))?.isFile()) return this.createFrom(req, path);
+    }
+    // A re-run after the snapshot went (it cannot while the volume is being created from it) finds its volume made.
+    const made = await this.find(req.backendName);
+    if (made) return this.sameVolume(made, req);
+    throw this.fail(`snapshot ${source.snapshotName} of ${source.volumeBackendName} not found`, { ...source, backendName: req.backendName });
+  }
+
+  async cloneVolume(req: CreateVolumeRequest, sourceBackendName: string): Promise<{ providerLocation: string }> {
+    const src = await this.find(sourceBackendName);
+    if (!src) {
+      const made = await this.find(req.backendName);
+      if (made) return this.sameVolume(made, req);
+      throw this.fail(`source volume ${sourceBackendName} not found`, { sourceBackendName, backendName: req.backendName });
+    }
+    return this.createFrom(req, src.path);
+  }
+
+  async createVolumeFromImage(req: CreateVolumeRequest, openImage: () => Promise<AsyncIterable<Uint8Array>>): Promise<{ providerLocation: string }> {
+    return this.createFrom(req, async (temp) => {
+      const written = await writeStreamToFile(temp, await openImage(), req.sizeGb * GIB);
+      if (written > req.sizeGb * GIB) throw this.fail(`${req.backendName} (${req.sizeGb} GiB) cannot hold its image (${written}+ bytes)`, { backendName: req.backendName });
+    });
+  }
+
+  /**
+   * A sparse copy of `srcPath` grown to the new size, built under a temp name and published with
+   * link() as createVolume does: a crash leaves only a temp file, a re-run finds the volume made.
+   */
+  private async createFrom(req: CreateVolumeRequest, src: string | ((temp: string) => Promise<void>)): Promise<{ providerLocation: string }> {
+    const { backendName, sizeGb, pool } = req;
+    checkName('volume', backendName, this.config);
+    if (!Number.isInteger(sizeGb) || sizeGb <= 0) throw this.fail(`invalid size ${sizeGb} GiB for ${backendName}`, { backendName, sizeGb });
+    const poolConf = this.poolConfig(pool);
+    return serialized(this.root, async () => {
+      const existing = await this.find(backendName);
+      if (existing) return this.sameVolume(existing, req);
+      const srcBytes = typeof src === 'string' ? (await lstat(src)).size : 0;
+      if (srcBytes > sizeGb * GIB) throw this.fail(`${backendName} (${sizeGb} GiB) cannot hold its source ${src} (${srcBytes} bytes)`, { backendName, sizeGb, srcBytes });
+      const free = poolConf.totalCapacityGb - (await this.usedGb(pool));
+      if (sizeGb > free) throw this.fail(`pool ${pool} has ${free} GiB free, ${sizeGb} GiB requested for ${backendName}`, { pool, freeGb: free, sizeGb });
+      const dir = join(this.root, pool);
+      await mkdir(dir, { recursive: true });
+      const temp = join(dir, tempName(backendName));
+      const path = join(dir, backendName);
+      try {
+        if (typeof src === 'string') await sparseCopyFile(src, temp);
+        else await src(temp);
+        await truncate(temp, sizeGb * GIB);
+        try {
+          await link(temp, path);
+        } catch (e) {
+          if (!isErrno(e, 'EEXIST')) throw this.fail(`cannot create ${backendName}: ${(e as Error).message}`, { backendName }, e);
+          const raced = await this.find(backendName);
+          if (!raced) throw this.fail(`cannot create ${backendName}: it appeared and vanished`, { backendName }, e);
+          return this.sameVolume(raced, req);
+        }
+      } catch (e) {
+        if (e instanceof DriverError) throw e;
+        throw this.fail(`cannot copy ${typeof src === 'string' ? src : 'the image'} to ${backendName}: ${(e as Error).message}`, { backendName }, e);
+      } finally {
+        await discardTemp(temp);
+      }
+      return { providerLocation: path };
+    });
   }
 
   // ---- Snapshots ------------------------------------------------------------------------------

@@ -67,3 +67,24 @@ async function copyChunksSparse(src: string, dst: string, chunkBytes: number): P
     await input.close();
   }
 }
+
+/**
+ * Writes a stream into a new file from offset 0, chunks of zeros left as holes; stops once past
+ * `maxBytes` and returns the bytes seen (the caller refuses more than it can hold).
+ */
+export async function writeStreamToFile(path: string, body: AsyncIterable<Uint8Array>, maxBytes: number): Promise<number> {
+  const fh = await open(path, 'wx');
+  try {
+    let off = 0;
+    for await (const chunk of body) {
+      if (off + chunk.length > maxBytes) return off + chunk.length;
+      const buf = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length);
+      if (chunkDigest(buf, Buffer.alloc(buf.length)) !== ZERO_DIGEST) await writeFully(fh, buf, off);
+      off += chunk.length;
+    }
+    await fh.sync();
+    return off;
+  } finally {
+    await fh.close();
+  }
+}

@@ -3,6 +3,7 @@
  * through the Cinder API of a local stack, fixtures as in test/integration/volumes-flow and
  * replication-failover.
  */
+import { getSnapshot } from '../../../functions/snapshots/repo.js';
 import { getVolume } from '../../../functions/volumes/repo.js';
 import { cinderClient, createVolume } from '../../support/nova.js';
 import { eventually } from '../../support/poll.js';
@@ -32,6 +33,39 @@ export function volumeScenarios(stack: TestLocalStack): CrashScenario<any>[] {
       return v.status === 'available' ? 'finished' : v.status === 'error' ? 'rolled-back' : undefined;
     },
   };
+
+  /**
+   * A volume from a snapshot, or a clone: finished = available with the source's hold given back;
+   * rolled back = error (or never recorded) with the hold given back. A hold left behind never settles.
+   */
+  const fromSource = (kind: 'snapshot' | 'volume'): CrashScenario<{ name: string; sourceId: string; volumeId: string; id?: string }> => ({
+    name: kind === 'snapshot' ? 'volume-create-from-snapshot' : 'volume-clone',
+    async setup() {
+      const volumeId = await createVolume(cinder, 1, 'crash-src');
+      let sourceId = volumeId;
+      if (kind === 'snapshot') {
+        const snap = await cinder('POST', '/snapshots', { snapshot: { volume_id: volumeId } });
+        sourceId = snap.body.snapshot.id;
+        await eventually(async () => ((await getSnapshot(sourceId))?.status === 'available' ? true : undefined), `snapshot ${sourceId}`);
+      }
+      return { name: `crash-${Math.random().toString(36).slice(2, 10)}`, sourceId, volumeId };
+    },
+    async start(f) {
+      const res = await cinder('POST', '/volumes', { volume: { name: f.name, ...(kind === 'snapshot' ? { snapshot_id: f.sourceId } : { source_volid: f.sourceId }) } });
+      if (res.status !== 202) throw new Error(`POST /volumes: ${res.status} ${JSON.stringify(res.body)}`);
+      f.id = res.body.volume.id;
+    },
+    async outcome(f) {
+      const source = kind === 'snapshot' ? await getSnapshot(f.sourceId) : await getVolume(f.sourceId);
+      if ((source?.dependentCreates ?? 0) !== 0) return undefined;
+      const id = f.id ?? (await cinder('GET', `/volumes?name=${f.name}`)).body.volumes?.[0]?.id;
+      if (!id) return 'rolled-back';
+      f.id = id;
+      const v = await getVolume(id);
+      if (!v) return 'rolled-back';
+      return v.status === 'available' ? 'finished' : v.status === 'error' ? 'rolled-back' : undefined;
+    },
+  });
 
   const volumeDelete: CrashScenario<{ id: string }> = {
     name: 'volume-delete',
@@ -85,5 +119,5 @@ export function volumeScenarios(stack: TestLocalStack): CrashScenario<any>[] {
     },
   };
 
-  return [volumeCreate, volumeDelete, volumeFailover];
+  return [volumeCreate, fromSource('snapshot'), fromSource('volume'), volumeDelete, volumeFailover];
 }

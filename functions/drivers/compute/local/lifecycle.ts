@@ -234,6 +234,19 @@ export class GuestLifecycle {
     await this.setPower(uuid, (s) => (s.powerState === POWER_STATE.RUNNING ? undefined : { ...s, powerState: POWER_STATE.RUNNING, bootCount: s.bootCount + 1 }));
   }
 
+  /**
+   * Pause, unpause, suspend, resume: the guest's power state moves from one of `from` to `to`
+   * (already `to`: a re-run, nothing to do); from any other state the hypervisor refuses, as
+   * libvirt does (pausing a shut-off domain fails).
+   */
+  async transition(uuid: string, what: string, from: readonly PowerState[], to: PowerState): Promise<void> {
+    await this.setPower(uuid, (s) => {
+      if (s.powerState === to) return undefined;
+      if (!from.includes(s.powerState)) throw this.h.fail(`cannot ${what} guest ${uuid} in power state ${s.powerState}`, { uuid });
+      return { ...s, powerState: to };
+    });
+  }
+
   async reboot(uuid: string, type: 'SOFT' | 'HARD' = 'SOFT'): Promise<void> {
     if (type !== 'SOFT' && type !== 'HARD') throw this.h.fail(`invalid reboot type ${JSON.stringify(type)}`, { uuid });
     await this.setPower(uuid, (s) => ({ ...s, powerState: POWER_STATE.RUNNING, bootCount: s.bootCount + 1 }));

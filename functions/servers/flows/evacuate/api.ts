@@ -90,4 +90,5 @@ async function evacuateAction(req: ApiRequest, server: LoadedServer, raw: unknow
   return json(200);
 }
 
-export const EVACUATE_ACTIONS: Record<string, ServerActionSpec> = { evacuate: { policy: EVACUATE_POLICY, handler: evacuateAction } };
+// Nova's evacuate has no check_instance_lock.
+export const EVACUATE_ACTIONS: Record<string, ServerActionSpec> = { evacuate: { policy: EVACUATE_POLICY, handler: evacuateAction, ignoresLock: true } };

@@ -4,7 +4,7 @@
  * action in one transaction, then server-create), `DELETE /servers/{id}` (server-delete) and the
  * `os-stop` / `os-start` / `reboot` actions (server-power). The steps are in steps.ts.
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type ApiResponse } from '../../../core/api.js';
 import { BadRequest, Conflict, Forbidden } from '../../../core/errors.js';
 import { executionName, startExecution } from '../../../core/executions.js';
@@ -13,13 +13,13 @@ import { isUuidLike } from '../../../compute/model.js';
 import { getCell, getFlavor, listCells } from '../../../compute/repo.js';
 import { SANDBOX_NETWORK } from '../../../compute/seed.js';
 import type { LinkContext } from '../../../compute/views.js';
-import { invalid, isObject } from '../../../compute/validation.js';
+import { invalid, isObject, noAdditional } from '../../../compute/validation.js';
 import { POWER_STATE, ROOT_DEVICE_NAME } from '../../../drivers/compute/driver.js';
 import type { ServerActionSpec } from '../../actions.js';
 import type { Volume } from '../../../volumes/model.js';
 import { requireVolumeConnectable } from '../../capabilities.js';
 import { volumeGet } from '../../cinder.js';
-import { assertStartedBy, beginOperation, computeNodes, consoleServerId } from '../../engine.js';
+import { assertNotLocked, assertStartedBy, beginOperation, computeNodes, consoleServerId } from '../../engine.js';
 import { findImage } from '../../images.js';
 import { newAction } from '../../instance-actions.js';
 import { instanceFlavorOf, type BlockDeviceMapping, type Instance, type InstanceMapping } from '../../model.js';
@@ -27,6 +27,7 @@ import { SERVER_POLICIES, visibleServer } from '../../policies.js';
 import { createServerRecords, type LoadedServer } from '../../repo.js';
 import { candidates } from '../../scheduler.js';
 import { serverSummary } from '../../views.js';
+import { checkCreateBody, nameOf } from './create-body.js';
 
 const now = () => new Date().toISOString();
 const linkContext = (req: ApiRequest): LinkContext => ({ baseUrl: req.baseUrl, urlProjectId: req.urlProjectId });
@@ -59,12 +60,13 @@ function parseBdms(raw: unknown): BdmRequest[] {
 }
 
 export async function createServer(req: ApiRequest): Promise<ApiResponse> {
-  const body = req.body;
-  if (!isObject(body) || !isObject(body.server)) throw invalid('server', isObject(body) ? body.server : body, "'server' is a required property");
-  const s = body.server;
-  if (typeof s.name !== 'string' || s.name.length < 1 || s.name.length > 255) throw invalid('name', s.name, `${JSON.stringify(s.name ?? null)} is not a valid name`);
-  if (s.flavorRef === undefined) throw invalid('server', s, "'flavorRef' is a required property");
+  const { server: s, counts } = checkCreateBody(req.body, req.version);
+  const name = s.name as string;
   const bdmReqs = parseBdms(s.block_device_mapping_v2);
+  // API._validate_and_build_base_options: a volume cannot go to several servers (checked on the counts asked, before any clipping).
+  if ((positiveCount(s.min_count) > 1 || positiveCount(s.max_count) > 1) && bdmReqs.length) throw new BadRequest('Cannot attach one or more volumes to multiple instances');
+  // A console start of server-create boots one server, named after its execution.
+  if (req.startedAs && counts.count > 1) throw new BadRequest('A console start of server-create boots one server: min_count and max_count must be 1.');
   const bootVolume = bdmReqs.find((b) => b.bootIndex === 0);
   const imageRef = typeof s.imageRef === 'string' ? s.imageRef : '';
   if (!imageRef && !bootVolume) throw new BadRequest('Block Device Mapping is Invalid: Boot sequence for the instance and image/block device mapping combination is not valid.');
@@ -73,7 +75,7 @@ export async function createServer(req: ApiRequest): Promise<ApiResponse> {
   if (!flavor || flavor.disabled) throw new BadRequest('Invalid flavorRef provided.');
   if (imageRef) {
     const image = await findImage(imageRef);
-    if (!image || image.status !== 'active' || (image.visibility !== 'public' && image.ownerProjectId !== req.auth.projectId && !req.auth.isAdmin)) {
+    if (!image || image.status !== 'active' || (image.visibility !== 'public' && image.visibility !== 'community' && image.ownerProjectId !== req.auth.projectId && !req.auth.isAdmin)) {
       throw new BadRequest(`Image ${imageRef} could not be found.`);
     }
   }
@@ -98,6 +100,46 @@ export async function createServer(req: ApiRequest): Promise<ApiResponse> {
   const host = typeof s.host === 'string' ? s.host : undefined;
   if (host && !req.auth.isAdmin) throw new Forbidden(`Policy doesn't allow compute:servers:create:requested_destination to be performed.`);
 
+  if (host && !(await computeNodes()).some((n) => n.node.host === host)) throw new BadRequest(`Compute host ${host} could not be found.`);
+  const checked: CheckedCreate = { name, flavor: instanceFlavorOf(flavor), imageRef, volumes, bdmReqs, networkId, az, host, metadata: s.metadata, keyName: s.key_name };
+  // Several servers: each recorded and started on its own, named <name>-1..N, one reservation id for all.
+  const reservationId = `r-${randomReservationChars()}`;
+  const created: Instance[] = [];
+  for (let index = 0; index < counts.count; index++) created.push(await createOne(req, checked, nameOf(name, index, counts.count), reservationId));
+  if (counts.returnReservationId) return json(202, { reservation_id: reservationId });
+  const first = created[0]!;
+  return json(202, {
+    server: { id: first.uuid, links: serverSummary(first, linkContext(req)).links, 'OS-DCF:diskConfig': 'MANUAL', security_groups: [{ name: 'default' }], adminPass: randomUUID().replace(/-/g, '').slice(0, 12) },
+  });
+}
+
+/** min_count / max_count as the body gave them (checked already), 1 when absent. */
+const positiveCount = (raw: unknown): number => (raw === undefined ? 1 : Number(raw));
+
+/** utils.generate_uid('r'): 8 characters of Nova's alphabet. */
+function randomReservationChars(): string {
+  const alphabet = '0123456789abcdefghijklmnopqrstuvwxyz';
+  return Array.from(randomBytes(8), (b) => alphabet[b % alphabet.length]).join('');
+}
+
+/** What every server of one request shares, checked once. */
+interface CheckedCreate {
+  name: string;
+  flavor: Instance['flavor'];
+  imageRef: string;
+  volumes: Volume[];
+  bdmReqs: BdmRequest[];
+  networkId: string | null;
+  az: string | null;
+  host: string | undefined;
+  metadata: unknown;
+  keyName: unknown;
+}
+
+/** One server of the request: its cell, its records and the instance action in one transaction, then server-create. */
+async function createOne(req: ApiRequest, c: CheckedCreate, displayName: string, reservationId: string): Promise<Instance> {
+  const { flavor, imageRef, volumes, bdmReqs, networkId, az, host } = c;
+  const s = { metadata: c.metadata, key_name: c.keyName };
   // Nova's conductor creates the instance in the cell of the host the scheduler picked. Ferry
   // records the instance (in its cell's table) before the machine runs, so the API asks the
   // scheduler's filters and weighers which host would win now and takes that host's cell; the
@@ -107,8 +149,7 @@ export async function createServer(req: ApiRequest): Promise<ApiResponse> {
   // Record step finds the server the first run recorded instead of booting a second one.
   if (req.startedAs) assertStartedBy(req.startedAs, 'server-create');
   const uuid = req.startedAs ? consoleServerId(req.startedAs) : randomUUID();
-  if (host && !(await computeNodes()).some((n) => n.node.host === host)) throw new BadRequest(`Compute host ${host} could not be found.`);
-  const best = (await candidates({ flavor: instanceFlavorOf(flavor), consumer: uuid, volumeBacked: !imageRef, host, availabilityZone: az }))[0];
+  const best = (await candidates({ flavor, consumer: uuid, volumeBacked: !imageRef, host, availabilityZone: az }))[0];
   // The volumes must be connectable where the boot will run (capabilities checked before anything is written).
   if (best) for (const v of volumes) await requireVolumeConnectable(best.node.host, v);
   const cellUuid = best?.cell.uuid ?? (await listCells())[0]!.uuid;
@@ -117,10 +158,10 @@ export async function createServer(req: ApiRequest): Promise<ApiResponse> {
   const at = now();
   const instance: Instance = {
     uuid,
-    name: s.name,
+    name: displayName,
     projectId: req.auth.projectId,
     userId: req.auth.userId,
-    flavor: instanceFlavorOf(flavor),
+    flavor,
     oldFlavor: null,
     newFlavor: null,
     imageRef,
@@ -133,7 +174,7 @@ export async function createServer(req: ApiRequest): Promise<ApiResponse> {
     progress: 0,
     metadata: isObject(s.metadata) ? (Object.fromEntries(Object.entries(s.metadata).map(([k, v]) => [k, String(v)])) as Record<string, string>) : {},
     keyName: typeof s.key_name === 'string' ? s.key_name : null,
-    systemMetadata: imageRef ? { image_base_image_ref: imageRef } : {},
+    systemMetadata: { reservation_id: reservationId, ...(imageRef ? { image_base_image_ref: imageRef } : {}) },
     hidden: false,
     locked: false,
     fault: null,
@@ -168,9 +209,7 @@ export async function createServer(req: ApiRequest): Promise<ApiResponse> {
   await createServerRecords(cell, instance, bdms, mapping, newAction(instance, 'create', requestId, at));
   // A console start is the execution: its next states boot the server.
   if (!req.startedAs) await startExecution('server-create', execution, { serverId: uuid, requestId, cellUuid });
-  return json(202, {
-    server: { id: uuid, links: serverSummary(instance, linkContext(req)).links, 'OS-DCF:diskConfig': 'MANUAL', security_groups: [{ name: 'default' }], adminPass: randomUUID().replace(/-/g, '').slice(0, 12) },
-  });
+  return instance;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -181,7 +220,7 @@ export async function deleteServer(req: ApiRequest): Promise<ApiResponse> {
   authorize(req.auth, SERVER_POLICIES.delete, { projectId: server.instance.projectId });
   const i = server.instance;
   if (i.operation?.kind === 'delete') return json(204);
-  if (i.locked && !req.auth.isAdmin) throw new Conflict(`Instance ${i.uuid} is locked`);
+  assertNotLocked(i, req.auth.isAdmin);
   // Nova deletes in any state but while deleting; a move in flight must first end (Ferry refuses
   // rather than racing its machine; Nova's delete of a VERIFY_RESIZE server confirms first).
   if (i.operation) throw new Conflict(`Cannot 'delete' instance ${i.uuid} while it is in task_state ${i.taskState ?? i.operation.kind}`);
@@ -203,10 +242,17 @@ export async function deleteServer(req: ApiRequest): Promise<ApiResponse> {
 // ---------------------------------------------------------------------------------------------
 // Power actions
 
+const REBOOT_TYPES = ['HARD', 'Hard', 'hard', 'SOFT', 'Soft', 'soft'];
+
 function powerAction(kind: 'stop' | 'start' | 'reboot', action: string, vmStates: Instance['vmState'][], taskState: Instance['taskState']) {
   return async (req: ApiRequest, server: LoadedServer, args: unknown): Promise<ApiResponse> => {
+    // os-stop and os-start take any value (Nova's schema `{}`); reboot's is an object with only a
+    // type of the six spellings Nova's enum lists (it upper-cases it).
     if (kind === 'reboot') {
-      if (!isObject(args) || (args.type !== 'HARD' && args.type !== 'SOFT')) throw invalid('type', isObject(args) ? args.type : args, "is not one of ['HARD', 'Hard', 'hard', 'SOFT', 'Soft', 'soft']");
+      if (!isObject(args)) throw invalid('reboot', args, `${JSON.stringify(args)} is not of type 'object'`);
+      if (!('type' in args)) throw invalid('reboot', args, "'type' is a required property");
+      noAdditional('reboot', args, ['type']);
+      if (!REBOOT_TYPES.includes(args.type as string)) throw invalid('type', args.type, `${JSON.stringify(args.type)} is not one of ['HARD', 'Hard', 'hard', 'SOFT', 'Soft', 'soft']`);
     }
     await beginOperation({ server, auth: req.auth, kind, action, vmStates, taskState, machine: 'server-power', requestId: req.requestId, startedAs: req.startedAs });
     return json(202);

@@ -183,7 +183,7 @@ async function deleteRollback(input: ServerStepInput): Promise<unknown> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// server-power: stop, start, reboot (one step each)
+// server-power: stop, start, reboot, pause, unpause, suspend, resume, rebuild (one step each)
 
 async function powerStep(input: ServerStepInput): Promise<unknown> {
   const s = await loadStep(input);
@@ -202,6 +202,26 @@ async function powerStep(input: ServerStepInput): Promise<unknown> {
       await withEvent(s, 'compute_reboot_instance', host, () => driver.reboot(s.instance.uuid, 'HARD'));
       await endOperation(s, ({ instance }) => ({ instance: { ...instance, vmState: 'active', taskState: null, powerState: POWER_STATE.RUNNING } }));
       break;
+    // Nova's manager: the driver call under the action's event, then vm_state and power_state in one save.
+    case 'pause':
+      await withEvent(s, 'compute_pause_instance', host, () => driver.pause(s.instance.uuid));
+      await endOperation(s, ({ instance }) => ({ instance: { ...instance, vmState: 'paused', taskState: null, powerState: POWER_STATE.PAUSED } }));
+      break;
+    case 'unpause':
+      await withEvent(s, 'compute_unpause_instance', host, () => driver.unpause(s.instance.uuid));
+      await endOperation(s, ({ instance }) => ({ instance: { ...instance, vmState: 'active', taskState: null, powerState: POWER_STATE.RUNNING } }));
+      break;
+    case 'suspend':
+      await withEvent(s, 'compute_suspend_instance', host, () => driver.suspend(s.instance.uuid));
+      await endOperation(s, ({ instance }) => ({ instance: { ...instance, vmState: 'suspended', taskState: null, powerState: POWER_STATE.SUSPENDED } }));
+      break;
+    case 'resume':
+      await withEvent(s, 'compute_resume_instance', host, () => driver.resume(s.instance.uuid));
+      await endOperation(s, ({ instance }) => ({ instance: { ...instance, vmState: 'active', taskState: null, powerState: POWER_STATE.RUNNING } }));
+      break;
+    case 'rebuild':
+      await rebuildGuest(s, host);
+      break;
     default:
       // Only the power actions start server-power (api.ts): another kind here is a broken operation record.
       throw new InvariantViolation(`server-power cannot run ${s.op.kind}`);
@@ -209,9 +229,37 @@ async function powerStep(input: ServerStepInput): Promise<unknown> {
   return {};
 }
 
-/** A failed power action leaves the vm_state as it was (reverts_task_state) with a fault. */
+/**
+ * Rebuild (compute manager _do_rebuild_instance, image-backed only: the API refuses the rest):
+ * the guest destroyed (its volumes disconnected on the host) and spawned again from the new image
+ * with the same block devices, powered on unless it was stopped. Both calls are idempotent under
+ * the instance's uuid, so a re-run after a crash in between finishes the job.
+ */
+async function rebuildGuest(s: StepState, host: string): Promise<void> {
+  const driver = await driverOfHost(host);
+  const image = await getImage(s.instance.imageRef);
+  const stopped = s.op.params.oldVmState === 'stopped';
+  await withEvent(s, 'compute_rebuild_instance', host, async () => {
+    await driver.destroy(s.instance.uuid);
+    await driver.spawn({ uuid: s.instance.uuid, flavor: s.instance.flavor, image: imageSourceFor(image), imageRef: image.id, blockDevices: blockDeviceSpecs(s.bdms), powerOn: !stopped });
+  });
+  await endOperation(s, ({ instance }) => ({
+    instance: { ...instance, vmState: stopped ? 'stopped' : 'active', taskState: null, powerState: stopped ? POWER_STATE.SHUTDOWN : POWER_STATE.RUNNING, launchedAt: now(), progress: 0 },
+  }));
+}
+
+/**
+ * A failed power action leaves the vm_state as it was (reverts_task_state) with a fault; a failed
+ * rebuild may have destroyed the guest, so it is ERROR (as Nova's rebuild failure), with what the
+ * spawn left destroyed.
+ */
 async function powerRollback(input: ServerStepInput): Promise<unknown> {
   const s = await loadStep(input);
+  if (s.op.kind === 'rebuild') {
+    await undoCreateSpawn(s);
+    await endOperation(s, ({ instance }) => ({ instance: { ...instance, vmState: 'error', taskState: null, powerState: POWER_STATE.NOSTATE, fault: faultOf(reasonOf(input.error)) } }));
+    return {};
+  }
   await endOperation(s, ({ instance }) => ({ instance: { ...instance, taskState: null, fault: faultOf(reasonOf(input.error)) } }));
   return {};
 }

@@ -159,8 +159,8 @@ async function assertSourceComputeUp(m: Migration): Promise<void> {
 function resolveAction(kind: 'confirm_resize' | 'revert_resize') {
   const confirm = kind === 'confirm_resize';
   const action = confirm ? 'confirmResize' : 'revertResize';
-  return async (req: ApiRequest, server: LoadedServer, args: unknown): Promise<ApiResponse> => {
-    if (args !== null) throw invalid(action, args, `${JSON.stringify(args)} is not of type 'null'`);
+  // Nova's schema for both is `{}`: any value (Tempest sends `{}`, novaclient `null`), ignored.
+  return async (req: ApiRequest, server: LoadedServer): Promise<ApiResponse> => {
     assertState(server.instance, action, ['resized']);
     const m = await finishedMigration(server);
     const crossCell = m.crossCellMove === true;

@@ -25,12 +25,9 @@ registerPolicies({
   [SHELVE_POLICIES.unshelveToHost]: 'admin_api',
 });
 
-function expectNull(name: string, raw: unknown): void {
-  if (raw !== null) throw invalid(name, raw, `${JSON.stringify(raw)} is not of type 'null'`);
-}
 
-async function shelveAction(req: ApiRequest, server: LoadedServer, raw: unknown): Promise<ApiResponse> {
-  expectNull('shelve', raw);
+// Nova's schema for shelve and shelveOffload is `{}`: any value (`{}` and `null` alike), ignored.
+async function shelveAction(req: ApiRequest, server: LoadedServer): Promise<ApiResponse> {
   await beginOperation({
     server,
     auth: req.auth,
@@ -46,8 +43,7 @@ async function shelveAction(req: ApiRequest, server: LoadedServer, raw: unknown)
   return json(202);
 }
 
-async function shelveOffloadAction(req: ApiRequest, server: LoadedServer, raw: unknown): Promise<ApiResponse> {
-  expectNull('shelveOffload', raw);
+async function shelveOffloadAction(req: ApiRequest, server: LoadedServer): Promise<ApiResponse> {
   await beginOperation({
     server,
     auth: req.auth,

@@ -1,0 +1,78 @@
+/**
+ * The identity a fresh deployment starts with: Keystone's default roles (admin, member, reader),
+ * and users each with roles on a project of their own name. Idempotent: whatever exists is kept
+ * (its id above all, so project ids stay stable per data directory); a user whose password is not
+ * the one given gets it (the caller keeps the passwords, e.g. in clouds.yaml).
+ */
+import { DEFAULT_DOMAIN, IdentityError, type Role } from './model.js';
+import { hashSecret, verifySecret } from './passwords.js';
+import * as store from './store.js';
+
+export const DEFAULT_ROLES = ['admin', 'member', 'reader'] as const;
+
+export interface SeedUser {
+  name: string;
+  password: string;
+  project: string;
+  roles: string[];
+}
+
+const isConflict = (e: unknown) => e instanceof IdentityError && e.status === 409;
+
+async function ensure<T>(find: () => Promise<T | undefined>, create: () => Promise<T>): Promise<T> {
+  const found = await find();
+  if (found !== undefined) return found;
+  try {
+    return await create();
+  } catch (e) {
+    // Another start made it between the read and the write (the write is conditional): theirs stands.
+    if (!isConflict(e)) throw e;
+    const now = await find();
+    if (now === undefined) throw e;
+    return now;
+  }
+}
+
+export async function ensureRole(name: string): Promise<string> {
+  return ensure(
+    () => store.roleIdByName(name),
+    async () => {
+      const r: Role = { id: store.newId(), name, domainId: null, description: '' };
+      await store.createRole(r);
+      return r.id;
+    },
+  );
+}
+
+export async function ensureProject(name: string, description = ''): Promise<string> {
+  return ensure(
+    () => store.projectIdByName(DEFAULT_DOMAIN.id, name),
+    async () => {
+      const id = store.newId();
+      await store.createProject({ id, name, domainId: DEFAULT_DOMAIN.id, description, enabled: true });
+      return id;
+    },
+  );
+}
+
+/** The user, with this password, its default project and these roles on it. Returns the ids. */
+export async function ensureUser(u: SeedUser): Promise<{ userId: string; projectId: string }> {
+  for (const r of DEFAULT_ROLES) await ensureRole(r);
+  const projectId = await ensureProject(u.project);
+  const userId = await ensure(
+    () => store.userIdByName(DEFAULT_DOMAIN.id, u.name),
+    async () => {
+      const id = store.newId();
+      await store.createUser({ id, name: u.name, domainId: DEFAULT_DOMAIN.id, enabled: true, defaultProjectId: projectId, passwordHash: await hashSecret(u.password) });
+      return id;
+    },
+  );
+  const user = await store.mustUser(userId);
+  if (!(await verifySecret(u.password, user.passwordHash))) await store.updateUser(userId, { passwordHash: await hashSecret(u.password) });
+  for (const roleName of u.roles) {
+    const roleId = await ensureRole(roleName);
+    // A grant is one item put under a condition that all three exist: putting it again changes nothing.
+    await store.createAssignment({ projectId, userId, roleId });
+  }
+  return { userId, projectId };
+}
