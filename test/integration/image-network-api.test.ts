@@ -172,11 +172,19 @@ describe('Glance v2', () => {
   test('an image over the front door\'s 10 MiB: PUT refused with 413, web-download import streams it in', async () => {
     const big = Buffer.alloc(12 * 1024 * 1024, 7);
     for (let i = 0; i < big.length; i += 4096) big[i] = i % 251;
-    const source = createServer((_req, res) => {
-      res.writeHead(200, { 'Content-Length': String(big.length), 'Content-Type': 'application/octet-stream' });
-      res.end(big);
+    const source = createServer((req, res) => {
+      // A redirect to a link-local address (where cloud metadata answers): refused at the hop.
+      if (req.url === '/to-metadata') res.writeHead(302, { Location: 'http://169.254.169.254/latest/meta-data/' }).end();
+      else if (req.url === '/moved') res.writeHead(301, { Location: '/big.img' }).end();
+      else {
+        res.writeHead(200, { 'Content-Length': String(big.length), 'Content-Type': 'application/octet-stream' });
+        res.end(big);
+      }
     });
     await new Promise<void>((r) => source.listen(0, '127.0.0.1', r));
+    const port = (source.address() as AddressInfo).port;
+    const importFrom = (id: string, uri: string) => call('POST', `/image/v2/images/${id}/import`, { token: DEMO, json: { method: { name: 'web-download', uri } } });
+    const savedPorts = process.env.FERRY_IMAGE_IMPORT_ALLOWED_PORTS;
     try {
       const img = (await call('POST', '/image/v2/images', { token: DEMO, json: { name: 'big', disk_format: 'raw', container_format: 'bare' } })).body;
       await unchangedBy(async () => expect((await call('PUT', `/image/v2/images/${img.id}/file`, { token: DEMO, body: big })).status).toBe(413));
@@ -184,14 +192,20 @@ describe('Glance v2', () => {
       await unchangedBy(async () =>
         expect((await call('POST', `/image/v2/images/${img.id}/import`, { token: DEMO, json: { method: { name: 'web-download', uri: 'file:///etc/passwd' } } })).status).toBe(400),
       );
-      const uri = `http://127.0.0.1:${(source.address() as AddressInfo).port}/big.img`;
-      expect((await call('POST', `/image/v2/images/${img.id}/import`, { token: DEMO, json: { method: { name: 'web-download', uri } } })).status).toBe(202);
+      const uri = `http://127.0.0.1:${port}/big.img`;
+      // Glance's default filter: ports 80 and 443 only, until the operator allows another.
+      await unchangedBy(async () => expect(await importFrom(img.id, uri)).toMatchObject({ status: 400, text: expect.stringMatching(/port \d+ is not allowed/) }));
+      process.env.FERRY_IMAGE_IMPORT_ALLOWED_PORTS = `80,443,${port}`;
+      await unchangedBy(async () => expect(await importFrom(img.id, `http://127.0.0.1:${port}/to-metadata`)).toMatchObject({ status: 400, text: expect.stringMatching(/redirected to http:\/\/169\.254\.169\.254\/.*link-local/) }));
+      expect((await importFrom(img.id, `http://127.0.0.1:${port}/moved`)).status).toBe(202);
       const shown = (await call('GET', `/image/v2/images/${img.id}`, { token: DEMO })).body;
       expect(shown).toMatchObject({ status: 'active', size: big.length, checksum: createHash('md5').update(big).digest('hex') });
       // A second import of an active image is refused.
       expect((await call('POST', `/image/v2/images/${img.id}/import`, { token: DEMO, json: { method: { name: 'web-download', uri } } })).status).toBe(409);
       expect((await call('DELETE', `/image/v2/images/${img.id}`, { token: DEMO })).status).toBe(204);
     } finally {
+      if (savedPorts === undefined) delete process.env.FERRY_IMAGE_IMPORT_ALLOWED_PORTS;
+      else process.env.FERRY_IMAGE_IMPORT_ALLOWED_PORTS = savedPorts;
       await new Promise((r) => source.close(r));
     }
   }, 60_000);
