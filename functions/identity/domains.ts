@@ -110,11 +110,23 @@ export async function domains(req: { method: string; parts: string[]; query: URL
     // The record is gone first: no project or user can be created in it any more (their creation
     // checks the domain in its transaction), so the cascade below misses none.
     const [projects, users] = await Promise.all([store.listProjects(), store.listUsers()]);
-    for (const p of projects.filter((x) => x.domainId === id)) await store.deleteProject(p).catch(ignoreGone);
+    // Leaves first: a project is deleted only once no child counts on it (store.deleteProject).
+    for (const p of leavesFirst(projects.filter((x) => x.domainId === id))) await store.deleteProject(p).catch(ignoreGone);
     for (const u of users.filter((x) => x.domainId === id)) await store.deleteUser(u).catch(ignoreGone);
     return ok(204);
   }
   throw notFound('resource', 'the requested path');
+}
+
+/** The projects ordered deepest first, so that each comes before its parent. */
+function leavesFirst<P extends { id: string; parentId?: string }>(projects: P[]): P[] {
+  const byId = new Map(projects.map((p) => [p.id, p]));
+  const depth = (p: P): number => {
+    let d = 0;
+    for (let at = p.parentId ? byId.get(p.parentId) : undefined; at && d < projects.length; at = at.parentId ? byId.get(at.parentId) : undefined) d++;
+    return d;
+  };
+  return [...projects].sort((a, b) => depth(b) - depth(a));
 }
 
 const ignoreGone = (e: unknown) => {

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { revokeProjectTokens, revokeUserTokens } from '../auth/tokens.js';
 import { db } from '../core/db.js';
 import { GSI1, tableName } from '../core/tables.js';
-import { conflict, DEFAULT_DOMAIN, notFound, type AppCredential, type Assignment, type Domain, type Project, type Role, type User } from './model.js';
+import { conflict, DEFAULT_DOMAIN, IdentityError, notFound, type AppCredential, type Assignment, type Domain, type Project, type Role, type User } from './model.js';
 
 const T = () => tableName('tokens');
 export const newId = () => randomBytes(16).toString('hex');
@@ -60,7 +60,7 @@ const domainExists = (domainId: string) =>
   domainId === DEFAULT_DOMAIN.id ? [] : [{ ConditionCheck: { TableName: T(), Key: key('domain', domainId), ConditionExpression: 'attribute_exists(pk)' } }];
 
 /** Creates a record and its name item together; 409 when the name is taken, 404 when its domain is gone. */
-async function createNamed(kind: Kind, scope: string, record: { id: string; name: string }, gsi1pk: string, domainId?: string): Promise<void> {
+async function createNamed(kind: Kind, scope: string, record: { id: string; name: string }, gsi1pk: string, domainId?: string, parentId?: string): Promise<void> {
   const checks = domainId === undefined ? [] : domainExists(domainId);
   try {
     await db().send(
@@ -69,6 +69,8 @@ async function createNamed(kind: Kind, scope: string, record: { id: string; name
           { Put: { TableName: T(), Item: { ...nameKey(kind, scope, record.name), id: record.id }, ConditionExpression: 'attribute_not_exists(pk)' } },
           { Put: { TableName: T(), Item: { ...key(kind, record.id), gsi1pk, gsi1sk: record.name, ...record }, ConditionExpression: 'attribute_not_exists(pk)' } },
           ...checks,
+          // A child project counts on its parent, which must still be there: deleteProject's condition reads the count.
+          ...(parentId === undefined ? [] : [childCountChange(parentId, 1)]),
         ],
       }),
     );
@@ -76,11 +78,23 @@ async function createNamed(kind: Kind, scope: string, record: { id: string; name
     if (cancelled(e)) {
       const reasons = (e as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? [];
       if (checks.length > 0 && reasons[2]?.Code === 'ConditionalCheckFailed') throw notFound('domain', domainId!);
+      if (parentId !== undefined && reasons.at(-1)?.Code === 'ConditionalCheckFailed') throw notFound('project', parentId);
       throw conflict(kind, 'name', record.name);
     }
     throw e;
   }
 }
+
+/** The parent project's `childCount` by `by`, on condition that the parent exists. */
+const childCountChange = (parentId: string, by: 1 | -1) => ({
+  Update: {
+    TableName: T(),
+    Key: key('project', parentId),
+    ConditionExpression: 'attribute_exists(pk)',
+    UpdateExpression: 'ADD childCount :by',
+    ExpressionAttributeValues: { ':by': by },
+  },
+});
 
 /**
  * Sets the fields given; a new name moves the record's name item in the same transaction (the old
@@ -124,18 +138,41 @@ async function updateNamed<R extends { id: string; name: string }>(kind: Kind, s
   }
 }
 
-async function deleteNamed(kind: Kind, scope: string, record: { id: string; name: string }): Promise<void> {
+/**
+ * Deletes a record and its name item together; 404 when it is gone. A project is deleted only
+ * while no child project counts on it (Keystone's 403 for a project that is not a leaf), and a
+ * child's delete takes its count off its parent in the same transaction.
+ */
+async function deleteNamed(kind: Kind, scope: string, record: { id: string; name: string; parentId?: string }): Promise<void> {
+  const leafOnly = kind === 'project';
   try {
     await db().send(
       new TransactWriteCommand({
         TransactItems: [
-          { Delete: { TableName: T(), Key: key(kind, record.id), ConditionExpression: 'attribute_exists(pk)' } },
+          {
+            Delete: {
+              TableName: T(),
+              Key: key(kind, record.id),
+              ConditionExpression: leafOnly ? 'attribute_exists(pk) AND (attribute_not_exists(childCount) OR childCount <= :zero)' : 'attribute_exists(pk)',
+              ...(leafOnly ? { ExpressionAttributeValues: { ':zero': 0 } } : {}),
+              ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+            },
+          },
           { Delete: { TableName: T(), Key: nameKey(kind, scope, record.name), ConditionExpression: 'id = :id', ExpressionAttributeValues: { ':id': record.id } } },
+          ...(leafOnly && record.parentId !== undefined ? [childCountChange(record.parentId, -1)] : []),
         ],
       }),
     );
   } catch (e) {
-    if (cancelled(e)) throw notFound(kind, record.id);
+    if (cancelled(e)) {
+      const first = (e as { CancellationReasons?: { Code?: string; Item?: Record<string, unknown> }[] }).CancellationReasons?.[0];
+      // The item comes back as DynamoDB wrote it ({"N": "1"}): the document client does not unmarshal errors.
+      const children = first?.Item?.childCount as { N?: string } | undefined;
+      if (leafOnly && first?.Code === 'ConditionalCheckFailed' && Number(children?.N ?? 0) > 0) {
+        throw new IdentityError(403, 'Forbidden', `Cannot delete the project ${record.id} since it is not a leaf in the hierarchy. Use the cascade option if you want to delete a whole subtree.`);
+      }
+      throw notFound(kind, record.id);
+    }
     throw e;
   }
 }
@@ -145,7 +182,7 @@ export const getProject = (id: string) => get<Project>('project', id);
 export const mustProject = (id: string) => must<Project>('project', id);
 export const projectIdByName = (domainId: string, name: string) => idByName('project', domainId, name);
 export const listProjects = () => listKind<Project>('PROJECTS');
-export const createProject = (p: Project) => createNamed('project', p.domainId, p, 'PROJECTS', p.domainId);
+export const createProject = (p: Project) => createNamed('project', p.domainId, p, 'PROJECTS', p.domainId, p.parentId);
 /** Deletes the project, its grants, and the tokens scoped to it (Keystone revokes them). */
 export async function deleteProject(p: Project): Promise<void> {
   await deleteNamed('project', p.domainId, p);

@@ -145,6 +145,23 @@ describe('names, renames, filters, tags, parents, extras', () => {
     expect(renamed).toMatchObject({ name: 'tagged2', tags: ['d'] });
     const listed = (await admin('GET', '/projects')).body.projects.find((x: { id: string }) => x.id === p.id);
     expect((await admin('GET', `/projects/${p.id}`)).body.project).toEqual(listed);
+    // Not a leaf: Keystone's 403, and nothing deleted; once the child is gone the parent goes too.
+    expectError(await admin('DELETE', `/projects/${p.id}`), 403, 'Forbidden');
+    expect((await admin('GET', `/projects/${p.id}`)).body.project).toEqual(listed);
+    expect((await admin('DELETE', `/projects/${child.id}`)).status).toBe(204);
+    expect((await admin('DELETE', `/projects/${p.id}`)).status).toBe(204);
+    expect((await admin('GET', `/projects/${p.id}`)).status).toBe(404);
+  });
+
+  test('a domain\'s delete takes its nested projects with it, children before parents', async () => {
+    const d = (await admin('POST', '/domains', { domain: { name: 'nested-dom' } })).body.domain;
+    const top = (await admin('POST', '/projects', { project: { name: 'top', domain_id: d.id } })).body.project;
+    const mid = (await admin('POST', '/projects', { project: { name: 'mid', parent_id: top.id } })).body.project;
+    const leaf = (await admin('POST', '/projects', { project: { name: 'leaf', parent_id: mid.id } })).body.project;
+    expect(leaf).toMatchObject({ domain_id: d.id, parent_id: mid.id });
+    expect((await admin('PATCH', `/domains/${d.id}`, { domain: { enabled: false } })).status).toBe(200);
+    expect((await admin('DELETE', `/domains/${d.id}`)).status).toBe(204);
+    for (const x of [top, mid, leaf]) expect((await admin('GET', `/projects/${x.id}`)).status).toBe(404);
   });
 
   test('users: the enabled filter, and attributes Keystone does not know are kept (tempest sends project_id)', async () => {
