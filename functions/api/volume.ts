@@ -23,6 +23,7 @@ import { typeRoutes } from '../volumes/type-routes.js';
 import { typeAccessRoutes } from '../volumes/type-access.js';
 import { quotaRoutes } from '../volumes/quota-routes.js';
 import { limitsRoutes } from '../volumes/limits-routes.js';
+import { extensionRoutes } from '../volumes/extensions-routes.js';
 import { cinderMessageRoutes } from '../messages/routes.js';
 import { versionRoutes, type VersionInfo } from './versions.js';
 
@@ -47,6 +48,6 @@ export const handler = createApiHandler({
   service: VOLUME_VERSIONS,
   rootPath: '/volume',
   versionPath: '/v3',
-  routes: [...volumeRoutes, ...typeRoutes, ...typeAccessRoutes, ...qosRoutes, ...manageRoutes, ...attachmentRoutes, ...snapshotRoutes, ...snapshotMetadataRoutes, ...transferRoutes, ...replicationRoutes, ...quotaRoutes, ...limitsRoutes, ...cinderMessageRoutes],
+  routes: [...volumeRoutes, ...typeRoutes, ...typeAccessRoutes, ...qosRoutes, ...manageRoutes, ...attachmentRoutes, ...snapshotRoutes, ...snapshotMetadataRoutes, ...transferRoutes, ...replicationRoutes, ...quotaRoutes, ...limitsRoutes, ...extensionRoutes, ...cinderMessageRoutes],
   unversioned: versionRoutes(VOLUME_VERSION_INFO),
 });

@@ -144,7 +144,7 @@ async function showCapabilities(req: ApiRequest) {
     display_name: null,
     description: null,
     visibility: null,
-    replication_enabled: replication.enabled,
+    // views/capabilities.py names its keys: no `replication_enabled` (the pools' stats have it).
     replication_targets: replication.targets,
     properties: {
       multiattach: { title: 'Multiattach', description: 'Volumes may be attached to several hosts at once.', type: 'boolean' },

@@ -112,9 +112,10 @@ describe('GET /os-services and /capabilities', () => {
     expect(old.body.services[3]).not.toHaveProperty('cluster');
     expect(old.body.services[3]).not.toHaveProperty('backend_state');
   });
-  test('capabilities of a non-replicated backend: replication_enabled false', async () => {
+  test('capabilities of a non-replicated backend: no replication targets', async () => {
     const res = await call(handler, { method: 'GET', path: '/volume/v3/capabilities/ferry@lvm-a', headers: cinder(), caller: ADMIN });
-    expect(res.body).toMatchObject({ replication_enabled: false, replication_targets: [], volume_backend_name: 'lvm-a' });
+    expect(res.body).toMatchObject({ replication_targets: [], volume_backend_name: 'lvm-a' });
+    expect(Object.keys(res.body).sort()).toEqual(['description', 'display_name', 'driver_version', 'namespace', 'pool_name', 'properties', 'replication_targets', 'storage_protocol', 'vendor_name', 'visibility', 'volume_backend_name']);
   });
 });
 

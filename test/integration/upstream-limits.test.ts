@@ -120,8 +120,16 @@ describe('Cinder limits and os-availability-zone', () => {
     const put = await fetch(url('/volume/v3/admin/os-quota-sets/lim'), { method: 'PUT', headers: { 'X-Auth-Token': 'admin:admin', 'Content-Type': 'application/json', ...headers }, body: JSON.stringify({ quota_set: { volumes: 7, gigabytes: 70 } }) });
     expect(put.status).toBe(200);
     const after = await get('/volume/v3/lim/limits', 'lim:lim', headers);
-    expect(Object.keys(after.body.limits.absolute).sort()).toEqual(['maxTotalBackupGigabytes', 'maxTotalBackups', 'maxTotalSnapshots', 'maxTotalVolumeGigabytes', 'maxTotalVolumes']);
-    expect(after.body).toMatchObject({ limits: { rate: [], absolute: { maxTotalVolumes: 7, maxTotalVolumeGigabytes: 70 } } });
+    // The limits, and the usage the used_limits extension adds (C/api/contrib/used_limits.py).
+    expect(Object.keys(after.body.limits.absolute).sort()).toEqual([
+      'maxTotalBackupGigabytes', 'maxTotalBackups', 'maxTotalSnapshots', 'maxTotalVolumeGigabytes', 'maxTotalVolumes',
+      'totalBackupGigabytesUsed', 'totalBackupsUsed', 'totalGigabytesUsed', 'totalSnapshotsUsed', 'totalVolumesUsed',
+    ]);
+    expect(after.body).toMatchObject({ limits: { rate: [], absolute: { maxTotalVolumes: 7, maxTotalVolumeGigabytes: 70, totalVolumesUsed: 0, totalGigabytesUsed: 0 } } });
+    // A volume is charged when it is created: the limits show it at once.
+    const created = await fetch(url('/volume/v3/lim/volumes'), { method: 'POST', headers: { 'X-Auth-Token': 'lim:lim', 'Content-Type': 'application/json', ...headers }, body: JSON.stringify({ volume: { size: 2 } }) });
+    expect(created.status).toBe(202);
+    expect((await get('/volume/v3/lim/limits', 'lim:lim', headers)).body.limits.absolute).toMatchObject({ totalVolumesUsed: 1, totalGigabytesUsed: 2 });
     expect((await get('/volume/v3/admin/limits?project_id=lim', 'admin:admin', headers)).body.limits.absolute.maxTotalVolumes).toBe(7);
     // Before 3.39, and for a non-admin, project_id is ignored: the caller's own project.
     expect((await get('/volume/v3/admin/limits?project_id=lim', 'admin:admin', { 'OpenStack-API-Version': 'volume 3.38' })).body.limits.absolute.maxTotalVolumes).not.toBe(7);
