@@ -50,6 +50,8 @@ export interface TempestInputs {
   computeNodes: number;
   /** The aliases of the stack's Neutron extensions (GET /network/v2.0/extensions). */
   networkExtensions: string[];
+  /** The aliases GET /volume/v3/extensions lists (Tempest's default 'all' expects os-hosts). */
+  volumeExtensions: string[];
 }
 
 export interface Flag {
@@ -180,7 +182,8 @@ export function tempestConf(i: TempestInputs): string {
       build_interval: 1,
       build_timeout: 120,
     },
-    'volume-feature-enabled': flags['volume-feature-enabled']!,
+    // What the stack's Cinder lists, not Tempest's 'all' (which looks for os-hosts, not in Ferry).
+    'volume-feature-enabled': { ...flags['volume-feature-enabled'], api_extensions: i.volumeExtensions.join(',') },
     compute: {
       catalog_type: 'compute',
       endpoint_type: 'publicURL',

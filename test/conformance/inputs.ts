@@ -130,6 +130,7 @@ export async function stackInputs(
   const hypervisors = (await adminClient.get('/compute/v2.1/os-hypervisors')).hypervisors as unknown[];
   const extensions = await adminClient.call('GET', '/network/v2.0/extensions');
   const networkExtensions = extensions.status === 200 ? ((extensions.body?.extensions ?? []) as { alias: string }[]).map((e) => e.alias) : [];
+  const volumeExtensions = ((await adminClient.get('/volume/v3/extensions')).extensions as { alias: string }[]).map((e) => e.alias);
   if (flavors.length < 2 || images.length < 2) throw new StackNotReady(`Tempest needs two flavors and two images; the stack has ${flavors.length} and ${images.length}`);
   return {
     baseUrl,
@@ -148,5 +149,6 @@ export async function stackInputs(
     networkName: 'private',
     computeNodes: Math.max(1, hypervisors.length),
     networkExtensions,
+    volumeExtensions,
   };
 }

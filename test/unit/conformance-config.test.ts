@@ -27,6 +27,7 @@ const inputs = (credentials: TempestInputs['credentials']): TempestInputs => ({
   networkName: 'private',
   computeNodes: 4,
   networkExtensions: [],
+  volumeExtensions: ['os-admin-actions', 'os-quota-sets'],
 });
 
 /** tempest.conf as {section: {key: value}} (oslo.config's INI). */
@@ -54,6 +55,8 @@ describe('tempest.conf', () => {
     expect(c.volume).toMatchObject({ min_microversion: '3.0', max_microversion: '3.70', backend_names: 'lvm-a,lvm-b', catalog_type: 'volumev3' });
     expect(c.compute).toMatchObject({ min_microversion: '2.1', max_microversion: '2.93', image_ref: 'img-1', flavor_ref_alt: '2', min_compute_nodes: '4' });
     expect(c.validation).toEqual({ run_validation: 'false' });
+    // The extensions the stack lists, not 'all' (Tempest then looks for os-hosts).
+    expect(c['volume-feature-enabled']).toMatchObject({ api_extensions: 'os-admin-actions,os-quota-sets', backup: 'false' });
   });
 
   test('dynamic credentials name the admin; pre-provisioned ones name accounts.yaml instead', () => {
