@@ -7,6 +7,7 @@ import { registerAttachmentUsers } from '../attachments/ports.js';
 import { LEGACY_ATTACH_ACTIONS } from '../attachments/legacy.js';
 import { attachmentRoutes } from '../attachments/routes.js';
 import { createApiHandler } from '../core/api.js';
+import { hostRoutes } from '../replication/hosts-routes.js';
 import { replicationRoutes } from '../replication/routes.js';
 import { attachmentInUseByServer } from '../servers/repo.js';
 import { snapshotMetadataRoutes } from '../snapshots/metadata.js';
@@ -48,6 +49,6 @@ export const handler = createApiHandler({
   service: VOLUME_VERSIONS,
   rootPath: '/volume',
   versionPath: '/v3',
-  routes: [...volumeRoutes, ...typeRoutes, ...typeAccessRoutes, ...qosRoutes, ...manageRoutes, ...attachmentRoutes, ...snapshotRoutes, ...snapshotMetadataRoutes, ...transferRoutes, ...replicationRoutes, ...quotaRoutes, ...limitsRoutes, ...extensionRoutes, ...cinderMessageRoutes],
+  routes: [...volumeRoutes, ...typeRoutes, ...typeAccessRoutes, ...qosRoutes, ...manageRoutes, ...attachmentRoutes, ...snapshotRoutes, ...snapshotMetadataRoutes, ...transferRoutes, ...replicationRoutes, ...hostRoutes, ...quotaRoutes, ...limitsRoutes, ...extensionRoutes, ...cinderMessageRoutes],
   unversioned: versionRoutes(VOLUME_VERSION_INFO),
 });

@@ -29,7 +29,7 @@ import { undoRecordedOperation } from './operation-end.js';
 export const FAILOVER_MACHINE = 'volume-failover' as const;
 
 /** The one scheduler service Ferry reports beside its volume services (it is not a process of its own). */
-const SCHEDULER_HOST = 'ferry';
+export const SCHEDULER_HOST = 'ferry';
 
 /** Upstream reports a thaw the driver refused as 200 with this text (the RPC call returned False). */
 export const THAW_DRIVER_ERROR = 'Backend reported error during thaw_host operation.';

@@ -15,6 +15,7 @@ const EXTENSIONS: readonly (readonly [string, string, string, string])[] = [
   ['AdminActions', 'os-admin-actions', 'Enable admin actions.', '2012-08-25T00:00:00+00:00'],
   ['AvailabilityZones', 'os-availability-zone', 'Describe Availability Zones.', '2013-06-27T00:00:00+00:00'],
   ['Capabilities', 'capabilities', 'Capabilities support.', '2015-08-31T00:00:00+00:00'],
+  ['Hosts', 'os-hosts', 'Admin-only host administration.', '2011-06-29T00:00:00+00:00'],
   ['Qos_specs_manage', 'qos-specs', 'QoS specs support.', '2013-08-02T00:00:00+00:00'],
   ['QuotaClasses', 'os-quota-class-sets', 'Quota classes management support.', '2012-03-12T00:00:00+00:00'],
   ['Quotas', 'os-quota-sets', 'Quota management support.', '2011-08-08T00:00:00+00:00'],

@@ -100,7 +100,7 @@ const COLUMNS: Column[] = ['none', 'admin', 'owner', 'other'];
 const TOKENS: Record<Column, string | undefined> = { none: undefined, admin: 'admin:admin', owner: 'demo:demo', other: 'other:other' };
 
 /** Path parameters that name something global (a type, a spec key, a service action, a host) rather than a project's resource. */
-const GLOBAL_PARAMS = new Set(['type_id', 'key', 'action', 'host', 'class_name']);
+const GLOBAL_PARAMS = new Set(['type_id', 'key', 'action', 'host', 'host_name', 'class_name']);
 /** Whether the route touches a resource of a project: a project-owned id in the path, or a body naming demo's volume. */
 const projectScoped = (r: RouteSpec): boolean =>
   [...r.path.matchAll(/\{(\w+)\}/g)].some((m) => !GLOBAL_PARAMS.has(m[1]!)) || (r.method === 'POST' && r.path === '/attachments');
@@ -165,7 +165,7 @@ async function requestFor(cell: Cell): Promise<Request> {
       params[p] = (await createVolumeType({ name: `authz-type-${randomUUID().slice(0, 8)}`, isPublic, extraSpecs: { multiattach: '<is> False', k1: 'v1' } })).id;
     } else if (p === 'key') {
       params[p] = 'multiattach';
-    } else if (p === 'host') {
+    } else if (p === 'host' || p === 'host_name') {
       params[p] = 'ferry@lvm-a';
     } else if (p === 'project_id') {
       // os-quota-sets: demo's own quota set.
@@ -295,6 +295,9 @@ async function requestFor(cell: Cell): Promise<Request> {
     case 'GET /os-quota-class-sets/{class_name}':
     case 'GET /messages':
     case 'GET /limits':
+    case 'GET /extensions':
+    case 'GET /os-hosts':
+    case 'GET /os-hosts/{host_name}':
     case 'GET /os-availability-zone':
     case 'GET /volumes/{volume_id}':
     case 'DELETE /volumes/{volume_id}':

@@ -112,7 +112,7 @@ describe('Neutron quotas', () => {
 });
 
 describe('Cinder limits and os-availability-zone', () => {
-  test('limits: the quotas in force, no usage; an admin names another project from 3.39', async () => {
+  test('limits: the quotas in force and the usage; an admin names another project from 3.39', async () => {
     const headers = { 'OpenStack-API-Version': 'volume 3.70' };
     const res = await get('/volume/v3/lim/limits', 'lim:lim', headers);
     expect(res.status).toBe(200);
@@ -134,6 +134,37 @@ describe('Cinder limits and os-availability-zone', () => {
     // Before 3.39, and for a non-admin, project_id is ignored: the caller's own project.
     expect((await get('/volume/v3/admin/limits?project_id=lim', 'admin:admin', { 'OpenStack-API-Version': 'volume 3.38' })).body.limits.absolute.maxTotalVolumes).not.toBe(7);
     expect((await get('/volume/v3/other/limits?project_id=lim', 'other:other', headers)).body.limits.absolute.maxTotalVolumes).not.toBe(7);
+  });
+
+  test('os-hosts (admin): the scheduler and each backend; a host shows its volumes and snapshots in total and per project', async () => {
+    const headers = { 'OpenStack-API-Version': 'volume 3.70' };
+    const { listBackends } = await import('../../functions/volumes/backends.js');
+    const backends = (await listBackends()).map((b) => b.host).sort();
+    const list = await get('/volume/v3/admin/os-hosts', 'admin:admin', headers);
+    expect(list.status).toBe(200);
+    expect(list.body.hosts.filter((h: { service: string }) => h.service === 'cinder-volume').map((h: { host_name: string }) => h.host_name)).toEqual(backends);
+    expect(list.body.hosts[0]).toMatchObject({ service: 'cinder-scheduler', 'service-status': 'available', 'service-state': 'enabled' });
+    expect((await get('/volume/v3/hosts/os-hosts', 'hosts:hosts', headers)).status).toBe(403);
+    expect((await get('/volume/v3/admin/os-hosts/nohost@x', 'admin:admin', headers)).status).toBe(404);
+    // A volume of project `hosts` on its backend: counted in the total and in its project's row.
+    const created = await fetch(url('/volume/v3/hosts/volumes'), { method: 'POST', headers: { 'X-Auth-Token': 'hosts:hosts', 'Content-Type': 'application/json', ...headers }, body: JSON.stringify({ volume: { size: 3 } }) });
+    const id = ((await created.json()) as { volume: { id: string } }).volume.id;
+    const host = await eventually(async () => ((await get(`/volume/v3/admin/volumes/${id}`, 'admin:admin', headers)).body.volume['os-vol-host-attr:host'] as string | null) ?? false, 'volume scheduled');
+    const backend = host.split('#')[0]!;
+    const shown = await get(`/volume/v3/admin/os-hosts/${encodeURIComponent(backend)}`, 'admin:admin', headers);
+    expect(shown.status).toBe(200);
+    const rows = shown.body.host.map((r: { resource: Record<string, string> }) => r.resource);
+    expect(rows[0]).toMatchObject({ host: backend, project: '(total)' });
+    expect(rows.find((r: { project: string }) => r.project === 'hosts')).toEqual({ host: backend, project: 'hosts', volume_count: '1', total_volume_gb: '3', snapshot_count: '0', total_snapshot_gb: '0' });
+    expect(Number(rows[0].volume_count)).toBeGreaterThanOrEqual(1);
+  });
+
+  test('extensions: what Ferry serves, os-hosts among them', async () => {
+    const res = await get('/volume/v3/lim/extensions', 'lim:lim', { 'OpenStack-API-Version': 'volume 3.70' });
+    expect(res.status).toBe(200);
+    const aliases = res.body.extensions.map((e: { alias: string }) => e.alias);
+    expect(aliases).toEqual(expect.arrayContaining(['os-hosts', 'os-quota-sets', 'os-volume-transfer', 'qos-specs']));
+    for (const e of res.body.extensions) expect(Object.keys(e).sort()).toEqual(['alias', 'description', 'links', 'name', 'updated']);
   });
 
   test('os-availability-zone: the zones of the volume backends, available', async () => {
