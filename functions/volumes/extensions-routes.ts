@@ -22,7 +22,6 @@ const EXTENSIONS: readonly (readonly [string, string, string, string])[] = [
   ['SchedulerStats', 'scheduler-stats', 'Scheduler stats support.', '2014-09-07T00:00:00+00:00'],
   ['Services', 'os-services', 'Services support.', '2012-10-28T00:00:00-00:00'],
   ['SnapshotActions', 'os-snapshot-actions', 'Enable snapshot manager actions.', '2013-07-16T00:00:00+00:00'],
-  ['SnapshotManage', 'os-snapshot-manage', 'Allows existing backend storage to be \'managed\' by Cinder.', '2014-12-31T00:00:00+00:00'],
   ['SnapshotUnmanage', 'os-snapshot-unmanage', 'Enable volume unmanage operation.', '2014-12-31T00:00:00+00:00'],
   ['Types_extra_specs', 'os-types-extra-specs', 'Type extra specs support.', '2011-08-24T00:00:00+00:00'],
   ['Types_manage', 'os-types-manage', 'Types manage support.', '2011-08-24T00:00:00+00:00'],
