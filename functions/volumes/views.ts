@@ -110,7 +110,8 @@ export function volumeDetail(ctx: ViewContext, v: Volume, extended = false): Rec
   if (auth.isAdmin && version.atLeast('3.61')) out.cluster_name = null;
   if (version.atLeast('3.63')) out.volume_type_id = v.volumeTypeId;
   if (version.atLeast('3.65')) out.consumes_quota = true;
-  // C/api/contrib/volume_image_metadata.py: shown for a volume made from an image.
-  if (v.imageMetadata) out.volume_image_metadata = v.imageMetadata;
+  // C/api/contrib/volume_image_metadata.py: shown for a volume made from an image, on show and the
+  // detail list only (its `@wsgi.extends` hooks, as the attributes above): not in a create's answer.
+  if (extended && v.imageMetadata) out.volume_image_metadata = v.imageMetadata;
   return out;
 }

@@ -6,7 +6,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { docBlock, fillBlock, parseListTable } from '../../scripts/smoke/cli.js';
+import { clientEnv, docBlock, fillBlock, parseListTable } from '../../scripts/smoke/cli.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
@@ -19,7 +19,7 @@ test('every command line of the tested block succeeds against a local stack', as
   const block = fillBlock(docBlock(), { api: `${stack.url}/`, token: 'admin:admin', project: 'admin' });
   expect(block).not.toMatch(/<[A-Za-z][^>]*>/);
   const script = `set -euo pipefail\nshopt -s expand_aliases\n${block}`;
-  const { stdout } = await promisify(execFile)('bash', ['-c', script], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', LANG: 'C.UTF-8' }, timeout: 120_000 });
+  const { stdout } = await promisify(execFile)('bash', ['-c', script], { env: clientEnv(), timeout: 120_000 });
   // `cinder create --name scratch 1` printed the new volume; the pools and hypervisors are the sandbox's.
   expect(stdout).toMatch(/\| name\s+\| scratch\s+\|/);
   expect(stdout).toContain('ferry@nfs-a#pool0');

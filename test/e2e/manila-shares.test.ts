@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
-import { parseListTable, parsePropertyTable } from '../support/cli.js';
+import { clientEnv, parseListTable, parsePropertyTable } from '../support/cli.js';
 import { eventually } from '../support/poll.js';
 import { useLocalStack } from '../support/stack.js';
 
@@ -19,7 +19,7 @@ const run = promisify(execFile);
 let stack: Awaited<ReturnType<typeof useLocalStack>>;
 
 async function manilaRaw(token: string, args: string[]): Promise<{ stdout: string; stderr: string; code: number }> {
-  const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', LANG: 'C.UTF-8' };
+  const env = clientEnv();
   try {
     const { stdout, stderr } = await run('manila', ['--os-token', token, '--bypass-url', `${stack.url}/share/v2`, ...args], { env, timeout: 60_000 });
     return { stdout, stderr, code: 0 };

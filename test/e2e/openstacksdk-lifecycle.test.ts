@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
+import { clientEnv } from '../support/cli.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 const run = promisify(execFile);
@@ -31,7 +32,7 @@ let exitCode = 0;
 
 beforeAll(async () => {
   stack = await useLocalStack();
-  const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', LANG: 'C.UTF-8', OS_CLIENT_CONFIG_FILE: stack.cloudsYaml, LIFECYCLE_PREFIX: 'sdk' };
+  const env = clientEnv({ OS_CLIENT_CONFIG_FILE: stack.cloudsYaml, LIFECYCLE_PREFIX: 'sdk' });
   let stdout: string;
   try {
     ({ stdout, stderr } = await run(PYTHON, [SCRIPT], { env, timeout: SCRIPT_TIMEOUT_MS }));

@@ -15,7 +15,7 @@ export interface CliResult {
 
 /** Runs `cinder` with the noauth plugin (reference §4.2): X-Auth-Token `<user>:<project>`. */
 export async function cinderCli(endpoint: string, user: string, project: string, args: string[]): Promise<CliResult> {
-  const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', LANG: 'C.UTF-8' };
+  const env = clientEnv();
   const argv = ['--os-auth-type', 'noauth', '--os-user-id', user, '--os-project-id', project, '--os-endpoint', endpoint, ...args];
   try {
     const { stdout, stderr } = await run('cinder', argv, { env, timeout: 60_000 });
@@ -27,11 +27,12 @@ export async function cinderCli(endpoint: string, user: string, project: string,
 }
 
 // The same parsers the smoke test (scripts/smoke) reads the CLIs' tables with.
-export { parseListTable, parsePropertyTable } from '../../scripts/smoke/cli.js';
+export { clientEnv, parseListTable, parsePropertyTable } from '../../scripts/smoke/cli.js';
+import { clientEnv } from '../../scripts/smoke/cli.js';
 
 /** Runs `manila` in bypass-url/token mode (reference §4.1): X-Auth-Token `<user>:<project>`, endpoint `<url>/share/v2`. */
 export async function manilaCli(endpoint: string, token: string, args: string[]): Promise<CliResult> {
-  const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', LANG: 'C.UTF-8' };
+  const env = clientEnv();
   try {
     const { stdout, stderr } = await run('manila', ['--os-token', token, '--bypass-url', endpoint, ...args], { env, timeout: 60_000 });
     return { stdout, stderr, code: 0 };
@@ -46,14 +47,11 @@ export async function manilaCli(endpoint: string, token: string, args: string[])
  * --os-endpoint <url>/compute/v2.1 --os-token <token>` with OS_PROJECT_ID and any OS_AUTH_URL.
  */
 export async function novaCli(endpoint: string, args: string[], options: { token?: string; project?: string; version?: string } = {}): Promise<CliResult> {
-  const env: Record<string, string> = {
-    PATH: process.env.PATH ?? '/usr/bin:/bin',
-    HOME: process.env.HOME ?? '/root',
-    LANG: 'C.UTF-8',
+  const env = clientEnv({
     OS_PROJECT_ID: options.project ?? 'admin',
     // Must be non-empty; never contacted with the admin_token plugin.
     OS_AUTH_URL: 'http://keystone.invalid/identity',
-  };
+  });
   const argv = ['--os-auth-type', 'admin_token', '--os-endpoint', endpoint, '--os-token', options.token ?? 'admin:admin', ...(options.version ? ['--os-compute-api-version', options.version] : []), ...args];
   try {
     const { stdout, stderr } = await run('nova', argv, { env, timeout: 60_000 });
@@ -71,7 +69,7 @@ export async function novaCli(endpoint: string, args: string[], options: { token
  * services (`server create --image NAME --network NAME`) work.
  */
 export async function openstackCli(cloudsFile: string, cloud: string, args: string[]): Promise<CliResult> {
-  const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', LANG: 'C.UTF-8', OS_CLIENT_CONFIG_FILE: cloudsFile };
+  const env = clientEnv({ OS_CLIENT_CONFIG_FILE: cloudsFile });
   try {
     const { stdout, stderr } = await run('openstack', ['--os-cloud', cloud, ...args], { env, timeout: 120_000 });
     return { stdout, stderr, code: 0 };
@@ -87,7 +85,7 @@ export async function openstackCli(cloudsFile: string, cloud: string, args: stri
  * give it a token without a colon (a Keystone token, or one of `ferry token create`).
  */
 export async function glanceCli(imageUrl: string, token: string, args: string[]): Promise<CliResult> {
-  const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', LANG: 'C.UTF-8' };
+  const env = clientEnv();
   try {
     const { stdout, stderr } = await run('glance', ['--os-image-url', imageUrl, '--os-auth-token', token, ...args], { env, timeout: 60_000 });
     return { stdout, stderr, code: 0 };
