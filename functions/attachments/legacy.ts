@@ -18,6 +18,7 @@ import { randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type ApiResponse } from '../core/api.js';
 import { withRetries } from '../core/db.js';
 import { BadRequest, InvalidVolume } from '../core/errors.js';
+import { logger } from '../core/logger.js';
 import { authorize, registerPolicies } from '../core/policy.js';
 import type { Connector } from '../drivers/volume/driver.js';
 import type { Volume } from '../volumes/model.js';
@@ -127,8 +128,14 @@ async function attachRoute(req: ApiRequest, v: Volume, args: unknown): Promise<A
   try {
     await attachWith(id, { instanceUuid, hostName, mountpoint: a.mountpoint as string, mode });
   } catch (e) {
-    // A refused attach changes nothing: the attachment this request made goes again.
-    if (!existing) await deleteAttachment({ auth: req.auth, attachmentId: id }).catch(() => undefined);
+    // A refused attach changes nothing: the attachment this request made goes again. If that
+    // delete fails too, the caller still gets the attach's error; what is left (a reserved
+    // attachment with no connection, which DELETE /attachments/{id} or os-unreserve removes) is logged.
+    if (!existing) {
+      await deleteAttachment({ auth: req.auth, attachmentId: id }).catch((cleanup) =>
+        logger.error('os-attach: the attachment it made could not be deleted after a refused attach; it is left reserved', { volumeId: v.id, attachmentId: id, error: cleanup as Error }),
+      );
+    }
     throw e;
   }
   return json(202);
