@@ -11,6 +11,7 @@
  * zeros (preallocated or written zeros), so copies still skip chunks of zeros inside extents.
  */
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import { DriverError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
@@ -81,6 +82,16 @@ export async function dataExtents(path: string, size: number): Promise<DataExten
   return extents;
 }
 
+/**
+ * The data extents of an open file within [0, size), found through the open descriptor
+ * (/proc/<pid>/fd/<fd>) where Linux offers it, so a file renamed or removed since it was opened
+ * still answers; elsewhere through `path`.
+ */
+export async function dataExtentsOfOpen(fh: FileHandle, path: string, size: number): Promise<DataExtent[]> {
+  const viaFd = `/proc/${process.pid}/fd/${fh.fd}`;
+  return dataExtents(existsSync(viaFd) ? viaFd : path, size);
+}
+
 /** The data extents of an open file at `path`, within its size as of now. */
 export async function dataExtentsOf(fh: FileHandle, path: string): Promise<{ size: number; extents: DataExtent[] }> {
   const { size } = await fh.stat();
@@ -115,4 +126,11 @@ export function* chunkPieces(extents: readonly DataExtent[], chunkBytes: number)
       pos = next;
     }
   }
+}
+
+/** The indexes of the `chunkBytes` chunks of the file that the extents touch: every other chunk is a hole. */
+export function chunksHoldingData(extents: readonly DataExtent[], chunkBytes: number): Set<number> {
+  const out = new Set<number>();
+  for (const piece of chunkPieces(extents, chunkBytes)) out.add(Math.floor(piece.offset / chunkBytes));
+  return out;
 }

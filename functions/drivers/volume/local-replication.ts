@@ -33,6 +33,7 @@ import {
   type ReplicaState,
 } from './local-sites.js';
 import { REPLICATION_CHUNK_BYTES, ZERO_DIGEST, chunkDigest } from './sparse-copy.js';
+import { chunksHoldingData, dataExtentsOfOpen } from '../sparse.js';
 
 /**
  * A source whose mtime is this close to the sync's start may be written again within the same
@@ -57,6 +58,8 @@ export interface ReplicationPassReport {
   skipped?: string;
   volumes: number;
   bytesCopied: number;
+  /** Bytes the pass read from sources and replicas (holes are never read). */
+  bytesRead: number;
   errors: { backendName: string; targetBackendId: string; message: string }[];
   /** Per target, over the volumes this pass synced (absent when skipped). */
   lag?: BackendLag;
@@ -100,6 +103,8 @@ export class LocalReplicationEngine {
   private readonly verifiedAt = new Map<string, number>();
   /** The last error logged per replica, so a target that stays missing is logged once, not every pass. */
   private readonly lastErrors = new Map<string, string>();
+  /** Bytes read by chunk comparisons since the engine was made (a pass reports its share). */
+  private bytesRead = 0;
 
   constructor(
     public config: BackendConfig,
@@ -153,7 +158,8 @@ export class LocalReplicationEngine {
    */
   syncAll(activeBackendId: string, options: { promotionIsStale?: boolean } = {}): Promise<ReplicationPassReport> {
     return this.exclusive(async () => {
-      const report: ReplicationPassReport = { volumes: 0, bytesCopied: 0, errors: [] };
+      const report: ReplicationPassReport = { volumes: 0, bytesCopied: 0, bytesRead: 0, errors: [] };
+      const readBefore = this.bytesRead;
       if (activeBackendId !== PRIMARY_BACKEND_ID) return { ...report, skipped: `failed over to ${activeBackendId}` };
       if (options.promotionIsStale) await this.clearPromotion();
       const promoted = await this.promotedTarget();
@@ -183,7 +189,7 @@ export class LocalReplicationEngine {
           }
         }
       }
-      return { ...report, lag: tally.summary(this.now()) };
+      return { ...report, bytesRead: this.bytesRead - readBefore, lag: tally.summary(this.now()) };
     });
   }
 
@@ -219,7 +225,7 @@ export class LocalReplicationEngine {
       if (unchanged) {
         this.verifiedAt.set(key, startedAt);
       } else {
-        copied = await this.syncChanged(src, before, replicaPath, targetRoot, { key, backendName, pool: source.pool, startedAt, previous: state });
+        copied = await this.syncChanged(src, before, replicaPath, targetRoot, { key, backendName, pool: source.pool, startedAt, previous: state, sourcePath: source.path });
       }
     } finally {
       await src.close();
@@ -236,10 +242,10 @@ export class LocalReplicationEngine {
     before: { size: number; mtimeMs: number; blocks: number },
     replicaPath: string,
     targetRoot: string,
-    info: { key: string; backendName: string; pool: string; startedAt: number; previous: ReplicaState | undefined },
+    info: { key: string; backendName: string; pool: string; startedAt: number; previous: ReplicaState | undefined; sourcePath: string },
   ): Promise<number> {
     const { key, startedAt } = info;
-    const copied = await this.copyChangedChunks(src, before.size, replicaPath, key, before.blocks);
+    const copied = await this.copyChangedChunks(src, before.size, replicaPath, key, before.blocks, info.sourcePath);
     const after = await src.stat();
     // A write during the copy (or within the same timestamp tick) may be missing: compare again next pass.
     const settled = after.mtimeMs === before.mtimeMs && after.size === before.size && startedAt - before.mtimeMs >= MTIME_SETTLE_MS;
@@ -264,10 +270,12 @@ export class LocalReplicationEngine {
    * Writes into `dstPath` every chunk of the source that differs from it, keeping holes where both
    * are zeros, then fsyncs. With a digest cache for the replica (`cacheKey`) only the source is read.
    */
-  async copyChangedChunks(src: FileHandle, size: number, dstPath: string, cacheKey?: string, srcBlocks?: number): Promise<number> {
-    // Reading a hole still costs the kernel a zeroed page per 4 KiB (about 1 s per cold GiB) and
-    // Node has no SEEK_DATA: a large source with no block allocated is known to be all zeros unread.
+  async copyChangedChunks(src: FileHandle, size: number, dstPath: string, cacheKey?: string, srcBlocks?: number, srcPath?: string): Promise<number> {
+    // Reading a hole still costs the kernel a zeroed page per 4 KiB (about 1 s per cold GiB): a
+    // large source with no block allocated is known to be all zeros unread, and with its path the
+    // source's chunks outside its data extents (SEEK_DATA/SEEK_HOLE) are too.
     const sourceAllHoles = srcBlocks === 0 && size >= this.chunkBytes;
+    const dataChunks = sourceAllHoles || srcPath === undefined ? undefined : chunksHoldingData(await dataExtentsOfOpen(src, srcPath, size), this.chunkBytes);
     await mkdir(dirname(dstPath), { recursive: true });
     const dstStat = await statOrUndefined(dstPath);
     const cached = cacheKey ? this.digests.get(cacheKey) : undefined;
@@ -277,6 +285,8 @@ export class LocalReplicationEngine {
     if (size < oldSize) digests = [];
     const dst = await open(dstPath, constants.O_RDWR | constants.O_CREAT);
     try {
+      // Without cached digests the replica's chunks are read to compare, but only where it holds data.
+      const dstDataChunks = cacheValid || oldSize === 0 ? undefined : chunksHoldingData(await dataExtentsOfOpen(dst, dstPath, oldSize), this.chunkBytes);
       if (oldSize !== size) await dst.truncate(size);
       const srcBuf = Buffer.alloc(this.chunkBytes);
       const dstBuf = Buffer.alloc(this.chunkBytes);
@@ -284,10 +294,11 @@ export class LocalReplicationEngine {
       let copied = 0;
       for (let i = 0, off = 0; off < size; i++, off += this.chunkBytes) {
         const len = Math.min(this.chunkBytes, size - off);
-        const chunk = sourceAllHoles ? zeros.subarray(0, len) : await readChunk(src, srcBuf, len, off);
-        const want = sourceAllHoles ? ZERO_DIGEST : chunkDigest(chunk, zeros);
+        const holes = sourceAllHoles || (dataChunks !== undefined && !dataChunks.has(i));
+        const chunk = holes ? zeros.subarray(0, len) : await this.read(src, srcBuf, len, off);
+        const want = holes ? ZERO_DIGEST : chunkDigest(chunk, zeros);
         // Past the replica's old end there is only the hole truncate just made.
-        const have = digests[i] ?? (off >= oldSize ? ZERO_DIGEST : chunkDigest(await readChunk(dst, dstBuf, len, off), zeros));
+        const have = digests[i] ?? (off >= oldSize || (dstDataChunks !== undefined && !dstDataChunks.has(i)) ? ZERO_DIGEST : chunkDigest(await this.read(dst, dstBuf, len, off), zeros));
         if (have !== want) {
           await writeFully(dst, chunk, off);
           copied += len;
@@ -301,6 +312,11 @@ export class LocalReplicationEngine {
     } finally {
       await dst.close();
     }
+  }
+
+  private async read(fh: FileHandle, buf: Buffer, len: number, off: number): Promise<Buffer> {
+    this.bytesRead += len;
+    return readChunk(fh, buf, len, off);
   }
 
   /** Per target: when the replica was last synced, how far behind it is, what the last sync wrote. */

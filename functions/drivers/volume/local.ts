@@ -144,7 +144,7 @@ export class LocalVolumeDriver extends LocalVolumeStore implements ReplicationDr
 
   /** Runs a replication pass now (after any running one); what the stack's loop does every interval. */
   async syncNow(): Promise<ReplicationPassReport> {
-    if (!this.replicated) return { volumes: 0, bytesCopied: 0, errors: [], skipped: 'not replicated' };
+    if (!this.replicated) return { volumes: 0, bytesCopied: 0, bytesRead: 0, errors: [], skipped: 'not replicated' };
     return this.engine.syncAll(this.activeBackendId);
   }
 
@@ -234,7 +234,7 @@ export class LocalVolumeDriver extends LocalVolumeStore implements ReplicationDr
         const src = await open(source.path, 'r');
         try {
           const { size, blocks } = await src.stat();
-          await this.engine.copyChangedChunks(src, size, dst, undefined, blocks);
+          await this.engine.copyChangedChunks(src, size, dst, undefined, blocks, source.path);
         } finally {
           await src.close();
         }

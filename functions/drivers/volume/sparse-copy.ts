@@ -8,6 +8,7 @@ import { copyFile, open, rename } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { mkdir } from 'node:fs/promises';
 import { isErrno, readChunk, tempName, unlinkIfPresent, writeFully } from '../files.js';
+import { chunkPieces, dataExtentsOf } from '../sparse.js';
 
 /** The unit of sparse copies and of replication's comparisons. */
 export const REPLICATION_CHUNK_BYTES = 1024 * 1024;
@@ -24,16 +25,17 @@ export function chunkDigest(chunk: Buffer, zeros: Buffer): string {
  * Copies a file keeping it sparse (chunks of zeros stay holes), published atomically at `dst`
  * (temp + fsync + rename). A reflink is tried first: on XFS or btrfs the copy is instant and shares blocks.
  */
-export async function sparseCopyFile(src: string, dst: string, chunkBytes = REPLICATION_CHUNK_BYTES): Promise<void> {
+export async function sparseCopyFile(src: string, dst: string, chunkBytes = REPLICATION_CHUNK_BYTES): Promise<{ readBytes: number }> {
   await mkdir(dirname(dst), { recursive: true });
   const temp = join(dirname(dst), tempName(basename(dst)));
+  let readBytes = 0;
   try {
     try {
       await copyFile(src, temp, constants.COPYFILE_FICLONE_FORCE);
     } catch (e) {
       if (isErrno(e, 'ENOENT')) throw e;
       await unlinkIfPresent(temp);
-      await copyChunksSparse(src, temp, chunkBytes);
+      readBytes = await copyChunksSparse(src, temp, chunkBytes);
     }
     const fh = await open(temp, 'r+');
     try {
@@ -45,21 +47,28 @@ export async function sparseCopyFile(src: string, dst: string, chunkBytes = REPL
   } finally {
     await unlinkIfPresent(temp);
   }
+  return { readBytes };
 }
 
-async function copyChunksSparse(src: string, dst: string, chunkBytes: number): Promise<void> {
+/** Returns the bytes read: the source's data extents only. */
+async function copyChunksSparse(src: string, dst: string, chunkBytes: number): Promise<number> {
   const input = await open(src, 'r');
   try {
     const output = await open(dst, 'wx');
     try {
-      const { size } = await input.stat();
+      // Only the source's data extents are read (a new 2 GiB volume holds none): the rest is
+      // holes, which the truncate leaves as holes. Zeros inside an extent stay holes too.
+      const { size, extents } = await dataExtentsOf(input, src);
       await output.truncate(size);
       const buf = Buffer.alloc(chunkBytes);
       const zeros = Buffer.alloc(chunkBytes);
-      for (let off = 0; off < size; off += chunkBytes) {
-        const chunk = await readChunk(input, buf, Math.min(chunkBytes, size - off), off);
-        if (chunkDigest(chunk, zeros) !== ZERO_DIGEST) await writeFully(output, chunk, off);
+      let readBytes = 0;
+      for (const piece of chunkPieces(extents, chunkBytes)) {
+        const chunk = await readChunk(input, buf, piece.length, piece.offset);
+        readBytes += piece.length;
+        if (chunkDigest(chunk, zeros) !== ZERO_DIGEST) await writeFully(output, chunk, piece.offset);
       }
+      return readBytes;
     } finally {
       await output.close();
     }
