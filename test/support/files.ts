@@ -12,11 +12,16 @@ export async function writeAt(path: string, offset: number, data: string | Buffe
 }
 
 export async function readAt(path: string, offset: number, length: number): Promise<string> {
+  return (await readBytesAt(path, offset, length)).toString();
+}
+
+/** `length` bytes from `offset` (zeros past the end), without reading the rest of a 1 GiB volume file. */
+export async function readBytesAt(path: string, offset: number, length: number): Promise<Buffer> {
   const fh = await open(path, 'r');
   try {
     const buf = Buffer.alloc(length);
     await fh.read(buf, 0, length, offset);
-    return buf.toString();
+    return buf;
   } finally {
     await fh.close();
   }
