@@ -4,8 +4,9 @@
  *
  * One pass, in this order:
  * 1. unfinished intents older than `before`: connects of crashed PUT /attachments calls (finished
- *    or undone by the attachments service), and server operations whose machine never started
- *    (abandoned by the servers' engine, which undoes what their API part made);
+ *    or undone by the attachments service), server operations whose machine never started
+ *    (abandoned by the servers' engine, which undoes what their API part made), and the share
+ *    backend repairs an earlier pass recorded but did not finish (share-backend-repairs.ts);
  * 2. an audit, and the repairs of repair.ts for the kinds it may repair (each re-checked);
  * 3. an audit again if anything was repaired: its findings are what remains for an operator.
  *
@@ -24,6 +25,7 @@ import { runAudit } from './audit.js';
 import { recordLastAudit } from './last-audit.js';
 import type { AuditFinding } from './findings.js';
 import { repairFinding, type RepairRecord } from './repair.js';
+import { recoverShareRepairs } from './share-backend-repairs.js';
 
 export type { RepairRecord } from './repair.js';
 export { REPAIRABLE_KINDS } from './repair.js';
@@ -101,6 +103,8 @@ async function finishIntents(before: Date): Promise<RepairRecord[]> {
   for (const r of await recoverPendingAccess({ before })) {
     out.push({ kind: 'pending-access', resource: `share ${r.shareId}`, saw: r.detail, did: r.action, outcome: r.action === 'failed' ? 'failed' : 'repaired' });
   }
+  // Share backend repairs (quota, stray replications) a pass left as intents (functions/audit/share-backend-repairs.ts).
+  out.push(...(await recoverShareRepairs({ before })));
   for (const op of await findOperationsWithoutExecution({ before })) {
     const resource = `server ${op.instanceUuid}`;
     const saw = `operation ${op.requestId} with no execution of its machine, begun before ${before.toISOString()}`;

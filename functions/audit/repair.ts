@@ -16,6 +16,9 @@
  *   instance, no BDM naming it) and on the attachment itself, then deleted through the attachments
  *   service as Nova's service user. No later operation can adopt it: an operation only ever uses
  *   attachments it names in its own holds, under ids derived from its own request.
+ * - `share-quota-unenforced`, `stray-share-replication`: an aws-efs share's writes withheld or
+ *   given back by its size, a replication no migration holds deleted with its replica; each behind
+ *   a recorded intent, re-checked against the share records (share-backend-repairs.ts says why).
  *
  * The rest (a missing backend object, a capacity count, a guest, a mapping...) is reported: the
  * audit sees two records that disagree but cannot prove which one is right.
@@ -28,6 +31,7 @@ import { NotFound } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { findServer, loadPartition } from '../servers/repo.js';
 import type { AuditFinding } from './findings.js';
+import { repairShareBackendFinding, SHARE_BACKEND_REPAIRS } from './share-backend-repairs.js';
 
 /** Nova's service user, as the server flows call the attachments service (servers/cinder.ts). */
 const NOVA_SERVICE: AuthContext = { userId: 'nova', projectId: 'service', isAdmin: true, roles: ['admin', 'service'] };
@@ -51,10 +55,12 @@ export const REPAIRABLE_KINDS: Readonly<Record<string, string>> = {
   'pending-disconnect': 'finishes the disconnect a deleted attachment left: the export goes unless an attachment uses the host again',
   'orphan-host-connection': 'terminates the backend export no attachment uses, under the attachments service host fence',
   'attachment-without-bdm': 'deletes the attachment no BDM and no server operation holds, once unchanged for the grace period',
+  // A share backend's quota and stray replications (share-backend-repairs.ts says why each is safe).
+  ...SHARE_BACKEND_REPAIRS,
 };
 
 /** The kinds repairFinding acts on after the audit (the others in REPAIRABLE_KINDS are intents, finished before the audit). */
-const AFTER_AUDIT = new Set(['orphan-host-connection', 'attachment-without-bdm']);
+const AFTER_AUDIT = new Set(['orphan-host-connection', 'attachment-without-bdm', ...Object.keys(SHARE_BACKEND_REPAIRS)]);
 
 export interface RepairContext {
   /** Only what has not changed since this instant is repaired (now less the grace period). */
@@ -66,7 +72,9 @@ export async function repairFinding(finding: AuditFinding, context: RepairContex
   if (!AFTER_AUDIT.has(finding.kind) || !finding.ref) return undefined;
   const base = { kind: finding.kind, resource: finding.resource };
   try {
-    const record = finding.kind === 'attachment-without-bdm' ? await deleteUnusedAttachment(finding.ref, context) : await terminateExport(finding.ref);
+    const record =
+      (await repairShareBackendFinding(finding.kind, finding.ref, context.before)) ??
+      (finding.kind === 'attachment-without-bdm' ? await deleteUnusedAttachment(finding.ref, context) : await terminateExport(finding.ref));
     return { ...base, ...record };
   } catch (e) {
     // A failed repair leaves the finding in place; the next run tries again.

@@ -1,12 +1,13 @@
 import { scanAll } from '../core/db.js';
 import { tableName } from '../core/tables.js';
-import type { DriverAccessRule, ShareBackendConfig } from '../drivers/share/driver.js';
+import type { DriverAccessRule, ShareBackendConfig, ShareDriver } from '../drivers/share/driver.js';
 import { shareDriverFor } from '../drivers/share/registry.js';
 import { destinationRules, sourceRules } from '../migration/access.js';
 import { heldByMigration } from '../migration/transitions.js';
 import { backendShareName, BUSY_TASK_STATES, shareBackendOf, type HeldShareCapacity, type Share } from '../shares/model.js';
 import { toShare } from '../shares/repo.js';
 import type { Find } from './findings.js';
+import { auditShareBackends } from './share-backends.js';
 
 /**
  * Shares: pool allocations match what shares (and their migrations' destination and retired
@@ -84,6 +85,7 @@ export async function auditShares(now: number, stuckMs: number, find: Find): Pro
   }
 
   let backendShares = 0;
+  const readable: { config: ShareBackendConfig; driver: ShareDriver }[] = [];
   for (const b of backends) {
     const driver = shareDriverFor(b);
     let listed;
@@ -93,11 +95,12 @@ export async function auditShares(now: number, stuckMs: number, find: Find): Pro
       find('share-backend-unreadable', b.host, `the driver could not list the backend: ${(e as Error).message}`);
       continue;
     }
+    readable.push({ config: b, driver });
     backendShares += listed.length;
     const onBackend = new Set(listed.map((x) => x.name));
     const mine = instances.filter((i) => i.host && shareBackendOf(i.host) === b.host);
     const expected = new Set(mine.filter((i) => i.owns || i.creating).map((i) => backendShareName(i.id)));
-    for (const name of onBackend) if (!expected.has(name)) find('orphan-backend-share', `${b.host} ${name}`, 'a share directory no share record holds');
+    for (const name of onBackend) if (!expected.has(name)) find('orphan-backend-share', `${b.host} ${name}`, 'a backend share (a directory; on aws-efs a file system tagged as Ferry\'s) no share record holds, nor a migration as its destination or retired source');
     for (const i of mine) {
       const name = backendShareName(i.id);
       const what = i.role === 'share' ? `share ${i.share.id}` : `share ${i.share.id} (${i.role} ${i.id})`;
@@ -112,5 +115,7 @@ export async function auditShares(now: number, stuckMs: number, find: Find): Pro
       if (want !== got && Object.values(i.share.accessRules).every((r) => r.state === 'active')) find('share-access-mismatch', what, `the backend holds rules ${got}, the share ${want}`);
     }
   }
-  return { shares: shares.length, 'share backends': backends.length, 'backend shares': backendShares, 'share migrations': shares.filter((s) => s.migration).length };
+  // Sizes and replications of the backends that keep them (aws-efs): share-backends.ts.
+  const extra = await auditShareBackends(shares, readable, find);
+  return { shares: shares.length, 'share backends': backends.length, 'backend shares': backendShares, 'share migrations': shares.filter((s) => s.migration).length, ...extra };
 }

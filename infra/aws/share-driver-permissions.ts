@@ -5,8 +5,8 @@
  * ec2:DescribeSubnets, ec2:DescribeNetworkInterfaces and ec2:CreateNetworkInterface of its caller,
  * DeleteMountTarget ec2:DeleteNetworkInterface; tagging on create is elasticfilesystem:TagResource
  * with elasticfilesystem:CreateAction), and proven by test/infra/permissions.test.ts, which runs
- * every path of the driver (create, access rules, extend and quota, delete, migration by
- * replication) against mocked clients and simulates each call's IAM requests against the roles.
+ * every path of the driver (create, access rules, extend, shrink and quota, delete, migration by
+ * replication, the reconciler's look at replications and its deletion of a stray one) against mocked clients and simulates each call's IAM requests against the roles.
  *
  * Scope: file systems and security groups that carry `ferry:backend` (the driver tags all it makes
  * and finds them only by their tags and creation token), in any region (a backend's region is the

@@ -6,12 +6,12 @@
  * by replication with its cancel).
  */
 import { EC2Client } from '@aws-sdk/client-ec2';
-import { EFSClient } from '@aws-sdk/client-efs';
 import { mockClient } from 'aws-sdk-client-mock';
 import { AwsEfsShareDriver } from '../../functions/drivers/share/aws-efs.js';
 import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
 import { FAKE_EC2_BACKEND, FakeEc2, awsError, fakeRegions, wireFakeEc2 } from './fake-ec2.js';
-import { efsBackend, FakeEfs, untilReady, wireFakeEfs } from './fake-efs.js';
+import { efsBackend, untilReady } from './fake-efs.js';
+import { mockedEfsClients } from './fake-efs-clients.js';
 import { linkEfsRegions } from './fake-efs-replication.js';
 import { ec2Requests, efsRequests, type IamRequest } from './iam-requests.js';
 
@@ -172,6 +172,11 @@ export async function recordEfsCalls(): Promise<Recorded[]> {
   await driver.enforceQuota(name);
   await driver.extendShare(name, 4);
   await driver.shareUsage(name);
+  // The reconciler's paths: a shrink, the quota enforced with the record's rules, the replications listed and one deleted.
+  await driver.shrinkShare(name, 3);
+  await driver.enforceQuota(name, [{ id: 'r1', accessType: 'ip', accessTo: '10.0.0.0/24', accessLevel: 'rw' }]);
+  await driver.shareReplications();
+  await driver.deleteShareReplication(name);
   await driver.updateAccess(name, []);
   await driver.deleteShare(name);
   restore();
@@ -204,6 +209,8 @@ export async function recordEfsMigrationCalls(): Promise<Recorded[]> {
     await untilReady(() => src.migrationStart(req));
     while (!(await src.migrationContinue(req)));
     await src.migrationGetProgress(req);
+    // The audit's look at the replication (the replica read in its own region).
+    await src.shareReplications();
     const sourceId = home.fake.fileSystemNamed(name)!.FileSystemId!;
     if (ending === 'cast-then-cancel') {
       home.fake.replication.fallBehind(sourceId);
@@ -221,12 +228,7 @@ type Call = { service: string; command: string; input: Record<string, unknown>; 
 
 /** A fake EFS and EC2 of a region behind clients of their own, recording every call with the tags its resources have at that moment (IAM evaluates aws:ResourceTag then). */
 function recordingEfs(region: string) {
-  const efs = new EFSClient({ region });
-  const ec2 = new EC2Client({ region });
-  const efsMock = mockClient(efs);
-  const ec2Mock = mockClient(ec2);
-  const fake = new FakeEfs(region);
-  wireFakeEfs(efsMock, ec2Mock, fake);
+  const { efs, ec2, fake, restore } = mockedEfsClients(region);
   const calls: Call[] = [];
   const call = fake.call.bind(fake);
   fake.call = (service, command, input, answer) => {
@@ -238,7 +240,7 @@ function recordingEfs(region: string) {
     calls.push({ service, command, input: structuredClone(input), tags, region, ...(mt ? { mountTarget: { fileSystemId: mt.FileSystemId!, networkInterfaceId: mt.NetworkInterfaceId! } } : {}) });
     return call(service, command, input, answer);
   };
-  return { fake, efs, ec2, calls, restore: () => (efsMock.restore(), ec2Mock.restore()) };
+  return { fake, efs, ec2, calls, restore };
 }
 
 async function toRequests(calls: Call[]): Promise<Recorded[]> {

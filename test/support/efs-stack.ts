@@ -7,6 +7,7 @@
 import { EC2Client } from '@aws-sdk/client-ec2';
 import { EFSClient } from '@aws-sdk/client-efs';
 import { mockClient } from 'aws-sdk-client-mock';
+import { afterAll, beforeAll } from 'vitest';
 import type { Inventory } from '../../functions/inventory/schema.js';
 import { FAKE_EFS_REGION, FAKE_EFS_VPC, FakeEfs, wireFakeEfs } from './fake-efs.js';
 import { manilaClient } from './manila.js';
@@ -41,4 +42,12 @@ export async function startEfsStack(): Promise<EfsStack> {
       ec2.restore();
     },
   };
+}
+
+/** The EFS stack of a test file: started before its tests, stopped after them; the getter answers it. */
+export function useEfsStack(): () => EfsStack {
+  let started: EfsStack | undefined;
+  beforeAll(async () => void (started = await startEfsStack()), 180_000);
+  afterAll(async () => started?.stop());
+  return () => started!;
 }

@@ -6,14 +6,16 @@
  * once described (`settleLooks` describes), `deleting` and then gone the same way; a reused
  * CreationToken answers FileSystemAlreadyExists with the id of the file system it made, until that
  * one is gone; FileSystemNotFound, MountTargetNotFound, PolicyNotFound, InvalidGroup.NotFound for
- * what is not there. It refuses what AWS refuses: DeleteFileSystem while mount targets exist
+ * what is not there (DescribeFileSystems by the id or the creation token of a deleted one too, as
+ * its reference says; a token never used lists nothing). It refuses what AWS refuses: DeleteFileSystem while mount targets exist
  * (FileSystemInUse), a mount target on a file system not available or a second one in a zone
  * (MountTargetConflict), a policy that is malformed, names an unknown role (when `knownRoles` is
  * set) or grants `*` without a condition (block public access), a security group still used by a
  * mount target (DependencyViolation), an ingress rule twice (InvalidPermission.Duplicate) and the
  * revoke of one not there (InvalidPermission.NotFound), a file system in a replication deleted.
- * Any call can fail before or after its effect (`failNext`): a throttle, a lost reply. Replication,
- * the clock and a data plane are fake-efs-replication.ts's (`replication`).
+ * Each code is one the API reference lists for that operation (@aws-sdk/client-efs's model) or a
+ * common error (`efsThrottle`). Any call can fail before or after its effect (`failNext`): a
+ * throttle, a lost reply. Replication, the clock, data: fake-efs-replication.ts (`replication`).
  */
 import { AuthorizeSecurityGroupIngressCommand, CreateSecurityGroupCommand, DeleteSecurityGroupCommand, DescribeSecurityGroupsCommand, RevokeSecurityGroupIngressCommand, UpdateSecurityGroupRuleDescriptionsIngressCommand, type EC2Client, type Filter, type IpPermission, type SecurityGroup } from '@aws-sdk/client-ec2';
 import { CreateFileSystemCommand, CreateMountTargetCommand, DeleteFileSystemCommand, DeleteMountTargetCommand, DescribeFileSystemPolicyCommand, DescribeFileSystemsCommand, DescribeMountTargetsCommand, PutFileSystemPolicyCommand, TagResourceCommand, type EFSClient, type FileSystemDescription, type MountTargetDescription, type Tag } from '@aws-sdk/client-efs';
@@ -65,6 +67,7 @@ export class FakeEfs {
   knownRoles?: Set<string>;
   /** File system ids not yet seen by DescribeFileSystems by token or as a list (eventual consistency); by id they are. */
   hiddenFileSystems = new Set<string>();
+  private deletedTokens = new Set<string>();
   /** Security group ids whose tags the tag filters do not see yet. */
   untaggedGroups = new Set<string>();
   pageSize = 2;
@@ -164,13 +167,14 @@ export class FakeEfs {
     const found = i.FileSystemId
       ? [this.fs(i.FileSystemId)]
       : [...this.fileSystems.values()].filter((f) => !this.hiddenFileSystems.has(f.FileSystemId!) && (i.CreationToken === undefined || f.CreationToken === i.CreationToken));
+    if (i.CreationToken && found.length === 0 && this.deletedTokens.has(i.CreationToken)) throw efsError('FileSystemNotFound', `File system with creation token '${i.CreationToken}' does not exist.`);
     const start = i.FileSystemId || i.CreationToken ? 0 : Number(i.Marker ?? 0);
     const size = i.FileSystemId || i.CreationToken ? found.length : Math.min(i.MaxItems ?? this.pageSize, this.pageSize);
     const page = found.slice(start, start + size);
     const out = page.map((f) => structuredClone({ ...f, NumberOfMountTargets: this.liveMountTargets(f.FileSystemId!).length }));
     for (const f of page) {
       if (f.LifeCycleState === 'creating') this.seen(f.FileSystemId!, () => (f.LifeCycleState = 'available'));
-      else if (f.LifeCycleState === 'deleting') this.seen(f.FileSystemId!, () => this.fileSystems.delete(f.FileSystemId!) && this.policies.delete(f.FileSystemId!));
+      else if (f.LifeCycleState === 'deleting') this.seen(f.FileSystemId!, () => this.fileSystems.delete(f.FileSystemId!) && this.deletedTokens.add(f.CreationToken!) && this.policies.delete(f.FileSystemId!));
     }
     return { FileSystems: out, ...(start + size < found.length ? { NextMarker: String(start + size) } : {}) };
   }
@@ -179,7 +183,8 @@ export class FakeEfs {
     const fs = this.fs(i.FileSystemId);
     if (this.liveMountTargets(i.FileSystemId).length > 0) throw efsError('FileSystemInUse', `File system '${i.FileSystemId}' has mount targets.`);
     if (this.replication.of(this.region, i.FileSystemId)) throw efsError('FileSystemInUse', `File system '${i.FileSystemId}' is part of a replication configuration.`);
-    if (fs.LifeCycleState === 'creating' || fs.LifeCycleState === 'updating') throw efsError('IncorrectFileSystemLifeCycleState', `File system '${i.FileSystemId}' is ${fs.LifeCycleState}.`);
+    // DeleteFileSystem's reference lists BadRequest, FileSystemInUse, FileSystemNotFound only (no lifecycle-state error).
+    if (fs.LifeCycleState === 'creating' || fs.LifeCycleState === 'updating') throw efsError('BadRequest', `File system '${i.FileSystemId}' is ${fs.LifeCycleState}.`);
     fs.LifeCycleState = 'deleting';
     return {};
   }
@@ -220,7 +225,7 @@ export class FakeEfs {
   deleteMountTarget(i: { MountTargetId: string }) {
     const m = this.mountTargets.get(i.MountTargetId);
     if (!m) throw efsError('MountTargetNotFound', `Mount target '${i.MountTargetId}' does not exist.`);
-    if (m.LifeCycleState === 'creating') throw efsError('IncorrectMountTargetState', `Mount target '${i.MountTargetId}' is creating.`);
+    if (m.LifeCycleState === 'creating') throw efsError('BadRequest', `Mount target '${i.MountTargetId}' is creating.`);
     m.LifeCycleState = 'deleting';
     return {};
   }

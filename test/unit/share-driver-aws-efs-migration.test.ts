@@ -11,12 +11,15 @@ import { EC2Client } from '@aws-sdk/client-ec2';
 import { EFSClient } from '@aws-sdk/client-efs';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterEach, describe, expect, test } from 'vitest';
-import { BackendNotReady, DriverError } from '../../functions/core/errors.js';
+import { BackendNotReady } from '../../functions/core/errors.js';
 import { AwsEfsShareDriver } from '../../functions/drivers/share/aws-efs.js';
 import type { MigrationRequest } from '../../functions/drivers/share/driver.js';
 import { awsError } from '../support/fake-ec2.js';
 import { efsBackend, FakeEfs, untilReady, wireFakeEfs } from '../support/fake-efs.js';
-import { linkEfsRegions } from '../support/fake-efs-replication.js';
+import { efsThrottle, linkEfsRegions } from '../support/fake-efs-replication.js';
+
+/** The driver's looks per call, and so its tries of a throttled call. */
+const ATTEMPTS = 3;
 
 const SRC = 'share-11111111-1111-4111-a111-111111111111';
 const DST = 'share-22222222-2222-4222-a222-222222222222';
@@ -44,7 +47,7 @@ async function setup(options: { destRegion?: string } = {}) {
   if (b !== a) linkEfsRegions([a.fake, b.fake]);
   const clock = () => a.fake.replication.time;
   const destConfig = efsBackend('ferry@efs-b', { throughputMode: 'bursting', subnetIds: ['subnet-0a1'], ...(options.destRegion ? { region: options.destRegion } : {}) });
-  const opts = { pollIntervalMs: 0, pollAttempts: 3, now: clock, clientsFor: () => ({ efs: b.efs, ec2: b.ec2 }) };
+  const opts = { pollIntervalMs: 0, pollAttempts: ATTEMPTS, now: clock, clientsFor: () => ({ efs: b.efs, ec2: b.ec2 }) };
   const src = new AwsEfsShareDriver(efsBackend('ferry@efs-a'), { efs: a.efs, ec2: a.ec2, ...opts });
   const dst = new AwsEfsShareDriver(destConfig, { efs: b.efs, ec2: b.ec2, ...opts });
   const made = await src.createShare({ name: SRC, sizeGb: 2, proto: 'NFS', pool: 'pool0' });
@@ -89,13 +92,15 @@ describe('aws-efs migration, phase 1', () => {
     expect(replication.read(replica.FileSystemId!, 'before-start')).toBe('one');
   });
 
-  test('a replication in ERROR fails phase 1 with EFS\'s reason; a throttled look is a DriverError carrying the code; cancel still leaves nothing', async () => {
+  test('a replication in ERROR fails phase 1 with EFS\'s reason; a throttled look is looked at again, throttled throughout it is BackendNotReady carrying the code; cancel still leaves nothing', async () => {
     const { a, b, src, req, sourceId, replicaId, made } = await setup();
     await untilReady(() => src.migrationStart(req));
-    a.fake.failNext('DescribeReplicationConfigurations', Object.assign(awsError('ThrottlingException', 'Rate exceeded'), { ErrorCode: 'ThrottlingException' }));
-    const throttled = await src.migrationContinue(req).catch((e: unknown) => e as DriverError);
-    expect(throttled).toBeInstanceOf(DriverError);
-    expect((throttled as DriverError).context).toMatchObject({ code: 'ThrottlingException', operation: 'DescribeReplicationConfigurations' });
+    a.fake.failNext('DescribeReplicationConfigurations', efsThrottle());
+    await src.migrationContinue(req);
+    for (let n = 0; n < ATTEMPTS; n++) a.fake.failNext('DescribeReplicationConfigurations', efsThrottle());
+    const throttled = await src.migrationContinue(req).catch((e: unknown) => e as BackendNotReady);
+    expect(throttled).toBeInstanceOf(BackendNotReady);
+    expect((throttled as BackendNotReady).context).toMatchObject({ code: 'ThrottlingException', operation: 'DescribeReplicationConfigurations' });
     a.fake.replication.setStatus(sourceId, 'ERROR', 'Unable to access the destination file system');
     await expect(src.migrationContinue(req)).rejects.toThrow(/replication of .* is ERROR: Unable to access the destination file system/);
     await expect(src.migrationComplete(req)).rejects.toThrow(/is ERROR/);

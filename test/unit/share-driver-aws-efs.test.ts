@@ -2,7 +2,7 @@
  * What is EFS-specific in the aws-efs share driver (the contract it keeps with every share driver
  * is test/unit/share-driver-contract.test.ts): the calls it makes, idempotency under retries and
  * lost replies, BackendNotReady while AWS is still at work, the ingress and policy a rule set
- * becomes, the quota and usage, throttling as a typed DriverError carrying the AWS code. Against
+ * becomes, the quota and usage (the error codes it acts on: share-driver-aws-efs-errors.test.ts). Against
  * test/support/fake-efs.ts behind mocked EFS and EC2 clients.
  */
 import { EC2Client } from '@aws-sdk/client-ec2';
@@ -316,23 +316,6 @@ describe('aws-efs quota and usage', () => {
     await expect(driver.extendShare(NAME, 11)).rejects.toThrow(/pool0 has 10 GiB free/);
     expect(await driver.shareUsage(OTHER)).toBeUndefined();
     await expect(driver.extendShare(OTHER, 2)).rejects.toBeInstanceOf(DriverError);
-  });
-});
-
-describe('aws-efs throttling', () => {
-  test('ThrottlingException (EFS) and RequestLimitExceeded (EC2) are DriverErrors carrying the code; nothing was made, a retry finishes', async () => {
-    const { fake, driver, create } = setup();
-    fake.failNext('CreateFileSystem', Object.assign(awsError('ThrottlingException', 'Rate exceeded'), { ErrorCode: 'ThrottlingException' }));
-    const e = await caught(create());
-    expect(e).toBeInstanceOf(DriverError);
-    expect(e!.context).toMatchObject({ operation: 'CreateFileSystem', code: 'ThrottlingException', host: HOST });
-    expect(fake.fileSystems.size).toBe(0);
-    await create();
-    fake.failNext('AuthorizeSecurityGroupIngress', awsError('RequestLimitExceeded', 'Request limit exceeded.'));
-    const t = await caught(driver.updateAccess(NAME, [rule('r1', 'ip', '10.0.0.1', 'ro')]));
-    expect(t!.context).toMatchObject({ operation: 'AuthorizeSecurityGroupIngress', code: 'RequestLimitExceeded' });
-    await driver.updateAccess(NAME, [rule('r1', 'ip', '10.0.0.1', 'ro')]);
-    expect(await driver.getAccess(NAME)).toEqual([rule('r1', 'ip', '10.0.0.1', 'ro')]);
   });
 });
 

@@ -20,6 +20,7 @@ import {
   MT_CONFLICT,
   MT_NOT_FOUND,
   POLICY_NOT_FOUND,
+  RETRY_LATER_CODES,
   SG_DUPLICATE,
   SG_IN_USE,
   SG_NOT_FOUND,
@@ -77,11 +78,31 @@ export class EfsBackend {
     return this.fail(`${operation} failed: ${errorCode(e)}: ${(e as Error)?.message ?? String(e)}`, { operation, code: errorCode(e), ...context }, e);
   }
 
-  /** Runs one AWS call; an error whose code is in `tolerated` answers undefined (an absent thing, a repeated change), any other is a DriverError. */
+  /**
+   * Runs one AWS call, again after an answer that means "later" (RETRY_LATER_CODES: a throttle, a
+   * dependency timeout, a file system updating; nothing was done), up to pollAttempts times with a
+   * doubling pause; still refused, it is BackendNotReady carrying the code. Any other error is
+   * thrown as AWS gave it.
+   */
+  protected async attempt<T>(operation: string, context: Record<string, unknown>, call: () => Promise<T>): Promise<T> {
+    for (let n = 0; ; n++) {
+      try {
+        return await call();
+      } catch (e) {
+        const code = errorCode(e);
+        if (!RETRY_LATER_CODES.has(code)) throw e;
+        if (n + 1 >= this.pollAttempts) throw this.notReady(`${operation} was refused for now (${code}); the step runs again after its wait`, { ...context, operation, code });
+        await sleep(this.pollIntervalMs * 2 ** n);
+      }
+    }
+  }
+
+  /** Runs one AWS call (attempt); an error whose code is in `tolerated` answers undefined (an absent thing, a repeated change), any other is a DriverError. */
   protected async send<T>(operation: string, context: Record<string, unknown>, call: () => Promise<T>, tolerated: readonly string[] = []): Promise<T | undefined> {
     try {
-      return await call();
+      return await this.attempt(operation, context, call);
     } catch (e) {
+      if (e instanceof BackendNotReady) throw e;
       if (tolerated.includes(errorCode(e))) return undefined;
       throw this.awsFail(operation, e, context);
     }
@@ -140,10 +161,14 @@ export class EfsBackend {
     await this.send('UntagResource', { name, fileSystemId }, async () => (await this.efs()).send(new (await efsSdk()).UntagResourceCommand({ ResourceId: fileSystemId, TagKeys: keys })));
   }
 
-  /** The file system a share name's creation token names, in any state (deleting ones too), or undefined. */
+  /**
+   * The file system a share name's creation token names, in any state (deleting ones too), or
+   * undefined. EFS answers the token of a deleted file system with FileSystemNotFound (DeleteFileSystem's
+   * reference), a token never used with an empty list: both mean none.
+   */
   protected async fileSystemOf(name: string): Promise<FileSystemDescription | undefined> {
     const CreationToken = creationTokenFor(this.backendHost, name);
-    const out = await this.send('DescribeFileSystems', { name }, async () => (await this.efs()).send(new (await efsSdk()).DescribeFileSystemsCommand({ CreationToken })));
+    const out = await this.send('DescribeFileSystems', { name }, async () => (await this.efs()).send(new (await efsSdk()).DescribeFileSystemsCommand({ CreationToken })), [FS_NOT_FOUND]);
     const found = (out?.FileSystems ?? []).filter((fs) => fs.CreationToken === CreationToken);
     if (found.length > 1) throw this.fail(`${found.length} EFS file systems carry the creation token of ${name}`, { name, fileSystemIds: found.map((f) => f.FileSystemId) });
     const fs = found[0];
@@ -333,9 +358,10 @@ export class EfsBackend {
     const context = { name, groupId: group.GroupId };
     await this.poll(`security group ${group.GroupId} of ${name} is still used by a mount target being deleted`, context, async () => {
       try {
-        await (await this.ec2()).send(new (await ec2Sdk()).DeleteSecurityGroupCommand({ GroupId: group.GroupId }));
+        await this.attempt('DeleteSecurityGroup', context, async () => (await this.ec2()).send(new (await ec2Sdk()).DeleteSecurityGroupCommand({ GroupId: group.GroupId })));
         return true;
       } catch (e) {
+        if (e instanceof BackendNotReady) throw e;
         if (errorCode(e) === SG_NOT_FOUND) return true;
         if (errorCode(e) === SG_IN_USE) return false;
         throw this.awsFail('DeleteSecurityGroup', e, context);

@@ -33,11 +33,11 @@
  * which the machine's Task retries after a wait (infra/asl/policy.ts): no function sleeps.
  */
 import type { FileSystemDescription, ReplicationConfigurationDescription } from '@aws-sdk/client-efs';
-import { ConfigurationError } from '../../core/errors.js';
-import type { BackendShare, MigrationCompatibility, MigrationProgress, MigrationRequest, ShareBackendConfig, ShareDriverFeatures } from './driver.js';
+import { BackendNotReady, ConfigurationError } from '../../core/errors.js';
+import type { BackendShare, MigrationCompatibility, MigrationProgress, MigrationRequest, ShareBackendConfig, ShareDriverFeatures, ShareReplication } from './driver.js';
 import { fileSystemRefOf, readPolicy, withReadOnlyCast } from './aws-efs-access.js';
 import { EfsBackend } from './aws-efs-backend.js';
-import { REPLICATION_NOT_FOUND, TAG_MIGRATION_CAST, TAG_MIGRATION_CUTOVER, efsSdk, exportLocationOf, tagOf } from './aws-efs-sdk.js';
+import { REPLICATION_NOT_FOUND, TAG_BACKEND, TAG_MIGRATION_CAST, TAG_MIGRATION_CUTOVER, TAG_SHARE_NAME, efsSdk, exportLocationOf, tagOf } from './aws-efs-sdk.js';
 
 /** How far behind the replica may be when phase 2 casts the source read-only (EFS's RPO for most file systems is 15 minutes). */
 export const MAX_CUTOVER_LAG_MS = 15 * 60_000;
@@ -136,10 +136,11 @@ export abstract class EfsMigrationBackend extends EfsBackend {
       );
     }
     try {
-      await (await this.efs()).send(
-        new (await efsSdk()).CreateReplicationConfigurationCommand({ SourceFileSystemId: source.FileSystemId, Destinations: [{ Region: dest.config.region, FileSystemId: replicaId }] }),
+      await this.attempt('CreateReplicationConfiguration', { name, replica: replicaId }, async () =>
+        (await this.efs()).send(new (await efsSdk()).CreateReplicationConfigurationCommand({ SourceFileSystemId: source.FileSystemId, Destinations: [{ Region: dest.config.region, FileSystemId: replicaId }] })),
       );
     } catch (e) {
+      if (e instanceof BackendNotReady) throw e;
       // A lost reply or a racing start: the replication is there all the same.
       if (await this.replicationTo(source, replica, name)) return;
       throw this.awsFail('CreateReplicationConfiguration', e, { name, replica: replicaId });
@@ -245,6 +246,43 @@ export abstract class EfsMigrationBackend extends EfsBackend {
       );
     }
     await this.poll(`the replication of ${name} is being deleted`, { name }, () => this.replicationOf(sourceId), (r) => r === undefined);
+  }
+
+  /**
+   * For the audit (functions/audit/share-backends.ts): the replications whose source is one of this
+   * backend's shares, each with its replica's share when the replica is Ferry's. One
+   * DescribeReplicationConfigurations per share, by its id (what IAM scopes to Ferry's file systems).
+   */
+  async shareReplications(): Promise<ShareReplication[]> {
+    const out: ShareReplication[] = [];
+    for (const fs of await this.backendFileSystems()) {
+      const replication = await this.replicationOf(fs.FileSystemId!);
+      const d = replication?.Destinations?.[0];
+      if (!replication || !d?.FileSystemId) continue;
+      const region = d.Region ?? this.config.region;
+      // The replica read in its own region, with that region's clients.
+      const reader = region === this.config.region ? this : this.peer({ ...this.config, region } as ShareBackendConfig);
+      const replica = await reader.fileSystemById(d.FileSystemId);
+      const host = replica && tagOf(replica, TAG_BACKEND);
+      const name = replica && tagOf(replica, TAG_SHARE_NAME);
+      out.push({
+        name: tagOf(fs, TAG_SHARE_NAME)!,
+        sourceId: fs.FileSystemId!,
+        replica: { id: d.FileSystemId, region, ...(host && name ? { host, name } : {}) },
+        status: d.Status ?? 'ENABLING',
+        ...(replication.CreationTime ? { createdAt: replication.CreationTime.toISOString() } : {}),
+      });
+    }
+    return out;
+  }
+
+  /** The audit's repair of a replication no migration holds: deleted (none is success), looked at until gone (BackendNotReady meanwhile). */
+  async deleteShareReplication(name: string): Promise<void> {
+    this.checkName(name);
+    const source = await this.liveFileSystemOf(name);
+    if (!source) return;
+    const replication = await this.replicationOf(source.FileSystemId!);
+    if (replication) await this.deleteReplication(source.FileSystemId!, replication.Destinations?.[0]?.Status ?? 'ENABLED', name);
   }
 
   /** Called by the migration's cleanup: the replication and the replica removed, a cast lifted; nothing started is fine. */

@@ -52,6 +52,20 @@ export const SG_IN_USE = 'DependencyViolation';
 export const RULE_DUPLICATE = 'InvalidPermission.Duplicate';
 export const RULE_NOT_FOUND = 'InvalidPermission.NotFound';
 export const REPLICATION_NOT_FOUND = 'ReplicationNotFound';
+/**
+ * Answers that say "the same call, again, later", checked against the EFS API reference (the
+ * errors each operation lists, @aws-sdk/client-efs 3.1141's model) and AWS's common errors:
+ * ThrottlingException (the common error of every AWS API, and EFS's own for CreateAccessPoint),
+ * RequestLimitExceeded (EC2's throttle), DependencyTimeout (DeleteMountTarget: "the client should
+ * try the call again"), IncorrectFileSystemLifeCycleState (CreateMountTarget, PutFileSystemPolicy,
+ * UpdateFileSystemProtection, CreateReplicationConfiguration: "not available"; the driver makes
+ * these calls only on a file system it saw available, so it is `updating` for a moment, or being
+ * deleted, which the next look finds). The SDK retries throttles itself first; what reaches the
+ * driver is retried a few times in the call and then answered with BackendNotReady (the step runs
+ * again after its wait). Not here: EFS's TooManyRequests, which UpdateFileSystemProtection answers
+ * when a throughput change came within 24 hours (a wait of a day, not of a retry: a DriverError).
+ */
+export const RETRY_LATER_CODES = new Set(['ThrottlingException', 'Throttling', 'RequestLimitExceeded', 'DependencyTimeout', 'IncorrectFileSystemLifeCycleState']);
 
 export interface AwsEfsDriverOptions {
   /** The EFS client of the backend's region (tests inject a mocked one); default: made on first use. */

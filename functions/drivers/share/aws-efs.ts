@@ -20,15 +20,16 @@
  * `ferry:quota-gb` tag, set at create and raised by extendShare), counted against the pool's
  * capacity at create and extend, and enforced by withholding writes (a Deny of ClientWrite in the
  * policy) from a share whose metered size (DescribeFileSystems' SizeInBytes) is over it
- * (enforceQuota, for a periodic caller; every policy updateAccess writes blocks writes exactly when
- * the share is over its size).
+ * (enforceQuota, which the reconciler calls: functions/audit/share-backend-repairs.ts; every policy
+ * updateAccess writes blocks writes exactly when the share is over its size).
  *
  * Driver-assisted migration to another aws-efs backend is EFS replication (aws-efs-migration.ts,
  * the class this one extends).
  */
 import type { IpPermission } from '@aws-sdk/client-ec2';
 import type { FileSystemDescription, PerformanceMode, ThroughputMode } from '@aws-sdk/client-efs';
-import type { BackendShare, ConnectionInfo, DriverAccessRule, ShareBackendConfig, ShareDriver, SharePoolCapabilities, ShareQuotaDriver, ShareUsage } from './driver.js';
+import { BackendNotReady } from '../../core/errors.js';
+import { ShareShrinkingPossibleDataLoss, type BackendShare, type ConnectionInfo, type DriverAccessRule, type ShareBackendConfig, type ShareDriver, type SharePoolCapabilities, type ShareQuotaDriver, type ShareReplicationDriver, type ShareUsage } from './driver.js';
 import { fileSystemRefOf, planAccess, readDescription, readPolicy } from './aws-efs-access.js';
 import { EfsMigrationBackend } from './aws-efs-migration.js';
 import {
@@ -68,7 +69,7 @@ const nfsRange = (cidr: string, Description?: string): IpPermission => ({
   ...(cidr.includes(':') ? { Ipv6Ranges: [{ CidrIpv6: cidr, Description }] } : { IpRanges: [{ CidrIp: cidr, Description }] }),
 });
 
-export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDriver, ShareQuotaDriver {
+export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDriver, ShareQuotaDriver, ShareReplicationDriver {
   readonly kind = 'aws-efs' as const;
 
   constructor(config: ShareBackendConfig, options: AwsEfsDriverOptions = {}) {
@@ -146,7 +147,7 @@ export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDrive
   private async createFileSystem(name: string, sizeGb: number, pool: string): Promise<FileSystemDescription> {
     const CreationToken = creationTokenFor(this.backendHost, name);
     try {
-      return await (await this.efs()).send(new (await efsSdk()).CreateFileSystemCommand({
+      return await this.attempt('CreateFileSystem', { name }, async () => (await this.efs()).send(new (await efsSdk()).CreateFileSystemCommand({
           CreationToken,
           Encrypted: true,
           PerformanceMode: (this.config.performanceMode ?? DEFAULT_PERFORMANCE_MODE) as PerformanceMode,
@@ -159,8 +160,9 @@ export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDrive
             { Key: TAG_QUOTA_GB, Value: String(sizeGb) },
           ],
         }),
-      );
+      ));
     } catch (e) {
+      if (e instanceof BackendNotReady) throw e;
       // The token was used: an earlier try made it (its reply lost) and the look above did not see it yet.
       const existingId = (e as { FileSystemId?: string }).FileSystemId;
       if (errorCode(e) !== FS_ALREADY_EXISTS || !existingId) throw this.awsFail('CreateFileSystem', e, { name });
@@ -180,8 +182,9 @@ export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDrive
       if (fs.LifeCycleState !== 'available' && fs.LifeCycleState !== 'error') await this.untilAvailable(fs, name);
       await this.removeMountTargets(fileSystemId, name);
       try {
-        await (await this.efs()).send(new (await efsSdk()).DeleteFileSystemCommand({ FileSystemId: fileSystemId }));
+        await this.attempt('DeleteFileSystem', { name, fileSystemId }, async () => (await this.efs()).send(new (await efsSdk()).DeleteFileSystemCommand({ FileSystemId: fileSystemId })));
       } catch (e) {
+        if (e instanceof BackendNotReady) throw e;
         if (errorCode(e) === FS_IN_USE) throw this.notReady(`EFS file system ${fileSystemId} of ${name} still has mount targets`, { name, fileSystemId });
         if (errorCode(e) !== FS_NOT_FOUND) throw this.awsFail('DeleteFileSystem', e, { name, fileSystemId });
       }
@@ -265,11 +268,35 @@ export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDrive
     this.checkName(name);
     const fs = await this.availableFileSystemOf(name);
     const size = this.quotaOf(fs);
-    if (newSizeGb === size) return;
-    if (!Number.isInteger(newSizeGb) || newSizeGb < size) throw this.fail(`cannot shrink ${name} from ${size} GiB to ${newSizeGb} GiB`, { name, sizeGb: size, newSizeGb });
-    const pool = tagOf(fs, TAG_POOL);
-    if (pool) await this.checkCapacity(pool, newSizeGb, name, fs.FileSystemId);
-    await this.tagFileSystem(fs.FileSystemId!, { [TAG_QUOTA_GB]: String(newSizeGb) }, name);
+    if (newSizeGb !== size) {
+      if (!Number.isInteger(newSizeGb) || newSizeGb < size) throw this.fail(`cannot shrink ${name} from ${size} GiB to ${newSizeGb} GiB`, { name, sizeGb: size, newSizeGb });
+      const pool = tagOf(fs, TAG_POOL);
+      if (pool) await this.checkCapacity(pool, newSizeGb, name, fs.FileSystemId);
+      await this.tagFileSystem(fs.FileSystemId!, { [TAG_QUOTA_GB]: String(newSizeGb) }, name);
+    }
+    // Also at the same size: a retry after the tag was set but the block not yet lifted finishes it.
+    await this.enforce(name, fs, newSizeGb);
+  }
+
+  /**
+   * Manila's shrink_share: refused (ShareShrinkingPossibleDataLoss, nothing changed) when EFS meters
+   * more than the new size. The metering lags the writes (module comment), so what was written in
+   * the last minutes may not be counted; a share shrunk below it is blocked by the next enforcement.
+   */
+  async shrinkShare(name: string, newSizeGb: number): Promise<void> {
+    this.checkName(name);
+    const fs = await this.availableFileSystemOf(name);
+    const size = this.quotaOf(fs);
+    if (newSizeGb !== size) {
+      if (!Number.isInteger(newSizeGb) || newSizeGb < 1 || newSizeGb > size) throw this.fail(`cannot shrink ${name} from ${size} GiB to ${newSizeGb} GiB`, { name, sizeGb: size, newSizeGb });
+      const used = fs.SizeInBytes?.Value ?? 0;
+      if (used > newSizeGb * GIB) {
+        throw new ShareShrinkingPossibleDataLoss(`backend ${this.backendHost}: ${name} holds ${used} bytes, more than ${newSizeGb} GiB: shrinking it could lose data`, {
+          context: { host: this.backendHost, name, usedBytes: used, sizeGb: size, newSizeGb },
+        });
+      }
+      await this.tagFileSystem(fs.FileSystemId!, { [TAG_QUOTA_GB]: String(newSizeGb) }, name);
+    }
     await this.enforce(name, fs, newSizeGb);
   }
 
@@ -285,13 +312,21 @@ export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDrive
    * Withholds writes (the quota Deny, which also stops deletes: EFS has no "remove only") while the
    * metered size is over the quota, and lifts it once the share is within it again (after an
    * extend). The metering lags the writes (EFS updates SizeInBytes from time to time, not per
-   * write), so a share can run over its size by what was written since. For a periodic caller
-   * (not wired yet: the next part); extendShare calls it.
+   * write), so a share can run over its size by what was written since. The reconciler calls it
+   * with the share's rules (functions/audit/share-backend-repairs.ts); extendShare and shrinkShare
+   * enforce the new size themselves.
    */
-  async enforceQuota(name: string): Promise<ShareUsage> {
+  async enforceQuota(name: string, rules?: DriverAccessRule[]): Promise<ShareUsage> {
     this.checkName(name);
-    const fs = await this.availableFileSystemOf(name);
-    return this.enforce(name, fs, this.quotaOf(fs));
+    if (!rules) {
+      const fs = await this.availableFileSystemOf(name);
+      return this.enforce(name, fs, this.quotaOf(fs));
+    }
+    // updateAccess plans the block from the metered size it reads; the usage is read back after it.
+    await this.updateAccess(name, rules);
+    const usage = await this.shareUsage(name);
+    if (!usage) throw this.fail(`share ${name} does not exist`, { name });
+    return usage;
   }
 
   private async enforce(name: string, fs: FileSystemDescription, quotaGb: number): Promise<ShareUsage> {

@@ -12,6 +12,8 @@
  * docs/drivers.md "Share drivers", checked by test/contracts/share-driver.ts.
  */
 
+import { DriverError } from '../../core/errors.js';
+
 export type ShareDriverKind = 'local-a' | 'local-b' | 'aws-efs';
 
 export interface SharePoolConfig {
@@ -160,17 +162,58 @@ export interface ShareUsage {
  * enforces one there. Type guard: isShareQuotaDriver.
  */
 export interface ShareQuotaDriver {
-  /** Grows the share's size to newSizeGb (the same size: no change; smaller: DriverError; a share not there: DriverError). */
+  /** Grows the share's size to newSizeGb and lifts a block of writes it no longer exceeds (the same size: no change; smaller: DriverError; a share not there: DriverError). */
   extendShare(name: string, newSizeGb: number): Promise<void>;
+  /** Manila's shrink_share: below what the share holds is ShareShrinkingPossibleDataLoss, nothing changed (the same size: no change; larger: DriverError). */
+  shrinkShare(name: string, newSizeGb: number): Promise<void>;
   /** undefined when the backend has no such share. */
   shareUsage(name: string): Promise<ShareUsage | undefined>;
-  /** Blocks writes to a share over its size, lifts the block once it is within it again; a share not there: DriverError. */
-  enforceQuota(name: string): Promise<ShareUsage>;
+  /**
+   * Blocks writes to a share over its size, lifts the block once it is within it again; a share not
+   * there: DriverError. With `rules` (the share's record), the whole rule set is pushed with it, so
+   * a caller that races an access change re-asserts the record rather than what it read back.
+   */
+  enforceQuota(name: string, rules?: DriverAccessRule[]): Promise<ShareUsage>;
 }
+
+/**
+ * Manila's ShareShrinkingPossibleDataLoss (M/exception.py): the size asked is below what the share
+ * holds. Manila's share manager answers it by setting the share back to `available` with a user
+ * message (action shrink, detail 023 DRIVER_REFUSED_SHRINK), not with an error status.
+ */
+export class ShareShrinkingPossibleDataLoss extends DriverError {}
 
 export function isShareQuotaDriver(driver: ShareDriver): driver is ShareDriver & ShareQuotaDriver {
   const d = driver as Partial<Record<keyof ShareQuotaDriver, unknown>>;
-  return typeof d.extendShare === 'function' && typeof d.shareUsage === 'function' && typeof d.enforceQuota === 'function';
+  return typeof d.extendShare === 'function' && typeof d.shrinkShare === 'function' && typeof d.shareUsage === 'function' && typeof d.enforceQuota === 'function';
+}
+
+/** A replication whose source is one of a backend's shares (EFS replication), as the audit sees it. */
+export interface ShareReplication {
+  /** The source share (`share-<instance id>`). */
+  name: string;
+  sourceId: string;
+  /** The replica; `host` and `name` when it is a share of a Ferry backend (its tags say so). */
+  replica: { id: string; region: string; host?: string; name?: string };
+  status: string;
+  /** When the replication was made (ISO time), as the backend reports it. */
+  createdAt?: string;
+}
+
+/**
+ * A driver whose backend replicates shares by itself (aws-efs): the audit lists the replications
+ * of a backend's shares to find those no migration holds, and its repair deletes one. Type guard:
+ * isShareReplicationDriver.
+ */
+export interface ShareReplicationDriver {
+  shareReplications(): Promise<ShareReplication[]>;
+  /** Deletes the replication whose source is this share; none is success; BackendNotReady until it is gone. */
+  deleteShareReplication(name: string): Promise<void>;
+}
+
+export function isShareReplicationDriver(driver: ShareDriver): driver is ShareDriver & ShareReplicationDriver {
+  const d = driver as Partial<Record<keyof ShareReplicationDriver, unknown>>;
+  return typeof d.shareReplications === 'function' && typeof d.deleteShareReplication === 'function';
 }
 
 export interface ShareDriver {
