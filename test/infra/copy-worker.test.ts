@@ -10,7 +10,8 @@
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, join, relative, resolve } from 'node:path';
-import { App, Stack } from 'aws-cdk-lib';
+import { type App, Stack } from 'aws-cdk-lib';
+import { testApp } from '../support/cdk-app.js';
 import { Template } from 'aws-cdk-lib/assertions';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
@@ -114,7 +115,7 @@ function tasks(definition: any): { name: string; state: any }[] {
 let real: View;
 
 beforeAll(() => {
-  const { app, stack } = buildFerryApp(new App(), { nag: false });
+  const { app, stack } = buildFerryApp(testApp(), { nag: false });
   real = view(app, stack);
 });
 
@@ -404,7 +405,7 @@ describe('a fixture machine that runs the copy task (no docker on the PATH)', ()
     // Synth must not need Docker: take every directory with a `docker` in it off the PATH.
     process.env.PATH = (savedPath ?? '').split(delimiter).filter((d) => d && !existsSync(join(d, 'docker'))).join(delimiter);
     try {
-      const { app, stack } = buildFerryApp(new App({ context: { removalPolicy: 'destroy' } }), { nag: false, stackName: 'FerryCopyFixture', wiring });
+      const { app, stack } = buildFerryApp(testApp({ context: { removalPolicy: 'destroy' } }), { nag: false, stackName: 'FerryCopyFixture', wiring });
       fixture = view(app, stack);
       fixture.app.synth();
     } finally {
@@ -438,7 +439,7 @@ describe('a fixture machine that runs the copy task (no docker on the PATH)', ()
 
 describe('a wiring that needs no share storage', () => {
   test('gets no VPC, no file system and no cluster', () => {
-    const { stack } = buildFerryApp(new App(), { nag: false, stackName: 'FerryNoShares', wiring: { functions: [functionByName('authorizer')], stateMachines: [] } });
+    const { stack } = buildFerryApp(testApp(), { nag: false, stackName: 'FerryNoShares', wiring: { functions: [functionByName('authorizer')], stateMachines: [] } });
     expect(stack.copyWorker).toBeUndefined();
     const types = Object.values(Template.fromStack(stack).toJSON().Resources as Record<string, Resource>).map((r) => r.Type);
     for (const type of ['AWS::EC2::VPC', 'AWS::EFS::FileSystem', 'AWS::ECS::Cluster', 'AWS::ECS::TaskDefinition']) expect(types).not.toContain(type);
@@ -449,7 +450,7 @@ describe('a wiring that needs no share storage', () => {
     try {
       const file = join(dir, 'copy-only.asl.json');
       writeFileSync(file, JSON.stringify({ StartAt: 'Copy', States: { Copy: COPY_TASK_STATE } }));
-      const { stack } = buildFerryApp(new App(), { nag: false, stackName: 'FerryCopyOnly', wiring: { functions: [], stateMachines: [{ name: 'copy-only', file, description: 'copy only', functions: [] }] } });
+      const { stack } = buildFerryApp(testApp(), { nag: false, stackName: 'FerryCopyOnly', wiring: { functions: [], stateMachines: [{ name: 'copy-only', file, description: 'copy only', functions: [] }] } });
       expect(stack.copyWorker).toBeDefined();
       expectRunTaskSyncIam(view(stack.node.root as App, stack), 'copy-only');
     } finally {

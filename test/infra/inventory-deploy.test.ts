@@ -5,7 +5,8 @@
  * aws-efs ones, which need no share storage of the stack's own.
  */
 import { resolve } from 'node:path';
-import { App } from 'aws-cdk-lib';
+import type { App } from 'aws-cdk-lib';
+import { testApp } from '../support/cdk-app.js';
 import { Template } from 'aws-cdk-lib/assertions';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { beforeAll, expect, test } from 'vitest';
@@ -20,7 +21,7 @@ let stack: FerryStack;
 let resources: Record<string, { Type: string; Properties: Record<string, any> }>;
 
 beforeAll(() => {
-  app = new App({ context: { inventory: AWS_EXAMPLE } });
+  app = testApp({ context: { inventory: AWS_EXAMPLE } });
   ({ stack } = buildFerryApp(app, { nag: false }));
   resources = Template.fromStack(stack).toJSON().Resources;
 }, 240_000);
@@ -59,7 +60,7 @@ test('cdk-nag reports nothing unacknowledged on the inventory resource', () => {
 });
 
 test('an inventory with a local driver fails synth with the reason', () => {
-  const sandbox = new App({ context: { inventory: resolve(REPO_ROOT, 'inventories/sandbox.yaml') } });
+  const sandbox = testApp({ context: { inventory: resolve(REPO_ROOT, 'inventories/sandbox.yaml') } });
   expect(() => buildFerryApp(sandbox, { nag: false })).toThrow(/volume backend ferry@lvm-a: driver local keeps volumes in one Lambda's \/tmp; on AWS use aws-ebs/);
 });
 
@@ -68,9 +69,9 @@ test('the share storage exists only when the inventory names share backends of a
   const ebsOnly = { ...(structuredClone(stack.inventory) as Inventory), shareBackends: [] };
   const withLocal = structuredClone(stack.inventory) as Inventory;
   withLocal.shareBackends.push({ host: 'ferry@nfs-a', driver: 'local-a', root: '/mnt/ferry-shares/nfs-a', shareBackendName: 'nfs-a', protocols: ['NFS'], pools: [{ name: 'pool0', totalCapacityGb: 10 }] });
-  expect(shareBackendsFor(new App(), ebsOnly)).toBe(false);
-  expect(shareBackendsFor(new App(), stack.inventory!)).toBe(false);
-  expect(shareBackendsFor(new App(), withLocal)).toBe(true);
-  expect(() => shareBackendsFor(new App({ context: { shareBackends: 'false' } }), withLocal)).toThrow(/contradicts the inventory, which names 1 share backend\(s\) on the share storage/);
-  expect(() => buildFerryApp(new App({ context: { inventory: AWS_EXAMPLE, shareBackends: 'true' } }), { nag: false })).toThrow(/shareBackends=true contradicts the inventory, which names 0 share backend/);
+  expect(shareBackendsFor(testApp(), ebsOnly)).toBe(false);
+  expect(shareBackendsFor(testApp(), stack.inventory!)).toBe(false);
+  expect(shareBackendsFor(testApp(), withLocal)).toBe(true);
+  expect(() => shareBackendsFor(testApp({ context: { shareBackends: 'false' } }), withLocal)).toThrow(/contradicts the inventory, which names 1 share backend\(s\) on the share storage/);
+  expect(() => buildFerryApp(testApp({ context: { inventory: AWS_EXAMPLE, shareBackends: 'true' } }), { nag: false })).toThrow(/shareBackends=true contradicts the inventory, which names 0 share backend/);
 });

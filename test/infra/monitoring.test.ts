@@ -9,7 +9,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { App, Stack } from 'aws-cdk-lib';
+import { type App, Stack } from 'aws-cdk-lib';
+import { testApp } from '../support/cdk-app.js';
 import { Template } from 'aws-cdk-lib/assertions';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
@@ -43,9 +44,9 @@ let deployed: View;
 let noShares: View;
 
 beforeAll(() => {
-  const a = buildFerryApp(new App(), { nag: false });
+  const a = buildFerryApp(testApp(), { nag: false });
   deployed = view(a.app, a.stack);
-  const b = buildFerryApp(new App({ context: { shareBackends: 'false', apiRateLimit: '25.5', apiBurstLimit: '40' } }), { nag: false, stackName: 'FerryNoShares' });
+  const b = buildFerryApp(testApp({ context: { shareBackends: 'false', apiRateLimit: '25.5', apiBurstLimit: '40' } }), { nag: false, stackName: 'FerryNoShares' });
   noShares = view(b.app, b.stack);
 });
 
@@ -175,7 +176,7 @@ describe('throttling and timeouts', () => {
 
   test('a limit that is not a positive number fails synth with a message', () => {
     const small: FerryWiring = { functions: [functionByName('authorizer'), functionByName('volume-api')], stateMachines: [] };
-    expect(() => buildFerryApp(new App({ context: { apiBurstLimit: '2.5' } }), { nag: false, stackName: 'FerryBadBurst', wiring: small })).toThrow(/apiBurstLimit must be a positive whole number, not 2.5/);
+    expect(() => buildFerryApp(testApp({ context: { apiBurstLimit: '2.5' } }), { nag: false, stackName: 'FerryBadBurst', wiring: small })).toThrow(/apiBurstLimit must be a positive whole number, not 2.5/);
   });
 
   test('every deployed state machine definition has an overall TimeoutSeconds', () => {
@@ -240,9 +241,9 @@ describe('shareBackends', () => {
   test('the prop wins over the context, and a context that is not a boolean fails synth', () => {
     const wiring: FerryWiring = { functions: [functionByName('share-steps')], stateMachines: [] };
     // The S3 flag buildFerryApp sets (access logs by bucket policy); without it the bucket is refused.
-    const app = new App({ context: { shareBackends: true, '@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy': true } });
+    const app = testApp({ context: { shareBackends: true, '@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy': true } });
     const stack = new FerryStack(app, 'FerryPropWins', { shareBackends: false, wiring });
     expect(Template.fromStack(stack).findResources('AWS::EC2::VPC')).toEqual({});
-    expect(() => buildFerryApp(new App({ context: { shareBackends: 'maybe' } }), { nag: false, stackName: 'FerryMaybe', wiring })).toThrow(/shareBackends must be true or false, not maybe/);
+    expect(() => buildFerryApp(testApp({ context: { shareBackends: 'maybe' } }), { nag: false, stackName: 'FerryMaybe', wiring })).toThrow(/shareBackends must be true or false, not maybe/);
   });
 });

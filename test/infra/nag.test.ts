@@ -3,7 +3,8 @@
  * acknowledged there with a reason (Validations.of(...).acknowledge); this test fails on any
  * finding that is neither, and on any error or warning CDK itself annotated.
  */
-import { App, Stack } from 'aws-cdk-lib';
+import { type App, Stack } from 'aws-cdk-lib';
+import { testApp } from '../support/cdk-app.js';
 import { Annotations, Match } from 'aws-cdk-lib/assertions';
 import { Bucket } from 'aws-cdk-lib/aws-s3';
 import { AwsSolutionsChecks } from 'cdk-nag';
@@ -14,7 +15,7 @@ let app: App;
 let stack: FerryStack;
 
 beforeAll(() => {
-  ({ app, stack } = buildFerryApp(new App(), { nag: false }));
+  ({ app, stack } = buildFerryApp(testApp(), { nag: false }));
 });
 
 /** `severity rule at path` for every violation the pack reports under a scope. */
@@ -40,13 +41,13 @@ test('every acknowledgement gives a reason of at least a sentence', () => {
 });
 
 test('the check does report what it is meant to catch (an unencrypted, unlogged bucket)', () => {
-  const bare = new App();
+  const bare = testApp();
   new Bucket(new Stack(bare, 'Bare'), 'Open');
   expect(nagFindings(bare)).toEqual(expect.arrayContaining([expect.stringMatching(/^error AwsSolutions-S1 /), expect.stringMatching(/^error AwsSolutions-S10 /)]));
 });
 
 test('the app registers the pack as a synth-time plugin, so synth fails on a new finding', () => {
-  const withPlugin = new App();
+  const withPlugin = testApp();
   buildFerryApp(withPlugin);
   new Bucket(new Stack(withPlugin, 'Intruder'), 'Open');
   expect(() => withPlugin.synth()).toThrow(/AwsSolutions-S1/);

@@ -4,7 +4,8 @@
  * once (bundling every function takes seconds) and shared by the tests in this file.
  */
 import { resolve } from 'node:path';
-import { App, Stack } from 'aws-cdk-lib';
+import { Stack } from 'aws-cdk-lib';
+import { testApp } from '../support/cdk-app.js';
 import { build } from 'esbuild';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import type { IConstruct } from 'constructs';
@@ -18,7 +19,7 @@ let stack: FerryStack;
 let template: Template;
 
 beforeAll(() => {
-  ({ stack } = buildFerryApp(new App(), { nag: false }));
+  ({ stack } = buildFerryApp(testApp(), { nag: false }));
   template = Template.fromStack(stack);
 });
 
@@ -332,12 +333,12 @@ describe('the reconciler', () => {
 
 describe('context', () => {
   test('removalPolicy=destroy makes tables deletable', () => {
-    const { stack: sandbox } = buildFerryApp(new App({ context: { removalPolicy: 'destroy' } }), { nag: false, stackName: 'FerrySandbox' });
+    const { stack: sandbox } = buildFerryApp(testApp({ context: { removalPolicy: 'destroy' } }), { nag: false, stackName: 'FerrySandbox' });
     const tables = Object.values(Template.fromStack(sandbox).toJSON().Resources as Record<string, Resource>).filter((r) => r.Type === 'AWS::DynamoDB::Table');
     expect(tables.map((t) => t.DeletionPolicy)).toEqual(tables.map(() => 'Delete'));
   });
 
   test('an unknown removalPolicy fails synth with a message', () => {
-    expect(() => buildFerryApp(new App({ context: { removalPolicy: 'maybe' } }), { nag: false })).toThrow(/removalPolicy must be retain or destroy/);
+    expect(() => buildFerryApp(testApp({ context: { removalPolicy: 'maybe' } }), { nag: false })).toThrow(/removalPolicy must be retain or destroy/);
   });
 });
