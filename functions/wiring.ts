@@ -62,6 +62,8 @@ export interface FunctionWiring {
   callsVolumeDrivers?: boolean;
   /** Runs share drivers, likewise: the aws-efs driver's EFS and EC2 (security groups, mount targets' network interfaces) permissions. */
   callsShareDrivers?: boolean;
+  /** For `deploy` functions: the custom resource that runs it (the inventory of `-c inventory=FILE`, or the identity every stack starts with). */
+  deployResource?: 'inventory' | 'identity';
   timeoutSeconds?: number;
   memoryMb?: number;
 }
@@ -255,7 +257,19 @@ export const FUNCTIONS: FunctionWiring[] = [
     // A share backend's root is a directory on the share storage: the apply makes it, so it mounts
     // that storage (in the VPC, reaching DynamoDB and S3 through its gateway endpoints).
     mountsShareStorage: true,
+    deployResource: 'inventory',
     timeoutSeconds: 300,
+  },
+  {
+    name: 'identity-bootstrap',
+    kind: 'deploy',
+    entry: 'functions/identity/bootstrap.ts',
+    export: 'handler',
+    description: 'Makes the identity a deployed stack starts with (roles admin, member, reader; project and user admin, its first password from the stack\'s secret) when its custom resource is created and on each deploy that changes it; keeps whatever exists.',
+    tables: ['tokens'],
+    // Its role also reads the admin password secret, that one only (infra/aws/identity-bootstrap.ts).
+    deployResource: 'identity',
+    timeoutSeconds: 60,
   },
   {
     name: 'image-api',

@@ -2,7 +2,8 @@
  * The identity a fresh deployment starts with: Keystone's default roles (admin, member, reader),
  * and users each with roles on a project of their own name. Idempotent: whatever exists is kept
  * (its id above all, so project ids stay stable per data directory); a user whose password is not
- * the one given gets it (the caller keeps the passwords, e.g. in clouds.yaml).
+ * the one given gets it (the caller keeps the passwords, e.g. in clouds.yaml), unless the caller
+ * says otherwise (a deployed stack's bootstrap, bootstrap.ts).
  */
 import { DEFAULT_DOMAIN, IdentityError, type Role } from './model.js';
 import { hashSecret, verifySecret } from './passwords.js';
@@ -55,8 +56,18 @@ export async function ensureProject(name: string, description = ''): Promise<str
   );
 }
 
+export interface EnsureUserOptions {
+  /**
+   * Whether an existing user whose password differs gets `password` again. The local stack keeps
+   * its passwords in clouds.yaml and makes the table agree; a deployed stack's bootstrap
+   * (bootstrap.ts) gives the password only to a user it creates, so one changed since stands.
+   * @default true
+   */
+  resetPassword?: boolean;
+}
+
 /** The user, with this password, its default project and these roles on it. Returns the ids. */
-export async function ensureUser(u: SeedUser): Promise<{ userId: string; projectId: string }> {
+export async function ensureUser(u: SeedUser, options: EnsureUserOptions = {}): Promise<{ userId: string; projectId: string }> {
   for (const r of DEFAULT_ROLES) await ensureRole(r);
   const projectId = await ensureProject(u.project);
   const userId = await ensure(
@@ -67,8 +78,10 @@ export async function ensureUser(u: SeedUser): Promise<{ userId: string; project
       return id;
     },
   );
-  const user = await store.mustUser(userId);
-  if (!(await verifySecret(u.password, user.passwordHash))) await store.updateUser(userId, { passwordHash: await hashSecret(u.password) });
+  if (options.resetPassword ?? true) {
+    const user = await store.mustUser(userId);
+    if (!(await verifySecret(u.password, user.passwordHash))) await store.updateUser(userId, { passwordHash: await hashSecret(u.password) });
+  }
   for (const roleName of u.roles) {
     const roleId = await ensureRole(roleName);
     // A grant is one item put under a condition that all three exist: putting it again changes nothing.

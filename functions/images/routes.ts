@@ -3,11 +3,12 @@
  * filters and pagination, show, create, JSON-patch update, delete), the image data (upload,
  * download) and the schemas glanceclient reads. Who sees what: functions/images/repo.ts.
  */
-import { FerryError, BadRequest, Forbidden, NotFound } from '../core/errors.js';
+import { FerryError, BadRequest, Forbidden } from '../core/errors.js';
 import { jsonBody, type PlainRequest, type PlainResponse, type PlainRoute } from '../core/plain-api.js';
 import { allowed, registerPolicies } from '../core/policy.js';
-import { createImageRecord, listImages, openImage, uploadImage } from '../servers/images.js';
+import { createImageRecord, listImages, uploadImage } from '../servers/images.js';
 import type { Image } from '../servers/model.js';
+import { downloadResponse } from './download.js';
 import { importImage, importInfo } from './import.js';
 import { applyPatch, parseCreate } from './validation.js';
 import { changeImage, deleteGlanceImage, listedFor, ownImage, visibleImage } from './repo.js';
@@ -130,19 +131,7 @@ async function upload(req: PlainRequest): Promise<PlainResponse> {
 }
 
 async function download(req: PlainRequest): Promise<PlainResponse> {
-  const image = await visibleImage(req.params.image_id!, req.auth);
-  // Glance answers an image without data with 204 and no body.
-  if (image.status !== 'active') return { status: 204 };
-  const chunks: Buffer[] = [];
-  try {
-    for await (const c of await openImage(image.id)) chunks.push(Buffer.from(c as Uint8Array));
-  } catch (e) {
-    if (e instanceof NotFound) throw new NotFound(`Image ${image.id} has no data.`);
-    throw e;
-  }
-  const bytes = Buffer.concat(chunks);
-  // glanceclient checks the bytes it saves against Content-MD5.
-  return { status: 200, bytes, headers: { 'Content-Type': 'application/octet-stream', ...(image.md5 ? { 'Content-MD5': image.md5 } : {}) } };
+  return downloadResponse(await visibleImage(req.params.image_id!, req.auth));
 }
 
 export const IMAGE_ROUTES: PlainRoute[] = [

@@ -32,6 +32,8 @@ import { grantDriverPermissions } from './share-driver-permissions.js';
 import { addInventoryResource, inventoryForDeploy, shareBackendsFor } from './inventory-resource.js';
 import type { Inventory } from '../../functions/inventory/schema.js';
 import { addHttpApi } from './http-api.js';
+import { addIdentityBootstrap } from './identity-bootstrap.js';
+import { deployFunction } from './deploy-resources.js';
 import { addMonitoring } from './monitoring.js';
 import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName, type TableKey } from '../../functions/core/tables.js';
 import { FUNCTIONS, STATE_MACHINES, stateMachineEnvName, substitutionKey, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
@@ -136,7 +138,9 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     for (const m of this.wiring.stateMachines) this.stateMachines.set(m.name, this.addStateMachine(m));
     this.httpApi = addHttpApi(this, this.wiring.functions, this.functions, LOG_RETENTION);
     this.inventory = props.inventory;
-    if (props.inventory) this.addInventory(props.inventory);
+    if (props.inventory) addInventoryResource(this, deployFunction(this, 'inventory', 'an inventory')!, props.inventory, LOG_RETENTION);
+    const identity = deployFunction(this, 'identity');
+    if (identity) addIdentityBootstrap(this, identity, removalPolicy);
 
     for (const [key, table] of this.tables) new CfnOutput(this, `TableName${pascal(key)}`, { value: table.tableName, description: tableEnvName(key) });
     new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName, description: BUCKET_ENV });
@@ -249,12 +253,6 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     if (f.kind === 'scheduled') this.addSchedule(f, fn, id);
     acknowledgeFunction(this, fn, f);
     return fn;
-  }
-
-  private addInventory(inventory: Inventory): void {
-    const deploy = this.wiring.functions.filter((f) => f.kind === 'deploy');
-    if (deploy.length !== 1) throw new Error(`functions/wiring.ts: an inventory needs exactly one function of kind 'deploy', found ${deploy.length}.`);
-    addInventoryResource(this, this.functions.get(deploy[0]!.name)!, inventory, LOG_RETENTION);
   }
 
   /**

@@ -8,15 +8,17 @@
  */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { App, Stack } from 'aws-cdk-lib';
-import { build } from 'esbuild';
+import { Stack } from 'aws-cdk-lib';
+import { testApp } from '../support/cdk-app.js';
+import { lambdaBundle } from '../support/bundle.js';
 import { beforeAll, describe, expect, test } from 'vitest';
 import { FUNCTIONS, type FunctionWiring } from '../../functions/wiring.js';
 import { REPO_ROOT, buildFerryApp, type FerryStack } from '../../infra/aws/ferry-stack.js';
 import { ebsDriverStatements } from '../../infra/aws/driver-permissions.js';
 import { efsDriverStatements } from '../../infra/aws/share-driver-permissions.js';
 import { REGION, recordEbsCalls, recordEbsReplicationCalls, recordEfsCalls, recordEfsMigrationCalls, type Recorded } from '../support/driver-tours.js';
-import { resolveIntrinsics, simulate, type IamRequest, type PolicyStatementJson } from '../support/iam-requests.js';
+import { resolveIntrinsics, s3GetObjectRequest, simulate, type IamRequest, type PolicyStatementJson } from '../support/iam-requests.js';
+import { imageDownloadUrl, setPresigner } from '../../functions/images/download.js';
 
 /** Each AWS driver: its sources, the module whose presence in a bundle means the function runs it, the wiring flag that says so. */
 const DRIVERS = {
@@ -41,20 +43,7 @@ function driverCommands(kind: Driver): Set<string> {
 
 /** The drivers a function's bundle (esbuild, as CDK bundles it) contains. */
 async function bundledDrivers(entry: string): Promise<Set<Driver>> {
-  const out = await build({
-    entryPoints: [resolve(REPO_ROOT, entry)],
-    bundle: true,
-    write: false,
-    metafile: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node22',
-    mainFields: ['module', 'main'],
-    external: ['@aws-sdk/*'],
-    outdir: '/tmp/ferry-permissions-bundle',
-    logLevel: 'silent',
-  });
-  const inputs = Object.keys(out.metafile.inputs);
+  const inputs = Object.keys((await lambdaBundle(entry, '/tmp/ferry-permissions-bundle')).inputs);
   return new Set(KINDS.filter((k) => inputs.some((input) => input.endsWith(DRIVERS[k].module))));
 }
 
@@ -67,17 +56,17 @@ beforeAll(async () => {
   recorded.set('aws-ebs', [...(await recordEbsCalls()), ...(await recordEbsReplicationCalls())]);
   recorded.set('aws-efs', [...(await recordEfsCalls()), ...(await recordEfsMigrationCalls())]);
   for (const f of FUNCTIONS) reach.set(f.name, await bundledDrivers(f.entry));
-  ({ stack } = buildFerryApp(new App(), { nag: false }));
+  ({ stack } = buildFerryApp(testApp(), { nag: false }));
   resources = (await import('aws-cdk-lib/assertions')).Template.fromStack(stack).toJSON().Resources;
 }, 240_000);
 
 /** Every statement of a function's execution role, with intrinsics resolved. */
-function roleStatements(name: string): PolicyStatementJson[] {
+function roleStatements(name: string, arns: Record<string, string> = {}): PolicyStatementJson[] {
   const role = stack.functions.get(name)!.role!;
   const roleId = Stack.of(role).resolve(Stack.of(role).getLogicalId(role.node.defaultChild as never)) as string;
   return Object.values(resources)
     .filter((r) => (r.Type === 'AWS::IAM::Policy' || r.Type === 'AWS::IAM::ManagedPolicy') && JSON.stringify(r.Properties.Roles).includes(`"${roleId}"`))
-    .flatMap((r) => resolveIntrinsics(r.Properties.PolicyDocument.Statement) as PolicyStatementJson[]);
+    .flatMap((r) => resolveIntrinsics(r.Properties.PolicyDocument.Statement, arns) as PolicyStatementJson[]);
 }
 
 /** The drivers' actions a role holds: EC2's and EFS's, but the NFS client actions of the share storage's mount (copy-worker.test.ts's). */
@@ -210,5 +199,42 @@ describe('the check can fail', () => {
       { action: 'elasticfilesystem:TagResource', resource: fs.replace('fs-someone-elses', 'fs-1'), context: { 'aws:ResourceTag/ferry:backend': 'ferry@efs-a', 'aws:RequestTag/ferry:backend': 'ferry@efs-b', 'aws:TagKeys': ['ferry:backend'] } },
     ];
     for (const c of cases) expect((await simulate(statements, c)).allowed, `${c.action} ${c.resource}`).toBe(false);
+  });
+});
+
+/**
+ * A presigned URL is authorized when it is used, as the role that signed it: the image API's
+ * download URL (functions/images/download.ts) works only while that role may GetObject the key.
+ */
+describe('the image API\'s presigned downloads', () => {
+  const BUCKET = 'ferry-images-test';
+  /** The request S3 will authorize for the URL the image API signs (the signer records its input). */
+  async function presignedRequest(): Promise<IamRequest> {
+    const signed: { Bucket: string; Key: string }[] = [];
+    const saved = process.env.FERRY_BUCKET;
+    process.env.FERRY_BUCKET = BUCKET;
+    setPresigner(undefined, async (_client, input) => (signed.push(input), 'https://signed.example/'));
+    try {
+      await imageDownloadUrl('0b3f4c6e-1d2a-4f5b-8c7d-9e0f1a2b3c4d');
+    } finally {
+      setPresigner(undefined);
+      if (saved === undefined) delete process.env.FERRY_BUCKET;
+      else process.env.FERRY_BUCKET = saved;
+    }
+    expect(signed).toHaveLength(1);
+    return s3GetObjectRequest(signed[0]!);
+  }
+  const withBucket = (name: string) => roleStatements(name, { [stack.resolve(stack.getLogicalId(stack.bucket.node.defaultChild as never)) as string]: `arn:aws:s3:::${BUCKET}` });
+
+  test('the image-api role allows the GetObject its download URL stands for, under images/ only', async () => {
+    const request = await presignedRequest();
+    expect(request.resource).toBe(`arn:aws:s3:::${BUCKET}/images/0b3f4c6e-1d2a-4f5b-8c7d-9e0f1a2b3c4d`);
+    const statements = withBucket('image-api');
+    expect(await simulate(statements, request)).toMatchObject({ allowed: true });
+    expect((await simulate(statements, { ...request, resource: `arn:aws:s3:::${BUCKET}/tmp/snapshot` })).allowed).toBe(false);
+  });
+
+  test('the check can fail: a role without the bucket (network-api) is denied the same request', async () => {
+    expect((await simulate(withBucket('network-api'), await presignedRequest())).allowed).toBe(false);
   });
 });

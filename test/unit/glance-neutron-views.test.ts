@@ -9,24 +9,9 @@ import { applyPatch, parseCreate } from '../../functions/images/validation.js';
 import { imageView } from '../../functions/images/views.js';
 import { subnetView } from '../../functions/networks/views.js';
 import type { Image } from '../../functions/servers/model.js';
+import { imageFixture } from '../support/image-fixtures.js';
 
-const image: Image = {
-  id: '0b3f4c6e-1d2a-4f5b-8c7d-9e0f1a2b3c4d',
-  name: 'img',
-  status: 'queued',
-  sizeBytes: 0,
-  minDisk: 0,
-  minRam: 0,
-  diskFormat: 'raw',
-  containerFormat: 'bare',
-  visibility: 'private',
-  ownerProjectId: 'demo',
-  properties: { os_distro: 'cirros' },
-  objectKey: 'images/x',
-  sha256: null,
-  createdAt: '2026-01-01T00:00:00.000Z',
-  updatedAt: '2026-01-01T00:00:00.000Z',
-};
+const image: Image = imageFixture({ properties: { os_distro: 'cirros' }, objectKey: 'images/x' });
 
 const statusOf = (f: () => unknown) => {
   try {
