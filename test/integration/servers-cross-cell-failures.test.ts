@@ -14,6 +14,7 @@ import { action, serverState, settled } from '../support/nova.js';
 import {
   allocsByHost, crossCellSuite, apiMigrations, attachmentRecords, CELL2_HOSTS, cell1Server, copies, expectSettledOn, LONG, readRoot, readVolume, TEST, type XServer,
 } from '../support/cross-cell.js';
+import { fullRunRow } from '../support/failure-rows.js';
 
 const { nova, cinder, servers } = crossCellSuite();
 
@@ -72,7 +73,7 @@ async function expectBackOnSource(name: string, r: { s: XServer; body: any }, at
 
 describe('cross-cell resize failures (reference §1.7)', () => {
   // Row 1: the external API checks fail before anything is made. Upstream and Ferry: task None, migration error.
-  test('external API checks fail', TEST, async () => {
+  fullRunRow('external API checks fail', TEST, async () => {
     const r = await failedResize('xf1', () => injectFault({ kind: 'nova', backend: 'conductor', method: 'external_api_checks', mode: 'fail' }));
     await expectBackOnSource('xf1', r, r.attS);
   });
@@ -86,7 +87,7 @@ describe('cross-cell resize failures (reference §1.7)', () => {
   });
 
   // Row 3: power-off at the source fails. Upstream and Ferry: vm unchanged, task None; the image, att_D and TGT deleted.
-  test('prep at source: power-off fails', TEST, async () => {
+  fullRunRow('prep at source: power-off fails', TEST, async () => {
     const r = await failedResize('xf3', () => injectFault({ kind: 'compute', backend: 'cmp1', method: 'powerOff', mode: 'fail' }));
     await expectBackOnSource('xf3', r, r.attS);
   });
@@ -100,14 +101,14 @@ describe('cross-cell resize failures (reference §1.7)', () => {
 
   // Row 5 [e]: terminating the volume connections fails (the original attachment's delete). Upstream:
   // ERROR, hard reboot needed. Ferry: the guest defined again on cmp1 from its kept disks, the volume reconnected.
-  test('prep at source: terminate volume connections fails', TEST, async () => {
+  fullRunRow('prep at source: terminate volume connections fails', TEST, async () => {
     const r = await failedResize('xf5', () => injectFault({ kind: 'cinder', backend: 'nova', method: 'attachment_delete', mode: 'fail', times: 1 }));
     // The rollback made a new attachment for cmp1 (the original one was being replaced).
     await expectBackOnSource('xf5', r);
   });
 
   // Row 6 [d]: the spawn at the destination fails. Upstream: ERROR, att_S2 without a connector. Ferry: back on cmp1.
-  test('finish at dest fails (spawn)', TEST, async () => {
+  fullRunRow('finish at dest fails (spawn)', TEST, async () => {
     const r = await failedResize('xf6', () => onCell2('spawn'));
     await expectBackOnSource('xf6', r);
   });

@@ -12,6 +12,7 @@ import { action, serverState, settled } from '../support/nova.js';
 import {
   allocsByHost, crossCellSuite, apiMigrations, attachmentRecords, CELL2_HOSTS, cell1Server, copies, expectSettledOn, guestsOn, LONG, migrationRecords, readRoot, readVolume, TEST, type XServer,
 } from '../support/cross-cell.js';
+import { fullRunRow } from '../support/failure-rows.js';
 
 const { nova, cinder, servers } = crossCellSuite();
 
@@ -39,7 +40,7 @@ async function expectUsableOn(s: XServer, name: string, on: string): Promise<voi
 describe('cross-cell confirm and revert failures (reference §1.7)', () => {
   // Confirm row [i]: the source compute fails. Upstream: TGT and SRC ERROR, SRC left. Ferry: usable
   // on the dest with a fault, migration error, SRC copy and att_S2 gone; the kept source disks go with the delete.
-  test('confirm: the source compute fails', TEST, async () => {
+  fullRunRow('confirm: the source compute fails', TEST, async () => {
     const { s, dest } = await resized('xr1');
     const mig = (await migrationRecords(s.id))[0]!.migration;
     injectFault({ kind: 'compute', backend: 'cmp1', method: 'confirmMigration', mode: 'fail' });
@@ -85,7 +86,7 @@ describe('cross-cell confirm and revert failures (reference §1.7)', () => {
 
   // Revert row [j]: the dest revert fails after the flip. Upstream: SRC ERROR, TGT left (B3).
   // Ferry: finished forward on the source (the rollback repeats the dest part), a fault.
-  test('revert: the dest revert fails', TEST, async () => {
+  fullRunRow('revert: the dest revert fails', TEST, async () => {
     const { s, dest } = await resized('xr3');
     injectFault({ kind: 'compute', backend: dest, method: 'destroy', mode: 'fail', times: 1 });
     await action(nova, s.id, { revertResize: null }, 202);
@@ -100,7 +101,7 @@ describe('cross-cell confirm and revert failures (reference §1.7)', () => {
   });
 
   // Revert row: finish at the source fails once. Upstream: SRC ERROR. Ferry: the rollback finishes it, ACTIVE with a fault.
-  test('revert: finish at source fails', TEST, async () => {
+  fullRunRow('revert: finish at source fails', TEST, async () => {
     const { s } = await resized('xr4');
     injectFault({ kind: 'compute', backend: 'cmp1', method: 'finishRevertMigration', mode: 'fail', times: 1 });
     await action(nova, s.id, { revertResize: null }, 202);

@@ -32,6 +32,7 @@ import { REPO_ROOT } from '../../infra/local/http.js';
 import { fillShare, manilaClient, migrationStartBody, shareDigest, useFastMigrationEnv } from '../support/manila.js';
 import { eventually } from '../support/poll.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { fullRunRow } from '../support/failure-rows.js';
 
 let stack: TestLocalStack;
 const m = manilaClient(() => stack.url);
@@ -259,7 +260,7 @@ describe('phase 1, host-assisted (nfs-a to nfs-c)', () => {
     await expectCleanOnSource(sc, 'migration_error');
   }, 120_000);
 
-  test('the copy worker killed with SIGKILL mid-copy -> started again, resumes from its journal, data_copying_completed', async () => {
+  fullRunRow('the copy worker killed with SIGKILL mid-copy -> started again, resumes from its journal, data_copying_completed', async () => {
     const sc = await scenario(HOST_DEST, { bigBytes: 8 * 1024 * 1024, files: 80 });
     process.env.FERRY_COPY_BYTES_PER_SECOND = String(2 * 1024 * 1024);
     const mid = await start(sc);
@@ -421,7 +422,7 @@ describe('the cleanup fails', () => {
 // ---- whole-stack crashes -----------------------------------------------------------------------
 
 describe('the whole stack stops mid-copy', () => {
-  test('stack.restart() in this process mid-copy: the RUNNING execution resumes and completes with identical data', async () => {
+  fullRunRow('stack.restart() in this process mid-copy: the RUNNING execution resumes and completes with identical data', async () => {
     const sc = await scenario(HOST_DEST, { bigBytes: 8 * 1024 * 1024, files: 80 });
     // stop() lets in-flight tasks (this copy) run for up to 10 s before DynamoDB Local goes: the
     // copy must outlast that, or it simply finishes before the restart. Two threads at 256 KiB/s
