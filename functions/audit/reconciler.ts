@@ -19,6 +19,7 @@ import { DependencyError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { abandonOperation, findOperationsWithoutExecution } from '../servers/abandon.js';
 import { recoverPendingAccess } from '../shares/recovery.js';
+import { recoverPendingResizes } from '../shares/resize-recovery.js';
 import { recoverPendingSnapshots } from '../snapshots/recovery.js';
 import { recoverPendingExtends } from '../volumes/recovery.js';
 import { runAudit } from './audit.js';
@@ -102,6 +103,10 @@ async function finishIntents(before: Date): Promise<RepairRecord[]> {
   // Share access rules a crashed allow_access / deny_access left pending (functions/shares/recovery.ts).
   for (const r of await recoverPendingAccess({ before })) {
     out.push({ kind: 'pending-access', resource: `share ${r.shareId}`, saw: r.detail, did: r.action, outcome: r.action === 'failed' ? 'failed' : 'repaired' });
+  }
+  // Share extends and shrinks a crashed action left extending or shrinking (functions/shares/resize-recovery.ts).
+  for (const r of await recoverPendingResizes({ before })) {
+    out.push({ kind: 'pending-resize', resource: `share ${r.shareId}`, saw: r.detail, did: r.action, outcome: r.action === 'failed' ? 'failed' : 'repaired' });
   }
   // Share backend repairs (quota, stray replications) a pass left as intents (functions/audit/share-backend-repairs.ts).
   out.push(...(await recoverShareRepairs({ before })));

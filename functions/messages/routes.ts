@@ -40,6 +40,7 @@ export const MANILA_ACTIONS: Record<string, string> = {
   '002': 'create',
   '007': 'delete',
   '008': 'extend',
+  '009': 'shrink',
   '010': 'update access rules',
   '901': 'migrate',
 };
@@ -49,6 +50,11 @@ export const MIGRATION_FAILED_DETAIL = '901';
 export const MANILA_DETAILS: Record<string, string> = {
   '001': 'An unknown error occurred.',
   '002': 'No storage could be allocated for this share request. Trying again with a different size or share type may succeed.',
+  '015':
+    'Share Driver failed to extend share, The share status has been set to extending_error. This action cannot be re-attempted until the status has been rectified. Contact your administrator to determine the cause of this failure.',
+  '018':
+    'Share Driver refused to shrink the share. The size to be shrunk is smaller than the current used space. The share status has been set to available. Please select a size greater than the current used space.',
+  '019': 'Share Driver does not support shrinking shares. Shrinking share operation failed.',
   '901': 'Share migration failed.',
 };
 

@@ -1,7 +1,7 @@
 /**
  * `POST /shares/{id}/action` (M/api/v2/shares.py, the action handlers of the share controller):
  * dispatches through SHARE_ACTIONS by the body's one key and the request's version. The access
- * actions and reset_status are registered here; the migration work adds its actions with
+ * actions, extend and shrink (resize.ts) and reset_status are registered here; the migration work adds its actions with
  * `registerShareAction` (experimental ones need `X-OpenStack-Manila-API-Experimental`).
  */
 import { json, type ApiRequest, type ApiResponse } from '../core/api.js';
@@ -12,6 +12,7 @@ import { boolFromString } from '../core/strutils.js';
 import { accessList, allowAccess, denyAccess } from './access.js';
 import { type Share } from './model.js';
 import { getShareScoped, updateShare } from './repo.js';
+import { extend, shrink } from './resize.js';
 import { isObject } from './validation.js';
 
 registerPolicies({
@@ -50,6 +51,11 @@ registerShareAction('os-deny_access', { maxVersion: '2.6', handler: denyAccess }
 registerShareAction('deny_access', { minVersion: '2.7', handler: denyAccess });
 registerShareAction('os-access_list', { maxVersion: '2.6', handler: (req, s) => accessList(req, s) });
 registerShareAction('access_list', { minVersion: '2.7', maxVersion: '2.44', handler: (req, s) => accessList(req, s) });
+// M/api/v2/shares.py: extend's `force` from 2.64 (resize.ts drops it before).
+registerShareAction('os-extend', { maxVersion: '2.6', handler: extend });
+registerShareAction('extend', { minVersion: '2.7', handler: extend });
+registerShareAction('os-shrink', { maxVersion: '2.6', handler: shrink });
+registerShareAction('shrink', { minVersion: '2.7', handler: shrink });
 registerShareAction('os-reset_status', { maxVersion: '2.6', policy: 'share:reset_status', byId: resetStatus });
 registerShareAction('reset_status', { minVersion: '2.7', policy: 'share:reset_status', byId: resetStatus });
 

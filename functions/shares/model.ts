@@ -21,7 +21,12 @@ export type ShareStatus =
   | 'error_deleting'
   | 'migrating'
   | 'migrating_to'
-  | 'inactive';
+  | 'inactive'
+  | 'extending'
+  | 'extending_error'
+  | 'shrinking'
+  | 'shrinking_error'
+  | 'shrinking_possible_data_loss_error';
 
 /** M/common/constants.py task states (reference §1.6); null when no task runs. */
 export const TASK_STATES = [
@@ -112,11 +117,27 @@ export interface Share {
   migration: ShareMigration | null;
   /** How the share's last migration ended, with the reason when it failed (what `ferry watch` shows); absent before the first. */
   lastMigration?: MigrationEnd | null;
+  /** The extend or shrink under way (resize.ts): the intent of its driver call; null when none runs. */
+  resize?: ShareResize | null;
   /** What the share took from its project's quota (resource -> amount), given back when its record is removed (quotas/engine.ts). Absent on shares from before quotas until counted. */
   quota?: Record<string, number> | null;
   createdAt: string;
   updatedAt: string;
   version: number;
+}
+
+/**
+ * An extend or shrink recorded before its driver call (the intent): `id` is derived from the share
+ * and the version the resize began at, so a retried or recovered call is the same resize.
+ */
+export interface ShareResize {
+  id: string;
+  kind: 'extend' | 'shrink';
+  fromGb: number;
+  toGb: number;
+  /** Extend: the gigabytes charged to the quota and reserved on the pool at begin (given back if it fails). */
+  chargedGb: number;
+  startedAt: string;
 }
 
 /**

@@ -82,6 +82,28 @@ export async function writeShareCharged(s: Share, items: (s: Share) => TransactI
   });
 }
 
+/**
+ * Writes `items` (an extend's begin: the share `extending` at the new quota, the pool's share) with
+ * the extra gigabytes charged (M/share/api.py extend): over per_share_gigabytes is upstream's 413
+ * ShareSizeExceedsLimit, over gigabytes its ShareSizeExceedsAvailableQuota, which the share
+ * controller answers with 403.
+ */
+export async function writeShareGrowth(projectId: string, newSize: number, gb: number, items: TransactItem[]): Promise<void> {
+  await writeCharged({
+    table: 'share',
+    project: projectId,
+    deltas: { gigabytes: gb },
+    builtin: manilaBuiltin,
+    items,
+    countLegacy: () => countLegacyShares(projectId),
+    overError: () => new Forbidden('Requested share exceeds allowed project/user or share type gigabytes quota.'),
+    precheck: (limits) => {
+      const { limit } = effectiveLimit(limits, 'per_share_gigabytes', manilaBuiltin('per_share_gigabytes'));
+      if (limit >= 0 && newSize > limit) throw new OverLimit(`Requested share size ${newSize} is larger than maximum allowed limit ${limit}.`);
+    },
+  });
+}
+
 // ---- API ------------------------------------------------------------------------------------------
 
 const P = { show: 'quota_set:show', update: 'quota_set:update', delete: 'quota_set:delete', classShow: 'quota_class_set:show', classUpdate: 'quota_class_set:update' } as const;

@@ -1,7 +1,7 @@
 /**
  * The real manila CLI (python3-manilaclient 4.1.1) drives the local stack's Manila v2 API in
  * bypass-url/token mode (reference §4.1): create, list, show, access-allow, access-list,
- * share-export-location-list, pool-list, service-list, delete.
+ * share-export-location-list, extend, shrink, pool-list, service-list, delete.
  */
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -57,7 +57,7 @@ afterAll(async () => stack?.stop());
 
 describe('manila CLI', () => {
   test(
-    'create, list, show, access-allow, access-list, export locations, delete',
+    'create, list, show, access-allow, access-list, export locations, extend, shrink, delete',
     async () => {
       // Act
       const created = parsePropertyTable(await manila('create', 'NFS', '1', '--name', 'x'));
@@ -81,6 +81,12 @@ describe('manila CLI', () => {
       expect(locations).toHaveLength(1);
       const path = locations[0]!.Path!;
       expect(existsSync(path)).toBe(true);
+
+      // extend and shrink (--wait polls until the share is available again).
+      await manila('extend', '--wait', 'x', '3');
+      expect(parsePropertyTable(await manila('show', 'x'))).toMatchObject({ status: 'available', size: '3' });
+      await manila('shrink', '--wait', 'x', '2');
+      expect(parsePropertyTable(await manila('show', 'x'))).toMatchObject({ status: 'available', size: '2' });
 
       await manila('delete', 'x');
       await eventually(async () => (await manilaRaw('demo:demo', ['show', id])).code !== 0 || undefined, `share ${id} deleted`, { timeoutMs: 40_000, intervalMs: 200 });

@@ -179,7 +179,7 @@ export interface ShareQuotaDriver {
 /**
  * Manila's ShareShrinkingPossibleDataLoss (M/exception.py): the size asked is below what the share
  * holds. Manila's share manager answers it by setting the share back to `available` with a user
- * message (action shrink, detail 023 DRIVER_REFUSED_SHRINK), not with an error status.
+ * message (action shrink, detail 018 DRIVER_REFUSED_SHRINK), not with an error status.
  */
 export class ShareShrinkingPossibleDataLoss extends DriverError {}
 

@@ -13,6 +13,10 @@
  * `<destRoot>/<destName>.migration.json`, migration_continue copies for a bounded time
  * (FERRY_SHARE_MIGRATION_SLICE_MS, default 2000 ms) and resumes from that state in any process,
  * migration_complete does a final sync, then removes the source share and its rules.
+ *
+ * The size: a directory has none, so the share's size is a quota recorded beside it
+ * (`<root>/<name>.size.json`, local-size.ts): extend records a larger one, shrink refuses a size
+ * below what the directory holds (ShareShrinkingPossibleDataLoss), shareUsage reports both.
  */
 import { chmod, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join, resolve, sep } from 'node:path';
@@ -30,7 +34,11 @@ import type {
   ShareDriverFeatures,
   ShareDriverKind,
   SharePoolCapabilities,
+  ShareUsage,
 } from './driver.js';
+// The error class is a value; the interface types above are types only.
+import { ShareShrinkingPossibleDataLoss } from './driver.js';
+import { GIB, readRecordedSize, removeRecordedSize, usedBytes, writeRecordedSize } from './local-size.js';
 import { copyPass, directoryExists, isEmptyDirectory, pathExists, planSource, removeTree } from './local-migration-copy.js';
 import {
   newState,
@@ -104,6 +112,8 @@ export class LocalShareDriver implements ShareDriver {
     const path = this.path(req.name);
     await mkdir(this.config.root, { recursive: true });
     await mkdir(path, { recursive: true, mode: 0o755 });
+    // A retried create finds the size it recorded; a share that was extended keeps its larger size.
+    if ((await readRecordedSize(path)) === undefined) await writeRecordedSize(path, req.sizeGb);
     return { name: req.name, exportLocation: path };
   }
 
@@ -117,6 +127,7 @@ export class LocalShareDriver implements ShareDriver {
     }
     await rm(path, { recursive: true, force: true });
     await rm(path + RULES_SUFFIX, { force: true });
+    await removeRecordedSize(path);
   }
 
   async getShare(name: string): Promise<BackendShare | undefined> {
@@ -274,9 +285,13 @@ export class LocalShareDriver implements ShareDriver {
           writeState(ep.statePath, state);
         }
       }
-      // The destination holds the share: the source backend is cleaned, as Manila expects of the driver.
+      // The destination holds the share: its recorded size goes with it, then the source backend is
+      // cleaned, as Manila expects of the driver.
+      const sourceSize = await readRecordedSize(ep.sourceDir);
+      if (sourceSize !== undefined && (await readRecordedSize(ep.destDir)) === undefined) await writeRecordedSize(ep.destDir, sourceSize);
       removeTree(ep.sourceDir);
       await rm(ep.sourceDir + RULES_SUFFIX, { force: true });
+      await removeRecordedSize(ep.sourceDir);
       removeState(ep.statePath);
       return [ep.destDir];
     });
@@ -303,6 +318,53 @@ export class LocalShareDriver implements ShareDriver {
 
   async migrationGetProgress(req: MigrationRequest): Promise<MigrationProgress> {
     return this.migrationStep(req, 'migration_get_progress', async (ep) => progressOf(this.loadState(ep)));
+  }
+
+  // ---- the size: a recorded quota (local-size.ts) -----------------------------------------------
+
+  private async existingPath(name: string): Promise<string> {
+    if (!(await this.getShare(name))) throw new DriverError(`Share ${name} does not exist on ${this.config.host}.`);
+    return this.path(name);
+  }
+
+  /** Manila's extend_share: records the larger size (the same size: no change; smaller: DriverError). */
+  async extendShare(name: string, newSizeGb: number): Promise<void> {
+    const path = await this.existingPath(name);
+    const size = await readRecordedSize(path);
+    if (size === newSizeGb) return;
+    if (!Number.isInteger(newSizeGb) || newSizeGb < 1 || (size !== undefined && newSizeGb < size)) {
+      throw new DriverError(`Cannot extend ${name} on ${this.config.host} from ${size ?? 'an unrecorded size'} GiB to ${newSizeGb} GiB.`);
+    }
+    await writeRecordedSize(path, newSizeGb);
+  }
+
+  /**
+   * Manila's shrink_share: below what the directory holds is ShareShrinkingPossibleDataLoss, and
+   * nothing is changed (the same size: no change; larger: DriverError).
+   */
+  async shrinkShare(name: string, newSizeGb: number): Promise<void> {
+    const path = await this.existingPath(name);
+    const size = await readRecordedSize(path);
+    if (size === newSizeGb) return;
+    if (!Number.isInteger(newSizeGb) || newSizeGb < 1 || (size !== undefined && newSizeGb > size)) {
+      throw new DriverError(`Cannot shrink ${name} on ${this.config.host} from ${size ?? 'an unrecorded size'} GiB to ${newSizeGb} GiB.`);
+    }
+    const used = await usedBytes(path);
+    if (used > newSizeGb * GIB) {
+      throw new ShareShrinkingPossibleDataLoss(`backend ${this.config.host}: ${name} holds ${used} bytes, more than ${newSizeGb} GiB: shrinking it could lose data`, {
+        context: { host: this.config.host, name, usedBytes: used, sizeGb: size, newSizeGb },
+      });
+    }
+    await writeRecordedSize(path, newSizeGb);
+  }
+
+  /** The recorded size (0 when none is recorded) and what the directory holds; nothing blocks writes here. */
+  async shareUsage(name: string): Promise<ShareUsage | undefined> {
+    if (!(await this.getShare(name))) return undefined;
+    const path = this.path(name);
+    const sizeGb = (await readRecordedSize(path)) ?? 0;
+    const used = await usedBytes(path);
+    return { name, sizeGb, usedBytes: used, overQuota: sizeGb > 0 && used > sizeGb * GIB, writesBlocked: false };
   }
 
   async connectionGetInfo(name: string): Promise<ConnectionInfo> {

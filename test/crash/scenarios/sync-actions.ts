@@ -7,9 +7,11 @@
  *   POST /snapshots, DELETE /snapshots/{id} functions/snapshots/routes.ts (createSnapshot, deleteSnapshot)
  *   POST /volumes/{id}/action os-extend     functions/volumes/actions.ts (extendVolume)
  *   POST /shares/{id}/action allow_access   functions/shares/access.ts:42 (updateAccess), deny_access likewise
+ *   POST /shares/{id}/action extend, shrink functions/shares/resize.ts runResize (extendShare, shrinkShare)
  */
 import { randomUUID } from 'node:crypto';
 import { getAttachmentRecord } from '../../../functions/attachments/repo.js';
+import { getShare } from '../../../functions/shares/repo.js';
 import { getSnapshot } from '../../../functions/snapshots/repo.js';
 import { getVolume } from '../../../functions/volumes/repo.js';
 import { manilaClient } from '../../support/manila.js';
@@ -147,7 +149,27 @@ export function syncActionScenarios(stack: TestLocalStack): CrashScenario<any>[]
     },
   };
 
-  return [update, createWithConnector, remove, snapshotCreate, snapshotDelete, extend, allowAccess, denyAccess];
+  /** A resize ends at one size or the other: finished at `to`, rolled back at `from` (an error state counts as rolled back). */
+  const resized = (from: number, to: number) => async (f: { id: string }) => {
+    const s = await getShare(f.id);
+    if (!s || s.resize) return undefined;
+    if (s.status === 'available') return s.size === to ? 'finished' : s.size === from ? 'rolled-back' : undefined;
+    return s.status === 'extending_error' || s.status === 'shrinking_error' ? 'rolled-back' : undefined;
+  };
+  const shareExtend: CrashScenario<{ id: string }> = {
+    name: 'POST /shares/{id}/action extend',
+    setup: async () => ({ id: (await m.availableShare('nfs-a', { name: `crash-${randomUUID().slice(0, 8)}` })).id }),
+    start: async (f) => ok('extend', [202])(await m.action(f.id, { extend: { new_size: 2 } })),
+    outcome: resized(1, 2),
+  };
+  const shareShrink: CrashScenario<{ id: string }> = {
+    name: 'POST /shares/{id}/action shrink',
+    setup: async () => ({ id: (await m.availableShare('nfs-a', { name: `crash-${randomUUID().slice(0, 8)}`, size: 2 })).id }),
+    start: async (f) => ok('shrink', [202])(await m.action(f.id, { shrink: { new_size: 1 } })),
+    outcome: resized(2, 1),
+  };
+
+  return [update, createWithConnector, remove, snapshotCreate, snapshotDelete, extend, allowAccess, denyAccess, shareExtend, shareShrink];
 }
 
 export const SYNC_ACTION_SCENARIOS = [
@@ -159,4 +181,6 @@ export const SYNC_ACTION_SCENARIOS = [
   'POST /volumes/{id}/action os-extend',
   'POST /shares/{id}/action allow_access',
   'POST /shares/{id}/action deny_access',
+  'POST /shares/{id}/action extend',
+  'POST /shares/{id}/action shrink',
 ];
