@@ -144,8 +144,9 @@ export async function recordNewVolume(auth: AuthContext, r: NewVolumeRequest, id
     volumeTypeId: type.id,
     volumeTypeName: type.name,
     multiattach: isMultiattachType(type),
-    // create_volume.py enable_bootable_flag: a volume made from an image is bootable.
-    bootable: !!source?.image,
+    // create_volume.py enable_bootable_flag: a volume made from an image is bootable, and one made
+    // from a bootable volume or its snapshot (recorded here rather than when the copy is done).
+    bootable: !!source?.image || !!source?.bootableFrom,
     host: null,
     backendName: defaultBackendName(id),
     providerLocation: null,
@@ -165,7 +166,7 @@ export async function recordNewVolume(auth: AuthContext, r: NewVolumeRequest, id
     snapshotId: source?.ref.kind === 'snapshot' ? source.ref.id : null,
     sourceVolid: source?.ref.kind === 'volume' ? source.ref.id : null,
     source: source?.ref ?? null,
-    imageMetadata: source?.image ? imageMetadataOf(source.image) : null,
+    imageMetadata: source?.image ? imageMetadataOf(source.image) : (source?.bootableFrom?.imageMetadata ?? null),
     createdAt: at,
     updatedAt: at,
     version: 1,

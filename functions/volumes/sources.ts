@@ -93,7 +93,15 @@ export interface ResolvedSource {
   availabilityZone: string | null;
   statuses: readonly string[];
   image?: ImageSourceInfo;
+  /**
+   * A volume or snapshot source's originating volume was bootable: create_volume.py's
+   * _create_from_source_volume and _create_from_snapshot make the new volume bootable and copy its
+   * volume_glance_metadata (_handle_bootable_volume_glance_meta).
+   */
+  bootableFrom?: { imageMetadata: Record<string, string> | null };
 }
+
+const bootableFrom = (v: Volume): ResolvedSource['bootableFrom'] => (v.bootable ? { imageMetadata: v.imageMetadata ?? null } : undefined);
 
 const GIB = 1024 ** 3;
 
@@ -132,6 +140,7 @@ export async function resolveSource(auth: AuthContext, r: { snapshotId: string |
       volumeTypeId: parent.volumeTypeId,
       availabilityZone: parent.availabilityZone,
       statuses: SNAPSHOT_PROCEED_STATUS,
+      bootableFrom: bootableFrom(parent),
     };
   }
   if (r.sourceVolid) {
@@ -144,6 +153,7 @@ export async function resolveSource(auth: AuthContext, r: { snapshotId: string |
       volumeTypeId: v.volumeTypeId,
       availabilityZone: v.availabilityZone,
       statuses: SRC_VOL_PROCEED_STATUS,
+      bootableFrom: bootableFrom(v),
     };
   }
   if (r.imageId) {

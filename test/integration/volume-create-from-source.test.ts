@@ -299,6 +299,16 @@ describe('from an image (imageRef)', () => {
     // image_id is the other name of imageRef.
     const other = await newVolume({ image_id: image.id, size: 1 });
     expect((await api('GET', `/volumes/${other.id}`)).body.volume.volume_image_metadata.image_id).toBe(image.id);
+
+    // A clone of it and a volume from its snapshot are bootable with its image metadata
+    // (_handle_bootable_volume_glance_meta; Tempest test_create_from_bootable_volume); a plain source's are not.
+    const clone = await newVolume({ source_volid: v.id });
+    const fromSnap = await newVolume({ snapshot_id: await snapshotOf(v.id) });
+    for (const id of [clone.id, fromSnap.id]) {
+      expect((await api('GET', `/volumes/${id}`)).body.volume).toMatchObject({ bootable: 'true', volume_image_metadata: shown.volume_image_metadata });
+    }
+    const plainClone = await newVolume({ source_volid: (await newVolume({ size: 1 })).id });
+    expect((await api('GET', `/volumes/${plainClone.id}`)).body.volume.bootable).toBe('false');
   });
 
   test.each([
