@@ -218,6 +218,10 @@ export function createApiHandler(def: ApiDefinition) {
         path = versionedBase + '/' + rest.slice(1).join('/');
       }
     }
+    // Upstream's routers (Routes) match `/volumes` but not `/volumes/`: a trailing slash past the
+    // version root is a 404 (Tempest's test_get_volume_without_passing_volume_id: show with an
+    // empty id), while `/v3/` and the service root keep answering discovery.
+    if (rawPath.endsWith('/') && path !== versionedBase && path !== def.rootPath && path !== '/') throw new NotFound();
     ev.ferry = { urlProjectId, requestId, rawPath };
     ev.requestContext = { ...ev.requestContext, http: { ...ev.requestContext.http, path } };
     const result = (await router(ev as never, context)) as APIGatewayProxyStructuredResultV2;

@@ -118,7 +118,8 @@ describe('version discovery and unknown paths', () => {
     expect(listed.body.versions.map((v: any) => [v.id, v.version])).toEqual([['v3.0', '3.70']]);
     const bare = await fetch(`${stack.url}/volume/v3`, { redirect: 'manual' });
     expect([bare.status, bare.headers.get('location')]).toEqual([302, `${stack.url}/volume/v3/`]);
-    for (const path of ['/foo', '/foo/', '/demo/foo']) {
+    // '/volumes/': a trailing slash past the version root (Tempest: show with an empty id).
+    for (const path of ['/foo', '/foo/', '/demo/foo', '/volumes/']) {
       const res = await api('GET', path);
       expect({ path, status: res.status, body: res.body }).toEqual({ path, status: 404, body: { itemNotFound: { code: 404, message: 'The resource could not be found.' } } });
     }
