@@ -14,7 +14,8 @@ import { logger } from '../core/logger.js';
 import { authorize } from '../core/policy.js';
 import { backendOf, driverForHost, getBackend } from './backends.js';
 import { type Volume, type VolumeAttachStatus, type VolumeStatus } from './model.js';
-import { cancellationCodes, getVolumeScoped, removeVolumeRecord, updateVolume, writeVolumeWith } from './repo.js';
+import { writeExtendCharged } from './quotas.js';
+import { cancellationCodes, getVolumeScoped, removeVolumeRecord, updateVolume, volumeUpdate, writeVolumeWith } from './repo.js';
 import { filterAndWeigh, gatherPools, poolTotalGb, reservePoolItem } from './scheduler.js';
 import { apply, RESETTABLE_ATTACH_STATUSES, RESETTABLE_MIGRATION_STATUSES, VOLUME_STATUSES } from './transitions.js';
 import { getVolumeTypeByNameOrId, isMultiattachType, visibleType, volumeTypeKey } from './types.js';
@@ -67,8 +68,8 @@ async function rollDetaching(req: ApiRequest, v: Volume) {
 }
 
 /**
- * os-extend, run in the request: reserve the extra capacity together with `extending` (one
- * transaction), extend on the backend, then `available` at the new size, or `error_extending`
+ * os-extend, run in the request: reserve the extra capacity and charge the quota together with
+ * `extending` (one transaction), extend on the backend, then `available` at the new size, or `error_extending`
  * (capacity kept held at the new size: the backend may be partly extended; delete releases it).
  */
 async function extend(req: ApiRequest, v: Volume, args: unknown) {
@@ -80,7 +81,7 @@ async function extend(req: ApiRequest, v: Volume, args: unknown) {
   const backend = await getBackend(before.host!);
   const total = await poolTotalGb(backend, before.capacity!.pool);
   try {
-    await writeVolumeWith(before, after, [reservePoolItem(before.capacity!.pool, newSize - before.size, total)]);
+    await writeExtendCharged(before, newSize, [{ Update: volumeUpdate(before, after) }, reservePoolItem(before.capacity!.pool, newSize - before.size, total)]);
   } catch (e) {
     const codes = cancellationCodes(e);
     if (codes[1] === 'ConditionalCheckFailed') {

@@ -135,3 +135,27 @@ export async function writeVolumeCharged(v: Volume, items: (v: Volume) => Transa
     precheck: perVolumeCheck(v.size),
   });
 }
+
+/** What an extend takes (C/volume/api.py _extend: gigabytes and the type's gigabytes, by the increase). */
+export function extendTakes(v: Pick<Volume, 'size' | 'volumeTypeName'>, newSize: number): Deltas {
+  const inc = newSize - v.size;
+  return { gigabytes: inc, [`gigabytes_${v.volumeTypeName}`]: inc };
+}
+
+/**
+ * Writes an extend's items (the volume's update first, then the pool's reservation) with its quota
+ * charge: over the per-volume limit or the project's gigabytes, upstream's 413 and nothing written.
+ */
+export async function writeExtendCharged(v: Volume, newSize: number, items: TransactItem[]): Promise<void> {
+  const deltas = extendTakes(v, newSize);
+  await writeCharged({
+    table: 'volume',
+    project: v.projectId,
+    deltas,
+    builtin: cinderBuiltin,
+    items,
+    countLegacy: () => countLegacyVolumes(v.projectId),
+    overError: (overs) => volumeOverError(overs, newSize - v.size),
+    precheck: perVolumeCheck(newSize),
+  });
+}

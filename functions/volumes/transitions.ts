@@ -196,7 +196,12 @@ export function transition(v: Volume, e: VolumeEvent): TransitionResult {
       }
       if (v.status !== 'available') return new InvalidVolume(`Volume ${v.id} status must be 'available' to extend, currently ${v.status}.`);
       if (!v.capacity) return new InvalidVolume(`Volume ${v.id} holds no capacity on a pool and cannot be extended.`);
-      return next({ status: 'extending', previousStatus: v.status, capacity: { pool: v.capacity.pool, gb: e.newSize } });
+      // The record carries what it took from the quota: the extend's charge (C/volume/api.py _extend
+      // reserves gigabytes and the type's gigabytes by the increase) joins it, so delete gives it all back.
+      const inc = e.newSize - v.size;
+      const typeGb = `gigabytes_${v.volumeTypeName}`;
+      const quota = v.quota ? { ...v.quota, gigabytes: (v.quota.gigabytes ?? 0) + inc, [typeGb]: (v.quota[typeGb] ?? 0) + inc } : v.quota;
+      return next({ status: 'extending', previousStatus: v.status, capacity: { pool: v.capacity.pool, gb: e.newSize }, quota });
     }
     case 'extend-done': {
       if (v.status !== 'extending') return new InvalidVolume(`Volume ${v.id} status must be extending, but the current status is ${v.status}.`);

@@ -12,7 +12,11 @@ import type { AuthContext } from '../../functions/core/auth.js';
 import { clearDriverCache } from '../../functions/drivers/volume/registry.js';
 import { driverForHost } from '../../functions/volumes/backends.js';
 import type { LocalDynamo } from '../../infra/local/dynamo.js';
-import { getVolumeOrThrow, listVolumes, updateVolume } from '../../functions/volumes/repo.js';
+import { getVolumeOrThrow, listVolumes, removeVolumeRecord, updateVolume } from '../../functions/volumes/repo.js';
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { db } from '../../functions/core/db.js';
+import { tableName } from '../../functions/core/tables.js';
+import { usageKey } from '../../functions/quotas/engine.js';
 import { recordNewVolume } from '../../functions/volumes/create.js';
 import { seedVolumeSandbox } from '../../functions/volumes/seed.js';
 import * as steps from '../../functions/volumes/steps.js';
@@ -215,6 +219,28 @@ describe('volume actions', () => {
     const after = await getVolumeOrThrow(v.id);
     expect([after.status, after.size, after.capacity?.gb]).toEqual(['available', 5, 5]);
     expect((await (await driverForHost(after.host!)).getVolume(after.backendName))?.sizeGb).toBe(5);
+  });
+
+  test("os-extend charges the quota by the increase: over per_volume_gigabytes or gigabytes Cinder's 413, nothing changed; removing the record gives it all back", async () => {
+    const v = await availableVolume(2);
+    const used = async () => ((await db().send(new GetCommand({ TableName: tableName('volume'), Key: usageKey('demo'), ConsistentRead: true }))).Item ?? {})['u:gigabytes'] as number;
+    const quota = (quota_set: Record<string, number>) => call(handler, { method: 'PUT', path: '/volume/v3/os-quota-sets/demo', headers: V, body: { quota_set } });
+    const extend = (n: number) => call(handler, { method: 'POST', path: `/volume/v3/volumes/${v.id}/action`, headers: V, caller: DEMO, body: { 'os-extend': { new_size: n } } });
+    const before = await used();
+    await quota({ gigabytes: before + 2, per_volume_gigabytes: 6 });
+    try {
+      expect((await extend(7)).body).toEqual({ overLimit: { code: 413, message: 'Requested volume size 7G is larger than maximum allowed limit 6G.' } });
+      expect((await extend(5)).body).toEqual({ overLimit: { code: 413, message: `Requested volume or snapshot exceeds allowed gigabytes quota. Requested 3G, quota is ${before + 2}G and ${before}G has been consumed.` } });
+      expect(await getVolumeOrThrow(v.id)).toMatchObject({ status: 'available', size: 2, capacity: { gb: 2 } });
+      expect(await used()).toBe(before);
+      expect((await extend(4)).status).toBe(202);
+      expect(await used()).toBe(before + 2);
+      expect((await getVolumeOrThrow(v.id)).quota).toMatchObject({ gigabytes: 4 });
+      await removeVolumeRecord(await getVolumeOrThrow(v.id));
+      expect(await used()).toBe(before - 2);
+    } finally {
+      await quota({ gigabytes: -1, per_volume_gigabytes: -1 });
+    }
   });
 
   test('os-unmanage forgets the volume and keeps the backend object', async () => {
