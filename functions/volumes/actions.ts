@@ -15,6 +15,7 @@ import { authorize } from '../core/policy.js';
 import { backendOf, driverForHost, getBackend } from './backends.js';
 import { type Volume, type VolumeAttachStatus, type VolumeStatus } from './model.js';
 import { writeExtendCharged } from './quotas.js';
+import { setImageMetadata, showImageMetadata, unsetImageMetadata } from './image-metadata.js';
 import { cancellationCodes, getVolumeScoped, removeVolumeRecord, updateVolume, volumeUpdate, writeVolumeWith } from './repo.js';
 import { filterAndWeigh, gatherPools, poolTotalGb, reservePoolItem } from './scheduler.js';
 import { apply, RESETTABLE_ATTACH_STATUSES, RESETTABLE_MIGRATION_STATUSES, VOLUME_STATUSES } from './transitions.js';
@@ -206,6 +207,9 @@ const ACTIONS: Record<string, ActionHandler> = {
   'os-roll_detaching': rollDetaching,
   'os-extend': extend,
   'os-unmanage': unmanage,
+  'os-set_image_metadata': setImageMetadata,
+  'os-unset_image_metadata': unsetImageMetadata,
+  'os-show_image_metadata': showImageMetadata,
 };
 
 /**

@@ -28,6 +28,7 @@ const EXTENSIONS: readonly (readonly [string, string, string, string])[] = [
   ['UsedLimits', 'os-used-limits', 'Provide data on limited resources that are being used.', '2013-10-03T00:00:00+00:00'],
   ['VolumeActions', 'os-volume-actions', 'Enable volume actions.', '2012-05-31T00:00:00+00:00'],
   ['VolumeHostAttribute', 'os-vol-host-attr', 'Expose host as an attribute of a volume.', '2011-11-03T00:00:00+00:00'],
+  ['VolumeImageMetadata', 'os-vol-image-meta', 'Show image metadata associated with the volume.', '2012-12-07T00:00:00+00:00'],
   ['VolumeManage', 'os-volume-manage', 'Allows existing backend storage to be \'managed\' by Cinder.', '2014-02-10T00:00:00+00:00'],
   ['VolumeTenantAttribute', 'os-vol-tenant-attr', 'Expose the internal project_id as an attribute of a volume.', '2011-11-03T00:00:00+00:00'],
   ['VolumeTransfer', 'os-volume-transfer', 'Volume transfer management support.', '2013-05-29T00:00:00+00:00'],

@@ -47,6 +47,8 @@ export type VolumeEvent =
   /** The metadata API (C/api/v3/volume_metadata.py): merge `set` (replace: the whole map), or remove one key. */
   | { type: 'metadata'; at: string; set?: Record<string, string>; replace?: boolean; remove?: string }
   | { type: 'set-readonly'; at: string; readonly: boolean }
+  /** os-set_image_metadata (`set`, merged) or os-unset_image_metadata (`remove`, one key). */
+  | { type: 'image-metadata'; at: string; set?: Record<string, string>; remove?: string }
   | { type: 'delete-failed'; at: string; reason: string }
   | { type: 'update'; at: string; name?: string | null; description?: string | null; metadata?: Record<string, string> }
   | { type: 'reset-status'; at: string; status?: VolumeStatus; attachStatus?: VolumeAttachStatus; migrationStatus?: string | null }
@@ -162,6 +164,14 @@ export function transition(v: Volume, e: VolumeEvent): TransitionResult {
       const metadata = e.replace ? { ...(e.set ?? {}) } : { ...current, ...(e.set ?? {}) };
       if (Object.keys(metadata).length > MAX_METADATA_ITEMS) return new BadRequest(`Invalid input received: Maximum number of metadata items exceeds ${MAX_METADATA_ITEMS}.`);
       return next({ metadata });
+    }
+    case 'image-metadata': {
+      // C/volume/api.py update_volume_metadata / delete_volume_metadata (meta_type image).
+      if (v.status === 'maintenance' || v.status === 'uploading') return new InvalidVolume(`Updating volume metadata is not allowed for volumes in ${v.status} status.`);
+      const current = v.imageMetadata ?? {};
+      if (e.remove === undefined) return next({ imageMetadata: { ...current, ...e.set } });
+      if (!(e.remove in current)) return new NotFound(`Glance metadata for volume ${v.id} cannot be found.`);
+      return next({ imageMetadata: Object.fromEntries(Object.entries(current).filter(([k]) => k !== e.remove)) });
     }
     case 'set-readonly':
       if (v.status !== 'available') return new InvalidVolume(`Volume ${v.id} status must be available to update readonly flag, but current status is: ${v.status}.`);

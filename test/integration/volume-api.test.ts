@@ -243,6 +243,21 @@ describe('volume actions', () => {
     }
   });
 
+  test('image metadata actions: set merges and answers it all, show, unset one key; an unknown key 404; another project 404; bad bodies 400', async () => {
+    const v = await availableVolume(1);
+    const act = (body: unknown, caller = DEMO) => call(handler, { method: 'POST', path: `/volume/v3/volumes/${v.id}/action`, headers: V, caller, body });
+    const meta = { image_id: '5137a025-3c5f-43c1-bc64-5f41270040a5', image_name: 'image', ramdisk_id: 'somedisk' };
+    expect(await act({ 'os-set_image_metadata': { metadata: meta } })).toMatchObject({ status: 200, body: { metadata: meta } });
+    expect((await call(handler, { method: 'GET', path: `/volume/v3/volumes/${v.id}`, headers: V, caller: DEMO })).body.volume.volume_image_metadata).toEqual(meta);
+    expect((await act({ 'os-set_image_metadata': { metadata: { kernel_id: 'k' } } })).body.metadata).toEqual({ ...meta, kernel_id: 'k' });
+    expect(await act({ 'os-unset_image_metadata': { key: 'ramdisk_id' } })).toMatchObject({ status: 200 });
+    expect((await act({ 'os-show_image_metadata': {} })).body).toEqual({ metadata: { image_id: meta.image_id, image_name: 'image', kernel_id: 'k' } });
+    expect((await act({ 'os-unset_image_metadata': { key: 'ramdisk_id' } })).body).toEqual({ itemNotFound: { code: 404, message: `Glance metadata for volume ${v.id} cannot be found.` } });
+    expect((await act({ 'os-show_image_metadata': {} }, OTHER)).status).toBe(404);
+    for (const bad of [{ 'os-set_image_metadata': {} }, { 'os-set_image_metadata': { metadata: { k: 1 } } }, { 'os-unset_image_metadata': {} }]) expect((await act(bad)).status).toBe(400);
+    expect((await getVolumeOrThrow(v.id)).imageMetadata).toEqual({ image_id: meta.image_id, image_name: 'image', kernel_id: 'k' });
+  });
+
   test('os-unmanage forgets the volume and keeps the backend object', async () => {
     const v = await availableVolume(1);
     const res = await call(handler, { method: 'POST', path: `/volume/v3/volumes/${v.id}/action`, headers: V, body: { 'os-unmanage': null } });

@@ -228,3 +228,19 @@ describe('pending attach', () => {
     expect(transition(out, { type: 'pending-attach-done', at: AT })).toBe(out);
   });
 });
+
+describe('image metadata (os-set_image_metadata / os-unset_image_metadata)', () => {
+  test('set merges into what the volume has; remove drops one key; a key the volume lacks is 404', () => {
+    const v = volume({ imageMetadata: { image_id: 'i1', image_name: 'cirros' } });
+    const set = transition(v, { type: 'image-metadata', at: AT, set: { image_name: 'other', kernel_id: 'k1' } }) as Volume;
+    expect(set.imageMetadata).toEqual({ image_id: 'i1', image_name: 'other', kernel_id: 'k1' });
+    const removed = transition(set, { type: 'image-metadata', at: AT, remove: 'kernel_id' }) as Volume;
+    expect(removed.imageMetadata).toEqual({ image_id: 'i1', image_name: 'other' });
+    expectError(transition(removed, { type: 'image-metadata', at: AT, remove: 'kernel_id' }), 404, 'Glance metadata for volume v1 cannot be found.');
+    expect((transition(volume(), { type: 'image-metadata', at: AT, set: { a: 'b' } }) as Volume).imageMetadata).toEqual({ a: 'b' });
+  });
+
+  test('refused in maintenance, as update_volume_metadata', () => {
+    expectError(transition(volume({ status: 'maintenance' }), { type: 'image-metadata', at: AT, set: { a: 'b' } }), 400, 'Invalid volume: Updating volume metadata is not allowed for volumes in maintenance status.');
+  });
+});
