@@ -21,12 +21,15 @@ import { logger } from '../core/logger.js';
 import type { ComputeDriver, GuestInfo } from '../drivers/compute/driver.js';
 import { computeDriverFor } from '../drivers/compute/registry.js';
 import type { StateMachineName } from '../core/machines.js';
-import type { BlockDeviceMapping, Instance, OperationHolds, OperationKind, ServerOperation, TaskState, VmState } from './model.js';
+import type { BlockDeviceMapping, Instance, InstanceAction, OperationHolds, OperationKind, ServerOperation, TaskState, VmState } from './model.js';
 import { abandonOperation } from './abandon.js';
-import { actionPutItem, finishEvent, newAction, startEvent } from './instance-actions.js';
+import { actionPutItem, finishEvent, newAction, rememberAction, startEvent } from './instance-actions.js';
 import { findServer, loadPartition, updateServer, type InstanceChange, type LoadedServer } from './repo.js';
 
 const now = () => new Date().toISOString();
+
+/** How long compute nodes and cell mappings are cached (they change only with the inventory). */
+const NODE_CACHE_MS = 5_000;
 
 /** What a step handler receives from its machine. */
 export interface ServerStepInput {
@@ -144,6 +147,7 @@ export async function beginOperation(b: BeginOperation): Promise<Instance> {
     holds: b.holds ?? {},
     startedAt: now(),
   };
+  let action: InstanceAction | undefined;
   const written = await updateServer(cell, b.server.instance.uuid, ({ instance, bdms }) => {
     // Every operation but evacuate (which Nova does not lock-check) is refused on a locked
     // instance, here on the fresh record so a lock that landed after the dispatcher's check counts.
@@ -153,13 +157,14 @@ export async function beginOperation(b: BeginOperation): Promise<Instance> {
     b.check?.(instance, bdms);
     const extra = b.change?.(instance, bdms) ?? {};
     const base = extra.instance ?? instance;
-    const action = newAction({ ...instance, userId: b.auth.userId, projectId: instance.projectId }, b.action, b.requestId);
+    action = newAction({ ...instance, userId: b.auth.userId, projectId: instance.projectId }, b.action, b.requestId);
     return {
       ...extra,
       instance: { ...base, ...(b.taskState !== undefined ? { taskState: b.taskState } : {}), operation },
       extra: [...(extra.extra ?? []), actionPutItem(cell, action)],
     };
   });
+  if (action) rememberAction(cell, action);
   const endIt = () =>
     updateServer(cell, b.server.instance.uuid, ({ instance }) => ({
       instance: instance.operation?.requestId === b.requestId ? { ...instance, operation: null, taskState: null } : instance,
@@ -199,6 +204,20 @@ export interface StepState {
   op: ServerOperation;
 }
 
+const cellCache = new Map<string, { at: number; cell: CellMapping }>();
+
+/**
+ * A cell mapping, cached as briefly as the compute nodes (computeNodes): every step of every flow
+ * starts with its cell, which changes only when an operator's inventory does.
+ */
+async function cellOf(uuid: string): Promise<CellMapping | undefined> {
+  const hit = cellCache.get(uuid);
+  if (hit && Date.now() - hit.at < NODE_CACHE_MS) return hit.cell;
+  const cell = await getCell(uuid);
+  if (cell) cellCache.set(uuid, { at: Date.now(), cell });
+  return cell;
+}
+
 /** Thrown (and caught by the step dispatcher) when the operation this step belongs to is over. */
 export class OperationOver extends Error {}
 
@@ -209,27 +228,49 @@ export class OperationOver extends Error {}
  * mapping (one transaction), and the copy it started on may be gone by a later step.
  */
 export async function loadStep(input: ServerStepInput): Promise<StepState> {
-  const started = await getCell(input.cellUuid);
+  const started = await cellOf(input.cellUuid);
   if (started) {
     const { instance, bdms } = await loadPartition(started, input.serverId);
-    if (instance?.operation?.requestId === input.requestId) return { cell: started, instance, bdms, op: instance.operation };
+    if (instance?.operation?.requestId === input.requestId) return asStored({ cell: started, instance, bdms, op: instance.operation });
   }
   const mapped = await findServer(input.serverId);
   if (mapped && mapped.cell.uuid !== input.cellUuid && mapped.instance.operation?.requestId === input.requestId) {
     const { instance, bdms } = await loadPartition(mapped.cell, input.serverId);
-    if (instance?.operation?.requestId === input.requestId) return { cell: mapped.cell, instance, bdms, op: instance.operation };
+    if (instance?.operation?.requestId === input.requestId) return asStored({ cell: mapped.cell, instance, bdms, op: instance.operation });
   }
   throw new OperationOver(`operation ${input.requestId} of ${input.serverId} is over`);
 }
 
-/** Applies a change to the instance only while this operation is still on it. */
-export async function updateOp(s: Pick<StepState, 'cell' | 'instance' | 'op'>, change: (current: { instance: Instance; bdms: BlockDeviceMapping[]; op: ServerOperation }) => Omit<InstanceChange, 'instance'> & { instance?: Instance }): Promise<StepState> {
-  const out = await updateServer(s.cell, s.instance.uuid, ({ instance, bdms }) => {
-    if (instance.operation?.requestId !== s.op.requestId) throw new OperationOver(`operation ${s.op.requestId} of ${instance.uuid} is over`);
-    const c = change({ instance, bdms, op: instance.operation });
-    return { ...c, instance: c.instance ?? instance };
-  });
-  return { cell: s.cell, instance: out.instance, bdms: out.bdms, op: out.instance.operation! };
+/**
+ * The instances loadStep and updateOp returned, each with the BDM list stored with it: a state
+ * whose instance and BDMs are still such a pair, untouched, is what the table held at that
+ * version. A state a step made up (some BDMs filtered out, an instance changed in memory) is not,
+ * and its next write reads the partition as before.
+ */
+const stored = new WeakMap<Instance, BlockDeviceMapping[]>();
+const asStored = (s: StepState): StepState => {
+  stored.set(s.instance, s.bdms);
+  return s;
+};
+
+/**
+ * Applies a change to the instance only while this operation is still on it. A state as loadStep or
+ * updateOp returned it is the write's base, so the step does not read the partition again
+ * (repo.ts updateServer `known`: the version condition refuses it when another write came between).
+ */
+export async function updateOp(s: Pick<StepState, 'cell' | 'instance' | 'op'> & { bdms?: BlockDeviceMapping[] }, change: (current: { instance: Instance; bdms: BlockDeviceMapping[]; op: ServerOperation }) => Omit<InstanceChange, 'instance'> & { instance?: Instance }): Promise<StepState> {
+  const known = s.bdms && stored.get(s.instance) === s.bdms ? { instance: s.instance, bdms: s.bdms } : undefined;
+  const out = await updateServer(
+    s.cell,
+    s.instance.uuid,
+    ({ instance, bdms }) => {
+      if (instance.operation?.requestId !== s.op.requestId) throw new OperationOver(`operation ${s.op.requestId} of ${instance.uuid} is over`);
+      const c = change({ instance, bdms, op: instance.operation });
+      return { ...c, instance: c.instance ?? instance };
+    },
+    known,
+  );
+  return asStored({ cell: s.cell, instance: out.instance, bdms: out.bdms, op: out.instance.operation! });
 }
 
 /** Records holds on the operation BEFORE the thing they name is made (so a rollback knows of it). */
@@ -302,7 +343,7 @@ let nodeCache: { at: number; nodes: HostNode[] } | undefined;
 
 /** Every compute node with its cell (cached briefly: nodes change only when an operator adds one). */
 export async function computeNodes(): Promise<HostNode[]> {
-  if (nodeCache && Date.now() - nodeCache.at < 5_000) return nodeCache.nodes;
+  if (nodeCache && Date.now() - nodeCache.at < NODE_CACHE_MS) return nodeCache.nodes;
   const nodes = (await listComputeNodes()).map((n) => ({ cell: n.cell, node: n.value }));
   nodeCache = { at: Date.now(), nodes };
   return nodes;

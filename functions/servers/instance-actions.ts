@@ -2,12 +2,14 @@
  * Persistence of instance actions and their events (Nova's os-instance-actions records), in the
  * instance's partition of its cell's table, so an action is put in the same transaction as the
  * instance change that starts it. An event change is a write conditional on the action's
- * `updatedAt` as read; a lost race re-reads and re-applies.
+ * `updatedAt` as read (or as this process last wrote it: last-written.ts); a lost race re-reads
+ * and re-applies.
  */
-import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import type { CellMapping } from '../compute/model.js';
 import { cellTable, fromItem, type TransactItem } from '../compute/repo.js';
 import { db, isConditionFailure, withRetries } from '../core/db.js';
+import { LastWritten, stampAfter } from './last-written.js';
 import { actionKey, SERVER_GSI, type Instance, type InstanceAction, type InstanceActionEvent } from './model.js';
 
 const now = () => new Date().toISOString();
@@ -28,21 +30,28 @@ export function actionPutItem(cell: CellMapping, a: InstanceAction): TransactIte
   return { Put: { TableName: cellTable(cell), Item: actionItem(a), ConditionExpression: 'attribute_not_exists(pk)' } };
 }
 
+/** The action as this process last read or wrote it, the base of its next event write (last-written.ts). */
+const lastActions = new LastWritten<InstanceAction>();
+
+/** An action just written whole (with the instance change that starts it): the base of its first event. */
+export function rememberAction(cell: CellMapping, a: InstanceAction): void {
+  lastActions.set(`${cellTable(cell)}|${a.instanceUuid}|${a.requestId}`, a);
+}
+
 async function updateAction(cell: CellMapping, instanceUuid: string, requestId: string, change: (a: InstanceAction) => InstanceAction): Promise<void> {
+  const table = cellTable(cell);
+  const memoKey = `${table}|${instanceUuid}|${requestId}`;
   await withRetries(
-    async () => {
-      const out = await db().send(new GetCommand({ TableName: cellTable(cell), Key: actionKey(instanceUuid, requestId), ConsistentRead: true }));
-      if (!out.Item) return; // the instance was hard-deleted (or the action never recorded): nothing to note
-      const before = fromItem<InstanceAction>(out.Item);
-      const after = change(before);
-      await db().send(
-        new PutCommand({
-          TableName: cellTable(cell),
-          Item: actionItem({ ...after, updatedAt: now() }),
-          ConditionExpression: 'updatedAt = :u',
-          ExpressionAttributeValues: { ':u': before.updatedAt },
-        }),
-      );
+    async (attempt) => {
+      let before = attempt === 0 ? lastActions.get(memoKey) : undefined;
+      if (!before) {
+        const out = await db().send(new GetCommand({ TableName: table, Key: actionKey(instanceUuid, requestId), ConsistentRead: true }));
+        if (!out.Item) return; // the instance was hard-deleted (or the action never recorded): nothing to note
+        before = fromItem<InstanceAction>(out.Item);
+      }
+      const after = { ...change(before), updatedAt: stampAfter(before.updatedAt) };
+      // Another writer came between (or the item is gone): refused, and the next attempt reads it afresh.
+      await lastActions.putIfStamp(memoKey, table, actionItem(after), before.updatedAt, after);
     },
     { retryable: (e) => isConditionFailure(e) },
   );

@@ -1,13 +1,15 @@
 /**
  * Persistence of migrations (Nova's Migration records) in their cell's table: the integer id from
  * an atomic per-cell counter, puts conditional on creation or on the status they leave, and field
- * updates conditional on the `updatedAt` read (a lost race re-reads and re-applies).
+ * updates conditional on the `updatedAt` read (or last written by this process: last-written.ts; a
+ * lost race re-reads and re-applies).
  */
-import { GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import type { CellMapping } from '../compute/model.js';
 import { cellTable, fromItem, listCells, type TransactItem } from '../compute/repo.js';
 import { db, isConditionFailure, queryAll, withRetries } from '../core/db.js';
 import { NotFound } from '../core/errors.js';
+import { LastWritten, stampAfter } from './last-written.js';
 import { migrationCounterKey, migrationKey, SERVER_GSI, type Migration } from './model.js';
 
 const now = () => new Date().toISOString();
@@ -31,9 +33,16 @@ export async function nextMigrationId(cell: CellMapping): Promise<number> {
   return Number(out.Attributes?.next);
 }
 
+/** Each migration as this process last read or wrote it, the base of its next update (last-written.ts). */
+const lastMigrations = new LastWritten<Migration>();
+const memoKey = (cell: CellMapping, uuid: string) => `${cellTable(cell)}|${uuid}`;
+
 export async function getMigration(cell: CellMapping, uuid: string): Promise<Migration | undefined> {
   const out = await db().send(new GetCommand({ TableName: cellTable(cell), Key: migrationKey(uuid), ConsistentRead: true }));
-  return out.Item ? fromItem<Migration>(out.Item) : undefined;
+  const found = out.Item ? fromItem<Migration>(out.Item) : undefined;
+  if (found) lastMigrations.set(memoKey(cell, uuid), found);
+  else lastMigrations.drop(memoKey(cell, uuid));
+  return found;
 }
 
 export function migrationPutItem(cell: CellMapping, m: Migration, options: { create?: boolean; expectedStatus?: string } = {}): TransactItem {
@@ -50,21 +59,19 @@ export function migrationPutItem(cell: CellMapping, m: Migration, options: { cre
   };
 }
 
-/** Sets fields of a migration (its status among them); a status move is idempotent when already there. */
+/**
+ * Sets fields of a migration (its status among them); a status move is idempotent when already
+ * there. The first attempt builds on the migration as this process last read or wrote it, when it
+ * has it: the put's condition on `updatedAt` refuses a stale base, and the retry reads afresh.
+ */
 export async function updateMigration(cell: CellMapping, uuid: string, patch: Partial<Migration>): Promise<Migration> {
+  const key = memoKey(cell, uuid);
   return withRetries(
-    async () => {
-      const current = await getMigration(cell, uuid);
+    async (attempt) => {
+      const current = (attempt === 0 ? lastMigrations.get(key) : undefined) ?? (await getMigration(cell, uuid));
       if (!current) throw new NotFound(`Migration ${uuid} could not be found.`);
-      const next: Migration = { ...current, ...patch, updatedAt: now() };
-      await db().send(
-        new PutCommand({
-          TableName: cellTable(cell),
-          Item: migrationItem(next),
-          ConditionExpression: 'updatedAt = :u',
-          ExpressionAttributeValues: { ':u': current.updatedAt },
-        }),
-      );
+      const next: Migration = { ...current, ...patch, updatedAt: stampAfter(current.updatedAt) };
+      await lastMigrations.putIfStamp(key, cellTable(cell), migrationItem(next), current.updatedAt, next);
       return next;
     },
     { retryable: (e) => isConditionFailure(e) },

@@ -37,6 +37,14 @@ function toPort(item: Record<string, unknown>): Port {
 
 const portNotFound = (id: string) => new NotFound(`Port ${id} could not be found.`);
 
+/** Ports as this process last read or wrote them (a move binds, then activates, the same port), by id; a few hundred at most. */
+const lastWrittenPorts = new Map<string, Versioned>();
+function rememberPort(id: string, value: Versioned): void {
+  lastWrittenPorts.delete(id);
+  lastWrittenPorts.set(id, value);
+  if (lastWrittenPorts.size > 256) lastWrittenPorts.delete(lastWrittenPorts.keys().next().value!);
+}
+
 async function readPort(id: string): Promise<Versioned | undefined> {
   const out = await db().send(new GetCommand({ TableName: apiTable(), Key: portKey(id), ConsistentRead: true }));
   return out.Item ? { port: toPort(out.Item), version: out.Item.version as number } : undefined;
@@ -200,28 +208,46 @@ export async function scanAllPorts(): Promise<Port[]> {
  */
 async function changePort<T>(portId: string, change: (port: Port) => { next?: Port; result: T }): Promise<T> {
   return withRetries(
-    async () => {
-      const found = await readPort(portId);
+    async (attempt) => {
+      // The port as this process last wrote it may be the base of a write (its version condition
+      // refuses a stale one); a change that writes nothing, or refuses, is decided on a fresh read.
+      const base = attempt === 0 ? lastWrittenPorts.get(portId) : undefined;
+      const tried = base ? tryChange(change, base.port) : undefined;
+      const found = tried?.next ? base! : await readPort(portId);
       if (!found) throw portNotFound(portId);
-      const { next, result } = change(found.port);
+      if (found !== base) rememberPort(portId, found);
+      const { next, result } = tried?.next ? tried : change(found.port);
       if (!next) return result;
+      const version = found.version + 1;
+      const stored = { ...next, updatedAt: new Date().toISOString() };
       try {
         await db().send(
           new PutCommand({
             TableName: apiTable(),
-            Item: portItem({ ...next, updatedAt: new Date().toISOString() }, found.version + 1),
+            Item: portItem(stored, version),
             ConditionExpression: 'version = :v',
             ExpressionAttributeValues: { ':v': found.version },
           }),
         );
       } catch (e) {
+        lastWrittenPorts.delete(portId);
         if (isConditionFailure(e)) throw new ConcurrentModification(`Port ${portId}`, e);
         throw e;
       }
+      rememberPort(portId, { port: stored, version });
       return result;
     },
     { attempts: 20, retryable: (e) => e instanceof ConcurrentModification },
   );
+}
+
+/** A change applied to a remembered port; one that refuses there is left to a fresh read to decide. */
+function tryChange<T>(change: (port: Port) => { next?: Port; result: T }, port: Port): { next?: Port; result: T } | undefined {
+  try {
+    return change(port);
+  } catch {
+    return undefined;
+  }
 }
 
 /** The port with `host`'s binding ACTIVE, every other binding INACTIVE, bound to `host`. */
@@ -291,6 +317,7 @@ export async function deletePortsOf(instanceUuid: string): Promise<void> {
   for (const listed of await listPortsOf(instanceUuid)) {
     await withRetries(
       async () => {
+        lastWrittenPorts.delete(listed.id);
         const found = await readPort(listed.id);
         if (!found) return;
         const { port, version } = found;

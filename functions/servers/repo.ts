@@ -141,16 +141,33 @@ const RACE = { retryable: (e: unknown) => (e instanceof ConcurrentModification &
  * Reads the server's partition, applies `change` (pure; may throw to refuse) and writes the
  * instance (version-conditional) with its BDM changes in one transaction; a lost race re-reads and
  * re-applies. Returns the stored instance.
+ *
+ * `known`: the instance and BDMs as the caller last read or wrote them (a step's state). The first
+ * attempt builds on them instead of reading: the version condition refuses a stale base exactly
+ * as it refuses a lost race (every BDM change rides with a version bump, so a version names its
+ * BDMs too), and only a change computed from a fresh read may refuse: one that throws on `known`
+ * is applied again to a fresh read.
  */
 export async function updateServer(
   cell: CellMapping,
   uuid: string,
   change: (current: { instance: Instance; bdms: BlockDeviceMapping[] }) => InstanceChange,
+  known?: { instance: Instance; bdms: BlockDeviceMapping[] },
 ): Promise<{ instance: Instance; bdms: BlockDeviceMapping[] }> {
-  return withRetries(async () => {
+  const fresh = async () => {
     const { instance, bdms } = await loadPartition(cell, uuid);
     if (!instance) throw serverNotFound(uuid);
-    const next = change({ instance, bdms });
+    return { instance, bdms, next: change({ instance, bdms }) };
+  };
+  const fromKnown = async (base: { instance: Instance; bdms: BlockDeviceMapping[] }) => {
+    try {
+      return { ...base, next: change(base) };
+    } catch {
+      return fresh();
+    }
+  };
+  return withRetries(async (attempt) => {
+    const { instance, bdms, next } = attempt === 0 && known ? await fromKnown(known) : await fresh();
     const at = now();
     const stored: Instance = { ...next.instance, updatedAt: at, version: instance.version + 1 };
     const items: TransactItem[] = [instanceUpdateItem(cell, instance, { ...next.instance, updatedAt: at })];
@@ -175,12 +192,14 @@ export async function updateServer(
 /** Removes the instance, its BDMs and actions, its mapping (hard delete: reference §1.8). Idempotent. */
 export async function hardDeleteServer(cell: CellMapping, uuid: string, options: { keepMapping?: boolean } = {}): Promise<void> {
   const items = await queryAll({ TableName: cellTable(cell), KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': instanceKey(uuid).pk }, ConsistentRead: true });
-  for (const item of items) {
-    await db().send(new DeleteCommand({ TableName: cellTable(cell), Key: { pk: item.pk, sk: item.sk } }));
-  }
+  const del = (table: string, key: Record<string, unknown>) => db().send(new DeleteCommand({ TableName: table, Key: key }));
+  // BDMs and actions side by side, the instance after them (a crash half-way leaves it findable,
+  // so a re-run finds the rest), the mapping last (until then the API still finds the server).
+  await Promise.all(items.filter((i) => i.sk !== 'INSTANCE').map((i) => del(cellTable(cell), { pk: i.pk, sk: i.sk })));
+  if (items.some((i) => i.sk === 'INSTANCE')) await del(cellTable(cell), instanceKey(uuid));
   if (!options.keepMapping) {
-    await db().send(new DeleteCommand({ TableName: apiTable(), Key: requestSpecKey(uuid) }));
-    await db().send(new DeleteCommand({ TableName: apiTable(), Key: instanceMappingKey(uuid) }));
+    await del(apiTable(), requestSpecKey(uuid));
+    await del(apiTable(), instanceMappingKey(uuid));
   }
 }
 

@@ -69,9 +69,10 @@ export async function cloneToCell(source: CellMapping, target: CellMapping, uuid
   if (!instanceItem) throw new NotFound(`Instance ${uuid} could not be found in ${source.name}.`);
   const instance = change(fromItem<Instance>(instanceItem));
   const table = cellTable(target);
-  await putIfAbsent(table, { ...instanceItem, ...instance, hidden: true, operation: null });
-  for (const item of items) if (item.sk !== 'INSTANCE') await putIfAbsent(table, item);
-  for (const item of await migrationItemsOf(source, uuid)) await putIfAbsent(table, item);
+  // The instance first (its migrations read meanwhile); then the rest, independent items each put
+  // only when absent, side by side.
+  const [, migrations] = await Promise.all([putIfAbsent(table, { ...instanceItem, ...instance, hidden: true, operation: null }), migrationItemsOf(source, uuid)]);
+  await Promise.all([...items.filter((i) => i.sk !== 'INSTANCE'), ...migrations].map((item) => putIfAbsent(table, item)));
 }
 
 /**
@@ -81,10 +82,14 @@ export async function cloneToCell(source: CellMapping, target: CellMapping, uuid
  */
 export async function hardDeleteCopy(cell: CellMapping, uuid: string): Promise<void> {
   const table = cellTable(cell);
-  for (const m of await migrationItemsOf(cell, uuid)) await db().send(new DeleteCommand({ TableName: table, Key: migrationKey(fromItem<Migration>(m).uuid) }));
-  const items = await partitionItems(cell, uuid);
-  for (const item of items) if (item.sk !== 'INSTANCE') await db().send(new DeleteCommand({ TableName: table, Key: { pk: item.pk, sk: item.sk } }));
-  if (items.some((i) => i.sk === 'INSTANCE')) await db().send(new DeleteCommand({ TableName: table, Key: instanceKey(uuid) }));
+  const del = (key: Record<string, unknown>) => db().send(new DeleteCommand({ TableName: table, Key: key }));
+  // Everything but the instance side by side (each delete is idempotent), the instance after all of it.
+  const [migrations, items] = await Promise.all([migrationItemsOf(cell, uuid), partitionItems(cell, uuid)]);
+  await Promise.all([
+    ...migrations.map((m) => del(migrationKey(fromItem<Migration>(m).uuid))),
+    ...items.filter((i) => i.sk !== 'INSTANCE').map((i) => del({ pk: i.pk, sk: i.sk })),
+  ]);
+  if (items.some((i) => i.sk === 'INSTANCE')) await del(instanceKey(uuid));
 }
 
 async function getMapping(uuid: string): Promise<InstanceMapping | undefined> {
@@ -151,13 +156,14 @@ export async function flipInstanceMapping(input: FlipInput): Promise<'flipped' |
  * shown (upstream writes some events to one copy only and loses them with it: §4, bug B2).
  */
 export async function withEventIn<T>(cells: readonly CellMapping[], uuid: string, requestId: string, event: string, host: string | null, body: () => Promise<T>): Promise<T> {
-  for (const cell of cells) await startEvent(cell, uuid, requestId, event, host);
+  // Each cell's action is its own item in its own table: the cells are written side by side.
+  await Promise.all(cells.map((cell) => startEvent(cell, uuid, requestId, event, host)));
   try {
     const result = await body();
-    for (const cell of cells) await finishEvent(cell, uuid, requestId, event);
+    await Promise.all(cells.map((cell) => finishEvent(cell, uuid, requestId, event)));
     return result;
   } catch (e) {
-    for (const cell of cells) await finishEvent(cell, uuid, requestId, event, { message: (e as Error).message, traceback: (e as Error).stack });
+    await Promise.all(cells.map((cell) => finishEvent(cell, uuid, requestId, event, { message: (e as Error).message, traceback: (e as Error).stack })));
     throw e;
   }
 }

@@ -48,30 +48,42 @@ async function prepDest(input: ServerStepInput): Promise<unknown> {
   const target = await cellOfHost(dest);
   const uuid = s.instance.uuid;
   await withEventIn([target, s.cell], uuid, s.op.requestId, 'compute_prep_snapshot_based_resize_at_dest', dest, async () => {
-    if (s.op.holds.boundHost !== dest) s = await recordHolds(s, (h) => ({ ...h, boundHost: dest }));
-    for (const port of await listPortsOf(uuid)) await bindPortToHost(port.id, dest);
+    // The bindings' host and the att_D ids, recorded in one write before any of them is made.
     const missing = volumeBdms(s.bdms).filter((b) => !s.op.holds.destAttachments?.[b.uuid]);
-    if (missing.length) {
+    if (missing.length || s.op.holds.boundHost !== dest) {
       const made = Object.fromEntries(missing.map((b) => [b.uuid, intentId(s.op.requestId, 'xcell-prep-dest', b.uuid)]));
-      s = await recordHolds(s, (h) => ({ ...h, destAttachments: { ...h.destAttachments, ...made } }));
+      s = await recordHolds(s, (h) => ({ ...h, boundHost: dest, destAttachments: { ...h.destAttachments, ...made } }));
     }
-    const tgt = await loadPartition(target, uuid);
+    for (const port of await listPortsOf(uuid)) await bindPortToHost(port.id, dest);
+    const loaded = await loadPartition(target, uuid);
+    // The TGT copy as read, then as each write left it: the base of the next write (version-checked).
+    let tgt = loaded.instance ? { instance: loaded.instance, bdms: loaded.bdms } : undefined;
     for (const b of volumeBdms(s.bdms)) {
       const att = s.op.holds.destAttachments![b.uuid]!;
-      if (tgt.bdms.find((t) => t.uuid === b.uuid)?.attachmentId === att) continue;
+      if (loaded.bdms.find((t) => t.uuid === b.uuid)?.attachmentId === att) continue;
       // Same id on a re-run: Cinder hands back the attachment it made.
       await attachmentCreate(att, b.volumeId!, uuid);
-      await updateCopy(target, uuid, ({ instance, bdms }) => ({
-        instance,
-        putBdms: bdms.filter((t) => t.uuid === b.uuid).map((t) => ({ ...t, attachmentId: att, connectionInfo: null, updatedAt: now() })),
-      }));
+      tgt = await updateCopy(
+        target,
+        uuid,
+        ({ instance, bdms }) => ({
+          instance,
+          putBdms: bdms.filter((t) => t.uuid === b.uuid).map((t) => ({ ...t, attachmentId: att, connectionInfo: null, updatedAt: now() })),
+        }),
+        tgt,
+      );
     }
     await faultPoint('compute', dest, 'resize_claim');
     await updateMigration(target, m.uuid, { destCompute: dest, destNode: m.destNode, destHost: m.destHost, crossCellMove: true });
     const oldVm = s.instance.systemMetadata.old_vm_state ?? s.instance.vmState;
-    await updateCopy(target, uuid, ({ instance }) => ({
-      instance: { ...instance, availabilityZone: s.instance.availabilityZone, systemMetadata: { ...instance.systemMetadata, old_vm_state: oldVm } },
-    }));
+    await updateCopy(
+      target,
+      uuid,
+      ({ instance }) => ({
+        instance: { ...instance, availabilityZone: s.instance.availabilityZone, systemMetadata: { ...instance.systemMetadata, old_vm_state: oldVm } },
+      }),
+      tgt,
+    );
   });
   return {};
 }
@@ -84,17 +96,20 @@ async function prepSource(input: ServerStepInput): Promise<unknown> {
   const source = m.sourceCompute!;
   const dest = m.destCompute!;
   const uuid = s.instance.uuid;
-  s = await updateOp(s, ({ instance }) => ({
-    instance: { ...instance, taskState: 'resize_migrating', systemMetadata: { ...instance.systemMetadata, move_source: source, move_dest: dest } },
+  // The snapshot image's id (image-backed) is recorded in the same write as the task state, before
+  // the image is made (the rollback deletes it; a delete of an image never made is a no-op).
+  const snapshotId = !isVolumeBacked(s.instance) && !s.op.holds.imageId ? intentId(s.op.requestId, 'xcell-snapshot', uuid) : undefined;
+  s = await updateOp(s, ({ instance, op }) => ({
+    instance: {
+      ...instance,
+      taskState: 'resize_migrating',
+      systemMetadata: { ...instance.systemMetadata, move_source: source, move_dest: dest },
+      ...(snapshotId ? { operation: { ...op, holds: { ...op.holds, imageId: snapshotId } } } : {}),
+    },
   }));
   await withEvent(s, 'compute_prep_snapshot_based_resize_at_source', source, async () => {
     const driver = await driverOfHost(source);
-    let imageId = s.op.holds.imageId;
-    if (!isVolumeBacked(s.instance) && !imageId) {
-      const id = intentId(s.op.requestId, 'xcell-snapshot', uuid);
-      s = await recordHolds(s, (h) => ({ ...h, imageId: id }));
-      imageId = id;
-    }
+    const imageId = s.op.holds.imageId;
     if (imageId) {
       try {
         await createImageRecord({
@@ -144,10 +159,15 @@ async function finishDest(input: ServerStepInput): Promise<unknown> {
       for (const b of vols) await attachmentUpdate(b.attachmentId!, hostConnector(dest, b.deviceName), b.deviceName);
       const info: Record<string, Record<string, unknown> | null> = {};
       for (const b of vols) info[b.uuid] = (await attachmentGet(b.attachmentId!))?.connectionInfo ?? null;
-      tgt = await updateCopy(target, uuid, ({ instance, bdms }) => ({
-        instance,
-        putBdms: bdms.filter((b) => b.uuid in info).map((b) => ({ ...b, connectionInfo: info[b.uuid]!, updatedAt: now() })),
-      }));
+      tgt = await updateCopy(
+        target,
+        uuid,
+        ({ instance, bdms }) => ({
+          instance,
+          putBdms: bdms.filter((b) => b.uuid in info).map((b) => ({ ...b, connectionInfo: info[b.uuid]!, updatedAt: now() })),
+        }),
+        tgt,
+      );
       if (s.op.holds.destGuest !== dest) s = await recordHolds(s, (h) => ({ ...h, destGuest: dest }));
       const imageId = s.op.holds.imageId;
       await destDriver.spawn({

@@ -132,16 +132,18 @@ async function preStep(input: ServerStepInput): Promise<unknown> {
       const can = info ? await driver.canConnectVolume(info) : { canConnect: false, reason: 'no connection_info' };
       if (!can.canConnect) throw new DriverError(`volume of BDM ${bdmUuid} cannot be connected on ${dest}: ${can.reason ?? 'unreachable'}`);
     }
-    s = await updateOp(s, ({ bdms }) => ({
+    // One write: the refreshed connection_info, and the holds of the guest prepared on the destination
+    // and of its port bindings, both recorded before either is made (undoPre undoes each, and
+    // deleting a binding never made is a no-op).
+    s = await updateOp(s, ({ instance, bdms, op }) => ({
+      instance: { ...instance, operation: { ...op, holds: { ...op.holds, destGuest: dest, boundHost: dest } } },
       putBdms: bdms.filter((b) => b.uuid in refreshed).map((b) => ({ ...b, connectionInfo: refreshed[b.uuid]!, updatedAt: now() })),
     }));
-    if (s.op.holds.destGuest !== dest) s = await recordHolds(s, (h) => ({ ...h, destGuest: dest }));
     // Idempotent for the same source: a retry finds its own preparation.
     await driver.preLiveMigration(
       { uuid: s.instance.uuid, flavor: s.instance.flavor, ...(s.instance.imageRef ? { imageRef: s.instance.imageRef } : {}), blockDevices: blockDeviceSpecs(s.bdms) },
       source,
     );
-    if (s.op.holds.boundHost !== dest) s = await recordHolds(s, (h) => ({ ...h, boundHost: dest }));
     for (const port of await listPortsOf(s.instance.uuid)) await bindPortToHost(port.id, dest, { active: false });
     for (const bdm of volumeBdms(s.bdms)) await attachmentComplete(bdm.attachmentId!);
   });
