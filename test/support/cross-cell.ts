@@ -22,8 +22,13 @@ export const CELL2_HOSTS = ['cmp3', 'cmp4'];
 /** A move is several machine steps on two hosts in two cells: room for a loaded 2-core machine. */
 export const LONG = 300_000;
 export const TEST = { timeout: 900_000 };
-/** Past the image's data, so the bytes there exist only because the guest wrote them. */
-export const ROOT_OFFSET = 512 * 1024 * 1024;
+/**
+ * Past the image's data (256-384 KiB), so the bytes there exist only because the guest wrote them.
+ * Not far past: a cross-cell resize snapshots the root disk into a raw image up to its last data,
+ * and at 512 MiB each resize uploaded, hashed and downloaded ~512 MiB of zeros (most of these
+ * tests' time); the snapshot is not sparse-aware yet (issue 17).
+ */
+export const ROOT_OFFSET = 8 * 1024 * 1024;
 const ROOT_BYTES = 256 * 1024;
 
 /** Allows cross-cell moves (default '!'); call before useLocalStack so the stack sees it. */
