@@ -5,11 +5,10 @@
  * pure transition `image-metadata` (transitions.ts), written under the volume's version.
  */
 import { json, type ApiRequest } from '../core/api.js';
-import { BadRequest } from '../core/errors.js';
 import { authorize, registerPolicies } from '../core/policy.js';
 import type { Volume } from './model.js';
 import { updateVolume } from './repo.js';
-import { isObject, metadataField, requiredProperty } from './validation.js';
+import { invalidField, isObject, metadataField, pyRepr, requiredProperty } from './validation.js';
 
 export const IMAGE_METADATA_POLICIES = {
   show: 'volume_extension:volume_image_metadata:show',
@@ -28,7 +27,7 @@ const now = () => new Date().toISOString();
 /** os-set_image_metadata {"metadata": {...}}: 200 {"metadata": every key the volume now has}. */
 export async function setImageMetadata(req: ApiRequest, v: Volume, args: unknown) {
   authorize(req.auth, IMAGE_METADATA_POLICIES.set, { projectId: v.projectId });
-  if (!isObject(args)) throw new BadRequest("Invalid input for field/attribute os-set_image_metadata. Value: None. None is not of type 'object'");
+  if (!isObject(args)) throw invalidField('os-set_image_metadata', args, `${pyRepr(args)} is not of type 'object'`);
   const metadata = metadataField(args);
   if (metadata === undefined) throw requiredProperty('metadata');
   const after = await updateVolume(v.id, { type: 'image-metadata', at: now(), set: metadata });
@@ -40,7 +39,8 @@ export async function unsetImageMetadata(req: ApiRequest, v: Volume, args: unkno
   authorize(req.auth, IMAGE_METADATA_POLICIES.remove, { projectId: v.projectId });
   if (!isObject(args) || !('key' in args)) throw requiredProperty('key');
   const key = args.key;
-  if (typeof key !== 'string' || key.length < 1 || key.length > 255) throw new BadRequest(`Invalid input for field/attribute key. Value: ${String(key)}.`);
+  if (typeof key !== 'string') throw invalidField('key', key, `${pyRepr(key)} is not of type 'string'`);
+  if (key.length < 1 || key.length > 255) throw invalidField('key', key, `${pyRepr(key)} is ${key.length ? 'too long' : 'too short'}`);
   await updateVolume(v.id, { type: 'image-metadata', at: now(), remove: key });
   return json(200);
 }

@@ -8,6 +8,7 @@ import { countLegacy, effectiveLimit, writeCharged, type Deltas, type Limits, ty
 import { listKind, versionedUpdate } from '../core/db.js';
 import { tableName } from '../core/tables.js';
 import { volumeGsi1, volumeKey, type Volume } from './model.js';
+import { extendTakes } from './transitions.js';
 
 /** The global resources in upstream's order, with the quota_* defaults. */
 export const CINDER_GLOBAL_DEFAULTS: Readonly<Record<string, number>> = {
@@ -134,12 +135,6 @@ export async function writeVolumeCharged(v: Volume, items: (v: Volume) => Transa
     overError: (overs) => volumeOverError(overs, v.size),
     precheck: perVolumeCheck(v.size),
   });
-}
-
-/** What an extend takes (C/volume/api.py _extend: gigabytes and the type's gigabytes, by the increase). */
-export function extendTakes(v: Pick<Volume, 'size' | 'volumeTypeName'>, newSize: number): Deltas {
-  const inc = newSize - v.size;
-  return { gigabytes: inc, [`gigabytes_${v.volumeTypeName}`]: inc };
 }
 
 /**

@@ -65,6 +65,12 @@ export type VolumeEvent =
 
 export type TransitionResult = Volume | FerryError;
 
+/** What an extend takes from the quota (C/volume/api.py _extend: gigabytes and the type's gigabytes, by the increase). */
+export function extendTakes(v: Pick<Volume, 'size' | 'volumeTypeName'>, newSize: number): Record<string, number> {
+  const inc = newSize - v.size;
+  return { gigabytes: inc, [`gigabytes_${v.volumeTypeName}`]: inc };
+}
+
 function isMigrating(v: Volume): boolean {
   return !AVAILABLE_MIGRATION_STATUSES.includes(v.migrationStatus);
 }
@@ -208,9 +214,8 @@ export function transition(v: Volume, e: VolumeEvent): TransitionResult {
       if (!v.capacity) return new InvalidVolume(`Volume ${v.id} holds no capacity on a pool and cannot be extended.`);
       // The record carries what it took from the quota: the extend's charge (C/volume/api.py _extend
       // reserves gigabytes and the type's gigabytes by the increase) joins it, so delete gives it all back.
-      const inc = e.newSize - v.size;
-      const typeGb = `gigabytes_${v.volumeTypeName}`;
-      const quota = v.quota ? { ...v.quota, gigabytes: (v.quota.gigabytes ?? 0) + inc, [typeGb]: (v.quota[typeGb] ?? 0) + inc } : v.quota;
+      const takes = extendTakes(v, e.newSize);
+      const quota = v.quota ? { ...v.quota, ...Object.fromEntries(Object.entries(takes).map(([r, n]) => [r, (v.quota![r] ?? 0) + n])) } : v.quota;
       return next({ status: 'extending', previousStatus: v.status, capacity: { pool: v.capacity.pool, gb: e.newSize }, quota });
     }
     case 'extend-done': {

@@ -255,6 +255,7 @@ describe('volume actions', () => {
     expect((await act({ 'os-unset_image_metadata': { key: 'ramdisk_id' } })).body).toEqual({ itemNotFound: { code: 404, message: `Glance metadata for volume ${v.id} cannot be found.` } });
     expect((await act({ 'os-show_image_metadata': {} }, OTHER)).status).toBe(404);
     for (const bad of [{ 'os-set_image_metadata': {} }, { 'os-set_image_metadata': { metadata: { k: 1 } } }, { 'os-unset_image_metadata': {} }]) expect((await act(bad)).status).toBe(400);
+    expect((await act({ 'os-unset_image_metadata': { key: 5 } })).body.badRequest.message).toBe("Invalid input for field/attribute key. Value: 5. 5 is not of type 'string'");
     expect((await getVolumeOrThrow(v.id)).imageMetadata).toEqual({ image_id: meta.image_id, image_name: 'image', kernel_id: 'k' });
   });
 

@@ -11,6 +11,7 @@ import { afterEach, beforeEach, expect, test } from 'vitest';
 import { LocalVolumeDriver } from '../../functions/drivers/volume/local.js';
 import { REPLICATION_CHUNK_BYTES, sparseCopyFile } from '../../functions/drivers/volume/sparse-copy.js';
 import { readAt, writeAt } from '../support/files.js';
+import { replicatedLocalBackend } from '../support/local-backends.js';
 
 const MIB = 1024 * 1024;
 const FILE_BYTES = 256 * MIB;
@@ -50,15 +51,7 @@ test('a replication pass after a one-byte write reads the chunks holding data, n
   const siteB = join(base, 'site-b');
   await mkdir(join(primaryRoot, 'pool0'), { recursive: true });
   await mkdir(siteB);
-  const driver = new LocalVolumeDriver({
-    host: 'ferry@rep',
-    driver: 'local',
-    root: primaryRoot,
-    pools: [{ name: 'pool0', totalCapacityGb: 100 }],
-    serviceUuid: '33333333-3333-4333-8333-333333333333',
-    volumeBackendName: 'rep',
-    replicationDevices: [{ backend_id: 'site-b', root: siteB }],
-  });
+  const driver = new LocalVolumeDriver(replicatedLocalBackend(primaryRoot, { 'site-b': siteB }));
   const vol = join(primaryRoot, 'pool0', 'vol-1');
   await sparseFile(vol, [[5 * MIB, 'A-bytes']]);
   await driver.enableReplication('vol-1');

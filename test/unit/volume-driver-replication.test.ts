@@ -13,6 +13,7 @@ import type { BackendLag } from '../../functions/drivers/volume/replication-lag.
 import { clearDriverCache, driverFor, replicationDriverFor } from '../../functions/drivers/volume/registry.js';
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { readAt, writeAt } from '../support/files.js';
+import { replicatedLocalBackend } from '../support/local-backends.js';
 import { eventually } from '../support/poll.js';
 
 const MIB = 1024 * 1024;
@@ -50,18 +51,7 @@ beforeEach(async () => {
   siteB = join(base, 'site-b');
   siteC = join(base, 'site-c');
   for (const dir of [primaryRoot, siteB, siteC]) await mkdir(dir);
-  config = {
-    host: 'ferry@rep',
-    driver: 'local',
-    root: primaryRoot,
-    pools: [{ name: 'pool0', totalCapacityGb: 100 }],
-    serviceUuid: '33333333-3333-4333-8333-333333333333',
-    volumeBackendName: 'rep',
-    replicationDevices: [
-      { backend_id: 'site-b', root: siteB },
-      { backend_id: 'site-c', root: siteC },
-    ],
-  };
+  config = replicatedLocalBackend(primaryRoot, { 'site-b': siteB, 'site-c': siteC });
   primary = new LocalVolumeDriver(config);
 });
 
