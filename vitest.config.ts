@@ -4,10 +4,10 @@ import { defineConfig } from 'vitest/config';
  * Four tiers, one vitest project each (README "Tests"):
  *   unit        pure code, files, mocked SDK clients: no JVM, no network (enforced by
  *               test/support/unit-tier-guard.ts). Runs first, all files in parallel.
- *   integration functions against DynamoDB Local or a whole local stack. Files that need only
- *               tables share one DynamoDB Local (test/support/shared-dynamo.ts); a file with a
- *               stack starts its own (a JVM, s3rver, the local Step Functions).
- *   e2e         the upstream OpenStack CLIs against a local stack.
+ *   integration functions against DynamoDB Local or a whole local stack (s3rver, the local Step
+ *               Functions, the HTTP server). The files share one DynamoDB Local, each under
+ *               its own table-name prefix (test/support/shared-dynamo.ts).
+ *   e2e         the upstream OpenStack CLIs against a local stack (one shared DynamoDB Local too).
  *   infra       the CDK app, the ASL files, the copy worker's container entry point.
  * The stack-starting tiers run after the unit tier, two files at a time: each file's JVM and
  * flows keep a core busy on a 2-core machine.
@@ -50,6 +50,7 @@ export default defineConfig({
           // takes four minutes; the README test runs the same steps through the same CLI in
           // `npm test`, so this file runs in `npm run test:lifecycle` (FERRY_CLI_LIFECYCLE=1).
           exclude: process.env.FERRY_CLI_LIFECYCLE ? [] : ['test/e2e/openstack-lifecycle.test.ts'],
+          globalSetup: ['test/support/shared-dynamo.ts'],
           sequence: { groupOrder: 1 },
         },
       },

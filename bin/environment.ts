@@ -21,6 +21,8 @@ export function useRunningLocalStack(): void {
     endpointFromStack = stack;
   }
   if (stack.s3Endpoint) process.env.FERRY_S3_ENDPOINT = stack.s3Endpoint;
+  // A stack started with FERRY_TABLE_PREFIX named its tables by it.
+  if (stack.tablePrefix) process.env.FERRY_TABLE_PREFIX ??= stack.tablePrefix;
   // --repair asks Step Functions whether an operation's execution exists: the stack serves it under its URL.
   const sfnEndpoint = stack.sfnEndpoint ?? (stack.url ? `${stack.url}${STEP_FUNCTIONS_PATH}` : undefined);
   if (sfnEndpoint && !process.env.FERRY_SFN_ENDPOINT) process.env.FERRY_SFN_ENDPOINT = sfnEndpoint;

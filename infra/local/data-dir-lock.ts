@@ -154,6 +154,8 @@ export interface StackFile {
   url?: string;
   dynamodbEndpoint?: string;
   s3Endpoint?: string;
+  /** The stack's FERRY_TABLE_PREFIX, when it ran with one (the tables are named by it). */
+  tablePrefix?: string;
   pid?: number;
   since?: string;
   /** The nonce of the lock its writer held. */

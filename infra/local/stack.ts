@@ -201,7 +201,7 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     stops.push(() => reconciling.stop());
 
     // Where a running stack's services are, so `ferry audit` in another terminal can reach them.
-    writeStackFile(lock, { url: server.url, dynamodbEndpoint: dynamo.endpoint, s3Endpoint: process.env.FERRY_S3_ENDPOINT });
+    writeStackFile(lock, { url: server.url, dynamodbEndpoint: dynamo.endpoint, s3Endpoint: process.env.FERRY_S3_ENDPOINT, tablePrefix: process.env.FERRY_TABLE_PREFIX });
     stops.push(async () => void removeOwnStackFile(lock));
 
     return { url: server.url, port: server.port, dataDir, cloudsYaml, stop: stopAll };

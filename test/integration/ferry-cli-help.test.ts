@@ -167,7 +167,8 @@ describe('ferry against DynamoDB', () => {
     // A running stack as `ferry` finds it: the data directory held, its stack.json naming the endpoint.
     stackDir = join(scratch, 'stack');
     lock = acquireDataDirLock(stackDir);
-    writeStackFile(lock, { url: 'http://127.0.0.1:8780', dynamodbEndpoint: ddb.endpoint });
+    // As a stack started with FERRY_TABLE_PREFIX writes it (infra/local/stack.ts).
+    writeStackFile(lock, { url: 'http://127.0.0.1:8780', dynamodbEndpoint: ddb.endpoint, tablePrefix: process.env.FERRY_TABLE_PREFIX });
   });
   afterAll(async () => {
     lock?.release();
@@ -176,8 +177,8 @@ describe('ferry against DynamoDB', () => {
   });
 
   test('a plain `ferry inventory show` against a running stack prints what it holds and nothing else', async () => {
-    // Act: the tables of this file (their prefix) through the stack's stack.json.
-    const res = await ferry(['inventory', 'show'], { FERRY_DATA_DIR: stackDir, FERRY_TABLE_PREFIX: process.env.FERRY_TABLE_PREFIX ?? 'ferry-' });
+    // Act: the tables of this file (their prefix) found through the stack's stack.json alone.
+    const res = await ferry(['inventory', 'show'], { FERRY_DATA_DIR: stackDir });
 
     // Assess
     expect(res.code).toBe(0);

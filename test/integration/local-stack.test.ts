@@ -29,6 +29,8 @@ beforeAll(async () => {
   // The fixture's 300 s Wait takes 3 s.
   process.env.FERRY_LOCAL_WAIT_SCALE = '0.01';
   stack = await useLocalStack({
+    // Its restart test shows DynamoDB Local's data surviving the JVM's own stop and start.
+    dedicatedDynamo: true,
     functions: FIXTURE_FUNCTIONS,
     machines: FIXTURE_MACHINES,
     reconciler: async ({ before }) => {

@@ -19,7 +19,7 @@ import { createTables, startDynamo, type LocalDynamo } from '../../infra/local/d
 import { eventually } from './poll.js';
 
 export async function useLocalDynamo(options: { dedicated?: boolean } = {}): Promise<LocalDynamo> {
-  const shared = options.dedicated || process.env.FERRY_TEST_DEDICATED_DYNAMO === '1' ? undefined : inject('sharedDynamoEndpoint');
+  const shared = sharedDynamoEndpoint(options);
   if (!shared) {
     const dynamo = await startDynamo();
     process.env.FERRY_DYNAMODB_ENDPOINT = dynamo.endpoint;
@@ -34,7 +34,7 @@ export async function useLocalDynamo(options: { dedicated?: boolean } = {}): Pro
   }
 
   process.env.FERRY_DYNAMODB_ENDPOINT = shared;
-  const client = new DynamoDBClient({ endpoint: shared, region: 'us-east-1', credentials: { accessKeyId: 'ferry', secretAccessKey: 'ferry' }, maxAttempts: 1 });
+  const client = sharedDynamoClient(shared);
   await eventually(
     async (note) => {
       try {
@@ -56,10 +56,24 @@ export async function useLocalDynamo(options: { dedicated?: boolean } = {}): Pro
     stop: async () => {
       setDb(undefined);
       try {
-        await Promise.all(TABLES.map((t) => client.send(new DeleteTableCommand({ TableName: tableName(t.key) }))));
+        await dropFileTables(client);
       } finally {
         client.destroy();
       }
     },
   };
+}
+
+/** The tier's shared DynamoDB Local, when this run has one and the caller may use it (`dedicated` not asked). */
+export function sharedDynamoEndpoint(options: { dedicated?: boolean } = {}): string | undefined {
+  return options.dedicated || process.env.FERRY_TEST_DEDICATED_DYNAMO === '1' ? undefined : inject('sharedDynamoEndpoint');
+}
+
+export function sharedDynamoClient(endpoint: string): DynamoDBClient {
+  return new DynamoDBClient({ endpoint, region: 'us-east-1', credentials: { accessKeyId: 'ferry', secretAccessKey: 'ferry' }, maxAttempts: 1 });
+}
+
+/** Deletes this file's tables (those under its FERRY_TABLE_PREFIX) from the shared DynamoDB Local. */
+export async function dropFileTables(client: DynamoDBClient): Promise<void> {
+  await Promise.all(TABLES.map((t) => client.send(new DeleteTableCommand({ TableName: tableName(t.key) }))));
 }

@@ -58,7 +58,10 @@ async function launch(cwd: string, command: string, dataDir: string, port: numbe
   // FERRY_LOCAL_WAIT_SCALE=1: the user's pace. At the tier's 1/100 (test/support/setup.ts) a move
   // ends before the next command is typed, which hides a README line that does not wait for it
   // (issue 16: `nova migrate vm1 && nova resize-confirm vm1` answered 409 only at real pace).
-  const env = { ...process.env, FERRY_DATA_DIR: dataDir, FERRY_PORT: String(port), FERRY_LOCAL_WAIT_SCALE: '1' };
+  // No FERRY_TABLE_PREFIX (the test file's, test/support/setup.ts): a user's `npm start` has none,
+  // and the `ferry` commands typed beside it look for the tables under their default names.
+  const { FERRY_TABLE_PREFIX: _testPrefix, ...inherited } = process.env;
+  const env = { ...inherited, FERRY_DATA_DIR: dataDir, FERRY_PORT: String(port), FERRY_LOCAL_WAIT_SCALE: '1' };
   const child = spawn('bash', ['-c', command], { cwd, detached: true, env });
   let log = '';
   child.stdout!.on('data', (d: Buffer) => (log += d.toString()));

@@ -1,14 +1,13 @@
 /**
- * Vitest global setup of the `integration` project: ONE DynamoDB Local (in memory) for every test
- * file of the tier that needs only tables (test/support/dynamo.ts `useLocalDynamo()`), instead of
- * a JVM per file. Each file gets its own table-name prefix in it, so files running at the same
- * time never see each other's items. Files that start a whole local stack still start their own
- * (on disk, for restart tests).
+ * Vitest global setup of the `integration` and `e2e` projects: ONE DynamoDB Local (in memory) for
+ * every test file of the tier that needs tables (test/support/dynamo.ts `useLocalDynamo()`) or a
+ * whole local stack (test/support/stack.ts `useLocalStack()`), instead of a JVM per file. Each
+ * file gets its own table-name prefix in it (test/support/setup.ts), so files running at the same
+ * time never see each other's items.
  *
  * The JVM is spawned here without waiting for it to answer (that takes seconds on a busy machine);
  * `useLocalDynamo()` waits until it answers before creating its tables.
  */
-import { readFileSync } from 'node:fs';
 import type { TestProject } from 'vitest/node';
 import { startDynamo } from '../../infra/local/dynamo.js';
 import { freePort } from '../../infra/local/ports.js';
@@ -20,15 +19,12 @@ declare module 'vitest' {
   }
 }
 
-/** A test file that creates tables: it calls useLocalDynamo, directly or through a helper of its tier. */
-const NEEDS_TABLES = /useLocalDynamo|attachments-support/;
-
 export default async function setup(project: TestProject): Promise<(() => Promise<void>) | undefined> {
-  // Only when this run holds two or more such files (a single file gains nothing, and a run of
-  // stack files should not pay for an idle JVM); without the endpoint a file starts its own.
+  // Only when this run holds two or more test files of the project (a single file gains nothing,
+  // and starts its own JVM when it needs one); files that need no tables leave it idle.
   const filters = (project.vitest as unknown as { filenamePattern?: string[] }).filenamePattern;
   const { testFiles } = await project.globTestFiles(filters);
-  if (testFiles.filter((f) => NEEDS_TABLES.test(readFileSync(f, 'utf8'))).length < 2) return undefined;
+  if (testFiles.length < 2) return undefined;
 
   const port = await freePort();
   // One retry: on a loaded machine the JVM can miss startDynamo's 60 s deadline (it is killed then).

@@ -8,24 +8,52 @@
  * sets for every test file. To wait for something the stack does, use `eventually` (./poll.ts).
  * The reconciler runs at each start (as `npm start` does) but not on a timer, so no periodic run
  * repairs what a test planted; pass `reconcile: { intervalSeconds }` to have one.
+ *
+ * Where the tier runs a shared DynamoDB Local (test/support/shared-dynamo.ts), the stack keeps its
+ * tables there, under the file's table-name prefix, instead of starting a JVM of its own: a JVM
+ * start is ~4.5 s of CPU, paid by every stack file of `npm test` on a 2-core machine. The tables
+ * outlive `restart()` as they outlive a Ferry restart on AWS (the JVM's own restart from disk is
+ * the subject of local-stack.test.ts and start-stop.test.ts, which ask for `dedicatedDynamo`);
+ * `stop()` drops them. A second stack of the same file while one runs gets a JVM of its own.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { DynamoProcess } from '../../infra/local/dynamo.js';
 import { freePort } from '../../infra/local/ports.js';
 import { startLocalStack, type LocalStack, type LocalStackOptions } from '../../infra/local/stack.js';
+import { dropFileTables, sharedDynamoClient, sharedDynamoEndpoint } from './dynamo.js';
 
 export interface TestLocalStack extends LocalStack {
   /** Stops and starts the stack on the same data directory and port; `whileStopped` runs in between. */
   restart(whileStopped?: () => Promise<void> | void): Promise<void>;
 }
 
-export async function useLocalStack(given: Omit<LocalStackOptions, 'dataDir' | 'port'> = {}): Promise<TestLocalStack> {
-  const options = { ...given, reconcile: { intervalSeconds: 0, ...given.reconcile } };
+export interface TestStackOptions extends Omit<LocalStackOptions, 'dataDir' | 'port' | 'dynamo'> {
+  /** A DynamoDB Local of the stack's own, on its data directory, stopped and started with it. */
+  dedicatedDynamo?: boolean;
+}
+
+/** Whether a stack of this file holds the shared DynamoDB Local's tables (one prefix per file). */
+let sharedTablesHeld = false;
+
+export async function useLocalStack(given: TestStackOptions = {}): Promise<TestLocalStack> {
+  const { dedicatedDynamo, ...rest } = given;
+  const shared = sharedTablesHeld ? undefined : sharedDynamoEndpoint({ dedicated: dedicatedDynamo });
+  if (shared) sharedTablesHeld = true;
+  let holdsTables = shared !== undefined;
+  const options = { ...rest, reconcile: { intervalSeconds: 0, ...rest.reconcile }, ...(shared ? { dynamo: sharedDynamoProcess(shared) } : {}) };
   const dataDir = await mkdtemp(join(tmpdir(), 'ferry-stack-'));
   // A port below the kernel's ephemeral range (freePort): restart() reuses it, and a kernel-picked
   // port could meanwhile be taken by an outgoing connection (EADDRINUSE on restart).
-  let current: LocalStack | undefined = await startLocalStack({ quiet: true, ...options, dataDir, port: await freePort() });
+  let current: LocalStack | undefined;
+  try {
+    current = await startLocalStack({ quiet: true, ...options, dataDir, port: await freePort() });
+  } catch (e) {
+    if (shared) await dropTables(shared).catch((dropError: unknown) => console.error('the failed stack left tables in the shared DynamoDB Local:', dropError));
+    await rm(dataDir, { recursive: true, force: true });
+    throw e;
+  }
   const handle: TestLocalStack = {
     url: current.url,
     port: current.port,
@@ -39,10 +67,43 @@ export async function useLocalStack(given: Omit<LocalStackOptions, 'dataDir' | '
       handle.url = current.url;
     },
     async stop() {
-      await current?.stop();
-      current = undefined;
-      await rm(dataDir, { recursive: true, force: true });
+      try {
+        await current?.stop();
+        current = undefined;
+        // Once: a file may stop its stack in a test and again in afterAll.
+        if (holdsTables && shared) {
+          await dropTables(shared);
+          holdsTables = false;
+        }
+      } finally {
+        await rm(dataDir, { recursive: true, force: true });
+      }
     },
   };
   return handle;
+}
+
+/**
+ * The shared DynamoDB Local as the stack's launched JVM (LocalStackOptions.dynamo): the stack waits
+ * for it and creates its tables (those missing: a restart finds them); its stop leaves it running.
+ */
+function sharedDynamoProcess(endpoint: string): DynamoProcess {
+  return {
+    endpoint,
+    port: Number(new URL(endpoint).port),
+    pid: undefined,
+    exited: () => false,
+    exit: new Promise(() => {}),
+    stop: async () => {},
+  };
+}
+
+async function dropTables(endpoint: string): Promise<void> {
+  const client = sharedDynamoClient(endpoint);
+  try {
+    await dropFileTables(client);
+    sharedTablesHeld = false;
+  } finally {
+    client.destroy();
+  }
 }
