@@ -1,6 +1,6 @@
 /**
  * bench/moves, cross-cell part (issue 12): resize of a cell1 server (m1.small, 1 GiB root disk with
- * BENCH_ROOT_MIB MiB of data written into it, one attached volume) to m2.small (cell2), then
+ * BENCH_ROOT_MIB MiB of data written at its start and 1 MiB at 900 MiB, one attached volume) to m2.small (cell2), then
  * confirm; on a second such server, resize then revert. Each wall time is set against what the
  * compute driver alone needs to move the same bytes, measured in the same run right before on the
  * same server: its snapshot of the root disk uploaded to S3 (without the trailing zeros, as the
@@ -54,24 +54,38 @@ async function withoutTrailingZeros(stream: Readable): Promise<Buffer> {
   return all.subarray(0, end);
 }
 
-/** A cell1 server with ROOT_DATA_MIB MiB of known bytes in its root disk and one attached volume. */
-async function serverWithData(ctx: BenchContext): Promise<string> {
-  const id = await ctx.boot();
-  const host = String((await ctx.settle(id))!.host);
+const MIB = 1 << 20;
+
+/**
+ * Writes known bytes into the root disk of server `id` on `host`, one MiB at each of `atMib` (MiB
+ * offsets): what a guest's file system scatters over its disk, so that a move which carries the
+ * disk up to its last data (not only the data) shows.
+ */
+export async function writeRootData(id: string, host: string, atMib: readonly number[]): Promise<void> {
   const handle = await (await driverOfHost(host)).openGuestDevice(id, ROOT_DEVICE_NAME);
   try {
     let block = createHash('sha256').update(id).digest();
-    const mib = Buffer.alloc(1 << 20);
-    for (let m = 0; m < ROOT_DATA_MIB; m++) {
+    const mib = Buffer.alloc(MIB);
+    for (const m of atMib) {
       for (let pos = 0; pos < mib.length; pos += block.length) {
         block.copy(mib, pos);
         block = createHash('sha256').update(block).digest();
       }
-      await handle.write(m * mib.length, mib);
+      await handle.write(m * MIB, mib);
     }
   } finally {
     await handle.close();
   }
+}
+
+/**
+ * A cell1 server with ROOT_DATA_MIB MiB of known bytes at the start of its root disk and one more
+ * at 900 MiB (its last data near the end), and one attached volume.
+ */
+async function serverWithData(ctx: BenchContext): Promise<string> {
+  const id = await ctx.boot();
+  const host = String((await ctx.settle(id))!.host);
+  await writeRootData(id, host, [...Array.from({ length: ROOT_DATA_MIB }, (_, m) => m), 900]);
   const volume = await ctx.newVolume();
   await ctx.nova('POST', `/servers/${id}/os-volume_attachments`, { volumeAttachment: { volumeId: volume } });
   await ctx.settle(id);
@@ -128,6 +142,6 @@ export function crossCellSummary(median: (name: string) => number | undefined): 
   if (copy === undefined || resize === undefined) return [];
   const confirm = median('cross-cell confirm') ?? 0;
   const revert = median('cross-cell revert') ?? 0;
-  const over = (ms: number) => `${ms.toFixed(0)} ms, ${(ms - copy).toFixed(0)} ms beyond the driver's copy (${copy.toFixed(0)} ms, ${ROOT_DATA_MIB} MiB of data in a 1 GiB root disk); goal <= 2000 ms beyond`;
+  const over = (ms: number) => `${ms.toFixed(0)} ms, ${(ms - copy).toFixed(0)} ms beyond the driver's copy (${copy.toFixed(0)} ms, ${ROOT_DATA_MIB + 1} MiB of data in a 1 GiB root disk, the last at 900 MiB); goal <= 2000 ms beyond`;
   return [`  cross-cell resize + confirm: ${over(resize + confirm)}`, `  cross-cell resize + revert: ${over(resize + revert)}`];
 }
