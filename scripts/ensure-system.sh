@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what `npm start` and `npm test` need beyond Node on a fresh Debian machine, only when it
-# is missing: Java 17 for Amazon's DynamoDB Local (both), the upstream cinder, manila, nova, glance
-# and openstack CLIs, openstacksdk and Tempest for the e2e tests (`test`), and the npm packages
-# when node_modules is absent. First it checks Node itself (`node`: only that, what .ci/run asks before `npm ci`).
+# is missing: Java 17 for Amazon's DynamoDB Local and qemu-img for qcow2 server images (both), the
+# upstream cinder, manila, nova, glance and openstack CLIs, openstacksdk and Tempest for the e2e
+# tests (`test`), and the npm packages when node_modules is absent. First it checks Node itself (`node`: only that, what .ci/run asks before `npm ci`).
 # Usage: scripts/ensure-system.sh start|test|node
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +29,12 @@ fi
 [ "$what" = node ] && exit 0
 
 need=()
+need_bare=()
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+# qemu-img (both): the local compute driver snapshots a server's root disk as a qcow2 image (shelve,
+# cross-cell resize) and spawns from qcow2 images (functions/drivers/qcow2.ts). Without recommends:
+# the image tool alone (1.3 MB), not qemu's block-device plugins.
+command -v qemu-img >/dev/null 2>&1 || need_bare+=(qemu-utils)
 if [ "$what" = test ]; then
   command -v cinder >/dev/null 2>&1 || need+=(python3-cinderclient)
   # Also the `openstack share ...` commands (manilaclient's openstackclient plugin).
@@ -48,18 +53,19 @@ if [ "$what" = test ]; then
   command -v tempest >/dev/null 2>&1 || need+=(python3-tempest)
 fi
 
-if [ ${#need[@]} -gt 0 ]; then
+if [ $((${#need[@]} + ${#need_bare[@]})) -gt 0 ]; then
   sudo=()
   if [ "$(id -u)" -ne 0 ]; then
     if command -v sudo >/dev/null 2>&1; then sudo=(sudo); else
-      echo "ferry: missing Debian packages: ${need[*]} (run: apt-get install ${need[*]})" >&2
+      echo "ferry: missing Debian packages: ${need[*]} ${need_bare[*]} (run: apt-get install ${need[*]} ${need_bare[*]})" >&2
       exit 1
     fi
   fi
-  echo "ferry: installing Debian packages: ${need[*]}"
+  echo "ferry: installing Debian packages: ${need[*]} ${need_bare[*]}"
   export DEBIAN_FRONTEND=noninteractive
   "${sudo[@]}" apt-get update -qq
-  "${sudo[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
+  if [ ${#need[@]} -gt 0 ]; then "${sudo[@]}" apt-get install -y -qq "${need[@]}" >/dev/null; fi
+  if [ ${#need_bare[@]} -gt 0 ]; then "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need_bare[@]}" >/dev/null; fi
 fi
 
 if [ ! -d node_modules/.bin ] || [ ! -e node_modules/.package-lock.json ]; then

@@ -3,17 +3,16 @@
  * BENCH_ROOT_MIB MiB of data written at its start and 1 MiB at 900 MiB, one attached volume) to m2.small (cell2), then
  * confirm; on a second such server, resize then revert. Each wall time is set against what the
  * compute driver alone needs to move the same bytes, measured in the same run right before on the
- * same server: its snapshot of the root disk uploaded to S3 (without the trailing zeros, as the
- * flow uploads it) plus a spawn from that image on a cell2 host. Goal: resize + confirm within
+ * same server: its snapshot of the root disk uploaded to S3 (as the flow uploads it:
+ * functions/servers/snapshot-upload.ts) plus a spawn from that image on a cell2 host. Goal: resize + confirm within
  * 2 s of that copy.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import type { Readable } from 'node:stream';
 import { resetPolicyCache } from '../../functions/core/policy.js';
 import { ROOT_DEVICE_NAME } from '../../functions/drivers/compute/driver.js';
-import { snapshotDataStream } from '../../functions/drivers/compute/snapshot-data.js';
 import { driverOfHost } from '../../functions/servers/engine.js';
-import { createImageRecord, deleteImage, getImage, imageSourceFor, uploadImage } from '../../functions/servers/images.js';
+import { createImageRecord, deleteImage, getImage, imageSourceFor } from '../../functions/servers/images.js';
+import { snapshotToImage } from '../../functions/servers/snapshot-upload.js';
 import { findServer } from '../../functions/servers/repo.js';
 
 export const ROOT_DATA_MIB = Number(process.env.BENCH_ROOT_MIB ?? 64);
@@ -42,16 +41,6 @@ export interface BenchContext {
   settle(id: string): Promise<Record<string, any> | undefined>;
   measure(act: () => Promise<unknown>, id: string, expectVm?: string): Promise<FlowSample>;
   add(name: string, s: FlowSample): void;
-}
-
-/** The root disk's bytes up to its last non-zero byte (what the flow's snapshot upload holds). */
-async function withoutTrailingZeros(stream: Readable): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const raw of stream) chunks.push(Buffer.from(raw as Uint8Array));
-  const all = Buffer.concat(chunks);
-  let end = all.length;
-  while (end > 0 && all[end - 1] === 0) end--;
-  return all.subarray(0, end);
 }
 
 const MIB = 1 << 20;
@@ -101,8 +90,7 @@ async function driverCopy(id: string): Promise<FlowSample> {
   const copyUuid = randomUUID();
   await createImageRecord({ id: imageId, name: 'bench-xcell-baseline', ownerProjectId: 'admin', visibility: 'private', properties: { image_type: 'snapshot' } });
   const t0 = performance.now();
-  const snap = await source.snapshot(id, imageId);
-  await uploadImage(imageId, await withoutTrailingZeros(snapshotDataStream(snap)));
+  await snapshotToImage(source, id, imageId);
   await dest.spawn({ uuid: copyUuid, flavor: found.instance.flavor, image: imageSourceFor(await getImage(imageId)), imageRef: imageId, powerOn: false });
   const ms = performance.now() - t0;
   await dest.destroy(copyUuid);

@@ -132,6 +132,13 @@ async function transition(id: string, from: Image['status'][], to: Image['status
   }
 }
 
+/** Image bytes this process stored, since the start or the last reset (tests and benches count a move's cost). */
+let storedBytes = 0;
+export const imageBytesStored = (): number => storedBytes;
+export function resetImageBytesStored(): void {
+  storedBytes = 0;
+}
+
 function sha256Of(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
@@ -147,9 +154,10 @@ async function readAll(stream: Readable): Promise<Buffer> {
  * the bytes stream to S3). A retried upload of a queued or saving image uploads again; a re-upload
  * of an active image with the same bytes is a no-op, with other bytes a Conflict (Glance refuses to
  * replace the data of an active image). A failed upload puts the image back to queued.
+ * `options.diskFormat`: the bytes' disk_format, recorded with them (a snapshot's).
  * @throws NotFound, Conflict, BadRequest (fewer or more bytes than `sizeBytes`).
  */
-export async function uploadImage(id: string, body: Readable | Uint8Array, sizeBytes?: number): Promise<Image> {
+export async function uploadImage(id: string, body: Readable | Uint8Array, sizeBytes?: number, options: { diskFormat?: string } = {}): Promise<Image> {
   const current = await getImage(id);
   // PutObject needs the length up front (no multipart helper in the dependencies): a stream of
   // unknown size is read into memory first, which images of Ferry's sizes allow.
@@ -162,7 +170,8 @@ export async function uploadImage(id: string, body: Readable | Uint8Array, sizeB
     if ((await shaOfData()) === current.sha256) return current;
     throw new Conflict(`Image ${id} is active; its data cannot be replaced.`);
   }
-  if (!(await transition(id, ['queued', 'saving'], 'saving'))) return settledUpload(id, await shaOfData());
+  // The disk_format of bytes Nova made (a snapshot) is set with them, as Nova's image update does.
+  if (!(await transition(id, ['queued', 'saving'], 'saving', options.diskFormat ? { diskFormat: options.diskFormat } : {}))) return settledUpload(id, await shaOfData());
 
   const hash = createHash('sha256');
   // Glance's checksum (MD5) and os_hash_value (SHA-512), computed in the same pass.
@@ -193,6 +202,7 @@ export async function uploadImage(id: string, body: Readable | Uint8Array, sizeB
   try {
     await (await s3()).send(new (await s3Sdk()).PutObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id), Body: counting, ContentLength: length }), { abortSignal: abort.signal });
     if (counted !== length) throw wrongLength();
+    storedBytes += length;
   } catch (e) {
     await transition(id, ['saving'], 'queued');
     throw counting.errored ?? e;
@@ -224,8 +234,8 @@ export async function openImage(id: string): Promise<Readable> {
 }
 
 /** The compute driver's view of an image: opened when the driver reads it. */
-export function imageSourceFor(image: Pick<Image, 'id'>): ImageSource & { stream: () => Promise<Readable> } {
-  return { stream: () => openImage(image.id) };
+export function imageSourceFor(image: Pick<Image, 'id' | 'diskFormat'>): ImageSource & { stream: () => Promise<Readable> } {
+  return { stream: () => openImage(image.id), diskFormat: image.diskFormat };
 }
 
 /** Deletes the bytes, then the record; either already gone is fine. */

@@ -5,11 +5,13 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, fsyncSync, openSync, writeSync } from 'node:fs';
-import { mkdtemp, open, rm, stat } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { mkdtemp, open, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { ComputeHostConfig, Flavor } from '../../functions/drivers/compute/driver.js';
+import type { ComputeHostConfig, Flavor, ImageSource } from '../../functions/drivers/compute/driver.js';
 import { GIB, LocalComputeDriver, localCopyStats, resetLocalCopyStats, setHostDown } from '../../functions/drivers/compute/local.js';
 import { dataExtents, extentBytes, unionExtents, type DataExtent } from '../../functions/drivers/sparse.js';
 import { writeDevice } from '../contracts/compute-driver.js';
@@ -21,6 +23,7 @@ const CHUNK = 8 * MIB;
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
 /** Offsets the guest writes at, beyond its image at 0. */
 const SCATTERED = [300 * MIB + 7, 512 * MIB, GIB - 4096];
+const execFileP = promisify(execFile);
 
 let tmp: string;
 let root: string;
@@ -103,6 +106,22 @@ async function expectStreamOf(stream: AsyncIterable<unknown>, path: string): Pro
   expect(pos).toBe(GIB);
 }
 
+async function drain(stream: AsyncIterable<unknown>): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const c of stream) chunks.push(c as Buffer);
+  return Buffer.concat(chunks);
+}
+
+/** The host's files other than its own records (guests, snapshots, incoming). */
+const filesOf = async (driver: LocalComputeDriver) => (await driver.listFiles()).filter((f) => /^(guests|snapshots|incoming)\//.test(f));
+
+/** An empty qcow2 image of `virtualBytes`. */
+async function qcow2Of(virtualBytes: number): Promise<Buffer> {
+  const path = join(tmp, `empty-${virtualBytes}.qcow2`);
+  await execFileP('qemu-img', ['create', '-q', '-f', 'qcow2', path, String(virtualBytes)]);
+  return readFile(path);
+}
+
 /** A move reads about what the disk holds (image + scattered writes, block-rounded), not the 1 GiB. */
 const expectReadOnlyTheData = (factor = 1) => expect(localCopyStats().readBytes).toBeLessThan(factor * MIB);
 
@@ -180,6 +199,48 @@ describe('sparse moves of a 1 GiB disk', () => {
     expect(snap.sizeBytes).toBe(GIB);
     for (const pos of [0, ...SCATTERED]) expect(snap.extents!.some((e) => e.offset <= pos && pos < e.offset + e.length)).toBe(true);
     await expectStreamOf(snap.stream, diskPath('cmp1'));
+  });
+
+  it('a qcow2 snapshot holds only the data; a guest spawned from it has the same sparse disk', async () => {
+    // Prepare
+    await scatteredGuest();
+    resetLocalCopyStats();
+
+    // Act
+    const snap = await cmp1.snapshot(UUID_A, 'image-1', { diskFormat: 'qcow2' });
+    const image = await drain(snap.stream);
+    await cmp2.spawn({ uuid: UUID_A, flavor: ONE_GIB, image: { data: image, diskFormat: 'qcow2' } });
+
+    // Assess: the image is the data (64 KiB + 3 x 4 KiB in 64 KiB clusters) and qcow2's tables, not the 1 GiB.
+    expect(snap).toMatchObject({ diskFormat: 'qcow2', sizeBytes: GIB, imageBytes: image.length });
+    expect(image.subarray(0, 4).toString('latin1')).toBe('QFI\xfb');
+    expect(image.length).toBeLessThan(MIB);
+    expect(localCopyStats().readBytes).toBeLessThan(2 * MIB);
+    expect(localCopyStats().writtenBytes).toBeLessThan(2 * MIB);
+    await expectSameSparseDisk(diskPath('cmp2'), diskPath('cmp1'));
+    expect((await filesOf(cmp1)).filter((f) => f.startsWith('snapshots/'))).toEqual([]);
+  });
+
+  it('a qcow2 image that is not one, has a backing file or is larger than the flavor is refused, leaving nothing', async () => {
+    // Prepare: an image pointing at a file of the host (its backing file), and one of 2 GiB.
+    await scatteredGuest();
+    const backed = join(tmp, 'backed.qcow2');
+    await execFileP('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', 'raw', '-b', diskPath('cmp1'), backed]);
+    const twoGib = await qcow2Of(2 * GIB);
+
+    // Act
+    const spawnFrom = (image: ImageSource) => cmp2.spawn({ uuid: UUID_A, flavor: ONE_GIB, image });
+    const refusals = [
+      await spawnFrom({ path: backed, diskFormat: 'qcow2' }).catch((e: Error) => e.message),
+      await spawnFrom({ data: randomBytes(4096), diskFormat: 'qcow2' }).catch((e: Error) => e.message),
+      await spawnFrom({ data: twoGib, diskFormat: 'qcow2' }).catch((e: Error) => e.message),
+    ];
+
+    // Assess
+    expect(refusals[0]).toMatch(/has a backing file/);
+    expect(refusals[1]).toMatch(/not in qcow2 format/);
+    expect(refusals[2]).toMatch(/virtual size 2147483648 bytes is larger than the 1073741824 bytes allowed/);
+    expect(await filesOf(cmp2)).toEqual([]);
   });
 
   it('a root disk handle tells its data extents (what a volume swap copies)', async () => {

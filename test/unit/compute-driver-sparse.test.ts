@@ -223,7 +223,7 @@ describe('streams and block copies', () => {
 
     // Act
     const chunks: Buffer[] = [];
-    for await (const c of snapshotDataStream({ imageId: 'i', sizeBytes: copy.sizeBytes, extents: copy.extents, stream })) chunks.push(c as Buffer);
+    for await (const c of snapshotDataStream({ imageId: 'i', sizeBytes: copy.sizeBytes, diskFormat: 'raw', imageBytes: copy.sizeBytes, extents: copy.extents, stream })) chunks.push(c as Buffer);
     await new Promise((resolve) => (stream.closed ? resolve(undefined) : stream.once('close', resolve)));
 
     // Assess

@@ -105,12 +105,14 @@ export interface Flavor {
 /**
  * The image a guest boots from. `path`: a readable local file; `data`: bytes in memory; `stream`:
  * a readable (or a function opening one, called only when the bytes are needed: the S3 image
- * fetch plugs in here as `{ stream: () => getObject(...).Body }`).
+ * fetch plugs in here as `{ stream: () => getObject(...).Body }`). `diskFormat`: Glance's
+ * disk_format of the bytes; a 'qcow2' image is read into a raw disk (a driver that cannot refuses
+ * it), any other is the disk's bytes as they are (absent: raw).
  */
-export type ImageSource =
-  | { path: string }
-  | { data: Uint8Array }
-  | { stream: Readable | (() => Readable | Promise<Readable>) };
+export type ImageSource = ({ path: string } | { data: Uint8Array } | { stream: Readable | (() => Readable | Promise<Readable>) }) & { diskFormat?: string };
+
+/** The formats a driver may write a snapshot in: raw bytes of the disk, or qcow2 (its data clusters only). */
+export type SnapshotFormat = 'raw' | 'qcow2';
 
 /** A volume to attach: where in the guest, and the connection_info Cinder returned for THIS host. */
 export interface BlockDeviceSpec {
@@ -220,10 +222,15 @@ export interface BlockHandle {
 
 export interface SnapshotImage {
   imageId: string;
+  /** The root disk's size (a qcow2 image's virtual size). */
   sizeBytes: number;
-  /** The root disk as of the call, raw. Consume it once; nothing is left on the host when it closes. */
+  /** What the stream holds: the raw disk, or a qcow2 image of it. */
+  diskFormat: SnapshotFormat;
+  /** The stream's length: sizeBytes for raw, the qcow2 file's length for qcow2. */
+  imageBytes: number;
+  /** The root disk as of the call, in `diskFormat`. Consume it once; nothing is left on the host when it closes. */
   stream: Readable;
-  /** Where the stream may hold non-zero bytes (sorted, disjoint); all zeros elsewhere. Optional. */
+  /** Raw only: where the stream may hold non-zero bytes (sorted, disjoint); all zeros elsewhere. Optional. */
   extents?: DataExtent[];
 }
 
@@ -300,8 +307,12 @@ export interface ComputeDriver {
   resume(uuid: string): Promise<void>;
   /** NOSTATE when the guest is not defined here (Nova's manager maps InstanceNotFound so). */
   getPowerState(uuid: string): Promise<PowerState>;
-  /** Raw bytes of the root disk as of now (defined guest or kept disks). The caller stores it (S3). */
-  snapshot(uuid: string, imageId: string): Promise<SnapshotImage>;
+  /**
+   * The root disk as of now (defined guest or kept disks), as an image the caller stores (S3): raw
+   * by default, or in `options.diskFormat` where the driver can write it (Nova's
+   * `[libvirt] snapshot_image_format`); the image says which it is.
+   */
+  snapshot(uuid: string, imageId: string, options?: { diskFormat?: SnapshotFormat }): Promise<SnapshotImage>;
 
   // ---- volumes (os-brick + driver.attach_volume) ----------------------------------------------
   canConnectVolume(connectionInfo: Record<string, unknown>): Promise<CanConnect>;

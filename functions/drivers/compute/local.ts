@@ -36,6 +36,7 @@ import type {
   LiveMigrateData,
   LiveMigrationOptions,
   PowerState,
+  SnapshotFormat,
   SnapshotImage,
 } from './driver.js';
 import { POWER_STATE } from './driver.js';
@@ -169,8 +170,8 @@ export class LocalComputeDriver implements ComputeDriver {
   getPowerState(uuid: string): Promise<PowerState> {
     return this.lifecycle.getPowerState(uuid);
   }
-  snapshot(uuid: string, imageId: string): Promise<SnapshotImage> {
-    return this.lifecycle.snapshot(uuid, imageId);
+  snapshot(uuid: string, imageId: string, options?: { diskFormat?: SnapshotFormat }): Promise<SnapshotImage> {
+    return this.lifecycle.snapshot(uuid, imageId, options);
   }
 
   // ---- volume connections (os-brick's role) ---------------------------------------------------

@@ -22,6 +22,11 @@ export function resetLocalCopyStats(): void {
   copied.readBytes = 0;
   copied.writtenBytes = 0;
 }
+/** Counts bytes a copy made outside this file (qemu-img's conversions of images) read and wrote. */
+export function countCopied(readBytes: number, writtenBytes: number): void {
+  copied.readBytes += readBytes;
+  copied.writtenBytes += writtenBytes;
+}
 
 /** Removes a directory tree so that it disappears at once: renamed to a temp name first, then removed. */
 export async function removeTree(path: string): Promise<void> {

@@ -3,15 +3,16 @@
  * destination side of migrations and evacuations), powered, snapshotted, destroyed.
  */
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, open, rename, truncate } from 'node:fs/promises';
-import { join } from 'node:path';
+import { mkdir, open, rename, stat, truncate, type FileHandle } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { DriverError } from '../../../core/errors.js';
 import { logger } from '../../../core/logger.js';
-import { POWER_STATE, ROOT_DEVICE_NAME, type AttachedVolume, type Flavor, type GuestInfo, type GuestSpec, type ImageSource, type PowerState, type SnapshotImage } from '../driver.js';
+import { POWER_STATE, ROOT_DEVICE_NAME, type AttachedVolume, type Flavor, type GuestInfo, type GuestSpec, type ImageSource, type PowerState, type SnapshotFormat, type SnapshotImage } from '../driver.js';
+import { qcow2ToRaw, rawToQcow2 } from '../../qcow2.js';
 import type { HostConnections } from './connections.js';
-import { isErrno, removeTree, sparseCopy, statOrUndefined, tempName, unlinkIfPresent } from './files.js';
+import { countCopied, isErrno, removeTree, sparseCopy, statOrUndefined, tempName, unlinkIfPresent } from './files.js';
 import { sameFlavor, type LocalHost } from './host.js';
 import { DISK_FILE, GIB, GUESTS_DIR, IMAGE_ID, MIGRATION_FILE, SNAPSHOTS_DIR, type GuestState } from './layout.js';
 import { sparseFileStream } from './sparse-stream.js';
@@ -143,7 +144,36 @@ export class GuestLifecycle {
     if (st.size < want) await truncate(path, want);
   }
 
+  /**
+   * Writes the image as the root disk `dest` (a new file). A qcow2 image becomes a sparse raw disk
+   * (qcow2.ts: checked first, at most the flavor's root disk); any other is the disk's bytes.
+   */
   async writeImage(image: ImageSource, dest: string, spec: GuestSpec): Promise<void> {
+    if (image.diskFormat === 'qcow2') return this.writeQcow2Image(image, dest, spec);
+    const source = await this.openImage(image, spec);
+    try {
+      await pipeline(source, createWriteStream(dest, { flags: 'wx' }));
+    } catch (e) {
+      throw this.h.fail(`cannot write the image of ${spec.uuid}: ${(e as Error).message}`, { uuid: spec.uuid }, e);
+    }
+  }
+
+  /** A qcow2 image (a file: qemu-img reads it with seeks) read into the raw disk `dest`; what passed is counted in localCopyStats. */
+  private async writeQcow2Image(image: ImageSource, dest: string, spec: GuestSpec): Promise<void> {
+    const flavor = this.h.checkFlavor(spec.flavor);
+    const qcow2 = 'path' in image ? image.path : join(dirname(dest), tempName('image.qcow2'));
+    try {
+      if (!('path' in image)) await pipeline(await this.openImage(image, spec), createWriteStream(qcow2, { flags: 'wx' }));
+      await qcow2ToRaw(qcow2, dest, flavor.rootGb > 0 ? flavor.rootGb * GIB : undefined);
+      countCopied((await stat(qcow2)).size, (await stat(dest)).blocks * 512);
+    } catch (e) {
+      throw this.h.fail(`cannot write the image of ${spec.uuid}: ${(e as Error).message}`, { uuid: spec.uuid }, e);
+    } finally {
+      if (!('path' in image)) await unlinkIfPresent(qcow2);
+    }
+  }
+
+  private async openImage(image: ImageSource, spec: GuestSpec): Promise<Readable> {
     let source: Readable;
     if ('path' in image) {
       const st = await statOrUndefined(image.path);
@@ -157,11 +187,7 @@ export class GuestLifecycle {
     } else {
       throw this.h.fail('invalid image source', { uuid: spec.uuid });
     }
-    try {
-      await pipeline(source, createWriteStream(dest, { flags: 'wx' }));
-    } catch (e) {
-      throw this.h.fail(`cannot write the image of ${spec.uuid}: ${(e as Error).message}`, { uuid: spec.uuid }, e);
-    }
+    return source;
   }
 
   async destroy(uuid: string, options: { keepDisks?: boolean } = {}): Promise<void> {
@@ -259,7 +285,7 @@ export class GuestLifecycle {
     return state?.defined ? state.powerState : POWER_STATE.NOSTATE;
   }
 
-  async snapshot(uuid: string, imageId: string): Promise<SnapshotImage> {
+  async snapshot(uuid: string, imageId: string, options: { diskFormat?: SnapshotFormat } = {}): Promise<SnapshotImage> {
     this.h.checkUuid(uuid);
     if (typeof imageId !== 'string' || !IMAGE_ID.test(imageId)) throw this.h.fail(`invalid image id ${JSON.stringify(imageId)}`, { uuid, imageId });
     await this.h.ensureUp();
@@ -268,22 +294,38 @@ export class GuestLifecycle {
       if (!state) throw this.h.fail(`guest ${uuid} is not on this host`, { uuid });
       if (state.rootDisk !== 'local') throw this.h.fail(`guest ${uuid} is volume-backed: snapshot its boot volume instead`, { uuid });
       // A point-in-time copy, unlinked once open: the stream reads it, and nothing stays behind.
+      const disk = join(this.h.guestDir(uuid), DISK_FILE);
       const copy = join(this.h.dir, SNAPSHOTS_DIR, tempName(imageId));
       try {
-        const { sizeBytes, extents } = await sparseCopy(join(this.h.guestDir(uuid), DISK_FILE), copy);
-        const fh = await open(copy, 'r');
-        try {
-          await unlinkIfPresent(copy);
-        } catch (e) {
-          await fh.close();
-          throw e;
+        if (options.diskFormat === 'qcow2') {
+          await mkdir(dirname(copy), { recursive: true });
+          await rawToQcow2(disk, copy);
+          const fh = await openUnlinked(copy);
+          const [sizeBytes, imageBytes] = [(await stat(disk)).size, (await fh.stat()).size];
+          // qemu-img read the clusters it wrote (all-zero ones it read and dropped are not counted).
+          countCopied(imageBytes, imageBytes);
+          return { imageId, sizeBytes, diskFormat: 'qcow2', imageBytes, stream: fh.createReadStream() };
         }
+        const { sizeBytes, extents } = await sparseCopy(disk, copy);
+        const fh = await openUnlinked(copy);
         // The copy's data is where the copy wrote: the stream reads those and makes up the holes.
-        return { imageId, sizeBytes, extents, stream: sparseFileStream(fh, sizeBytes, extents) };
+        return { imageId, sizeBytes, diskFormat: 'raw', imageBytes: sizeBytes, extents, stream: sparseFileStream(fh, sizeBytes, extents) };
       } catch (e) {
         await unlinkIfPresent(copy);
         throw this.h.fail(`cannot snapshot guest ${uuid}: ${(e as Error).message}`, { uuid, imageId }, e);
       }
     });
   }
+}
+
+/** Opens `path` for reading and unlinks it: the handle keeps the bytes until it is closed. */
+async function openUnlinked(path: string): Promise<FileHandle> {
+  const fh = await open(path, 'r');
+  try {
+    await unlinkIfPresent(path);
+  } catch (e) {
+    await fh.close();
+    throw e;
+  }
+  return fh;
 }

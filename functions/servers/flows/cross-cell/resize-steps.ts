@@ -13,16 +13,15 @@ import { Conflict } from '../../../core/errors.js';
 import { faultPoint } from '../../../core/faults.js';
 import { intentId } from '../../../core/intents.js';
 import { POWER_STATE } from '../../../drivers/compute/driver.js';
-import { snapshotDataStream } from '../../../drivers/compute/snapshot-data.js';
 import { attachmentComplete, attachmentCreate, attachmentGet, attachmentUpdate, hostConnector } from '../../cinder.js';
 import { driverOfHost, loadStep, recordHolds, updateOp, withEvent, type ServerStepInput } from '../../engine.js';
-import { createImageRecord, imageSourceFor, uploadImage, deleteImage } from '../../images.js';
+import { createImageRecord, deleteImage, getImage, imageSourceFor } from '../../images.js';
 import { updateMigration } from '../../migrations.js';
 import type { InstanceFlavor } from '../../model.js';
 import { activatePortBinding, bindPortToHost, listPortsOf } from '../../network.js';
 import { blockDeviceSpecs, isVolumeBacked, volumeBdms } from '../block-devices.js';
 import { migrationOf, oldVmState, powerFor, terminateVolumeConnections } from '../resize/shared.js';
-import { withoutTrailingZeros } from '../shelve/steps.js';
+import { snapshotToImage } from '../../snapshot-upload.js';
 import { cellOfHost, cloneToCell, flipInstanceMapping, loadPartition, updateCopy, withEventIn } from './copies.js';
 import { crossCellRollback } from './resize-rollback.js';
 
@@ -128,8 +127,7 @@ async function prepSource(input: ServerStepInput): Promise<unknown> {
     if ((await driver.getGuest(uuid))?.defined) {
       await driver.powerOff(uuid);
       if (imageId) {
-        const snap = await driver.snapshot(uuid, imageId);
-        await uploadImage(imageId, await withoutTrailingZeros(snapshotDataStream(snap)));
+        await snapshotToImage(driver, uuid, imageId);
       }
       await driver.destroy(uuid, { keepDisks: true });
     }
@@ -173,7 +171,7 @@ async function finishDest(input: ServerStepInput): Promise<unknown> {
       await destDriver.spawn({
         uuid,
         flavor: newFlavor,
-        ...(imageId ? { image: imageSourceFor({ id: imageId }) } : {}),
+        ...(imageId ? { image: imageSourceFor(await getImage(imageId)) } : {}),
         ...(s.instance.imageRef ? { imageRef: s.instance.imageRef } : {}),
         blockDevices: blockDeviceSpecs(tgt.bdms),
         powerOn: vm === 'active',

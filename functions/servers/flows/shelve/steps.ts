@@ -18,14 +18,13 @@
  *   Failure (vol_10): guest destroyed, allocations deleted, `_terminate_volume_connections`, bindings
  *   deleted, host/node None, task None: stays SHELVED_OFFLOADED with its shelved image.
  */
-import { snapshotDataStream } from '../../../drivers/compute/snapshot-data.js';
-import type { Readable } from 'node:stream';
 import { releaseAll } from '../../../compute/placement.js';
-import { Conflict, OverLimit } from '../../../core/errors.js';
+import { Conflict } from '../../../core/errors.js';
 import { intentId } from '../../../core/intents.js';
 import { POWER_STATE } from '../../../drivers/compute/driver.js';
 import { driverOfHost, endOperation, failEvent, faultOf, loadStep, reasonOf, updateOp, withEvent, type ServerStepInput, type StepState } from '../../engine.js';
-import { createImageRecord, deleteImage, getImage, imageSourceFor, uploadImage } from '../../images.js';
+import { createImageRecord, deleteImage, getImage, imageSourceFor } from '../../images.js';
+import { snapshotToImage } from '../../snapshot-upload.js';
 import type { Instance, OperationHolds } from '../../model.js';
 import { activatePortBinding, bindPortToHost, deletePortBinding, listPortsOf } from '../../network.js';
 import { scheduleAndClaim } from '../../scheduler.js';
@@ -45,41 +44,6 @@ export function shelvedOffloadTime(): number {
 
 // ---------------------------------------------------------------------------------------------
 // server-shelve
-
-/** A shelved image larger than this (past its last non-zero byte) is refused rather than held in memory. */
-const MAX_SHELVED_IMAGE_BYTES = 1 << 30;
-
-/**
- * The root disk up to its last non-zero byte. A root disk is the image sparse-extended to the
- * flavor's root_gb; the zeros past the data come back when the unshelve spawn extends the disk
- * again, so the shelved image holds only the data (a sparse root disk is not uploaded whole).
- */
-export async function withoutTrailingZeros(stream: Readable): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let held = 0;
-  let pendingZeros = 0;
-  let zeros = Buffer.alloc(0);
-  for await (const raw of stream) {
-    const chunk = Buffer.from(raw as Uint8Array);
-    if (zeros.length < chunk.length) zeros = Buffer.alloc(chunk.length);
-    // An all-zero chunk (most of a sparse disk) is recognised by one native compare, not byte by byte.
-    let last = chunk.equals(zeros.subarray(0, chunk.length)) ? -1 : chunk.length - 1;
-    while (last >= 0 && chunk[last] === 0) last--;
-    if (last < 0) {
-      pendingZeros += chunk.length;
-      continue;
-    }
-    held += pendingZeros + last + 1;
-    if (held > MAX_SHELVED_IMAGE_BYTES) {
-      stream.destroy();
-      throw new OverLimit(`the root disk holds more than ${MAX_SHELVED_IMAGE_BYTES} bytes of data: too large to shelve here`);
-    }
-    if (pendingZeros) chunks.push(Buffer.alloc(pendingZeros));
-    chunks.push(chunk.subarray(0, last + 1));
-    pendingZeros = chunk.length - last - 1;
-  }
-  return Buffer.concat(chunks);
-}
 
 const setHolds = (s: StepState, change: (h: OperationHolds) => OperationHolds) =>
   updateOp(s, ({ instance, op }) => ({ instance: { ...instance, operation: { ...op, holds: change(op.holds) } } }));
@@ -112,8 +76,7 @@ async function shelveSnapshot(input: ServerStepInput): Promise<unknown> {
       if (!(e instanceof Conflict)) throw e; // a re-run: the record is ours already
     }
     s = await updateOp(s, ({ instance }) => ({ instance: { ...instance, taskState: 'shelving_image_uploading', powerState: POWER_STATE.SHUTDOWN } }));
-    const snap = await driver.snapshot(s.instance.uuid, imageId);
-    await uploadImage(imageId, await withoutTrailingZeros(snapshotDataStream(snap)));
+    await snapshotToImage(driver, s.instance.uuid, imageId);
     const shelvedImage = imageId;
     const shelved = (instance: Instance): Instance => ({
       ...instance,
