@@ -243,6 +243,24 @@ describe('sparse moves of a 1 GiB disk', () => {
     expect(await filesOf(cmp2)).toEqual([]);
   });
 
+  it('without qemu-img a qcow2 snapshot fails saying what to install, and leaves nothing', async () => {
+    // Prepare
+    await scatteredGuest();
+    const path = process.env.PATH;
+    process.env.PATH = tmp;
+
+    // Act
+    const failed = await cmp1.snapshot(UUID_A, 'image-1', { diskFormat: 'qcow2' }).then(
+      () => 'succeeded',
+      (e: Error) => e.message,
+    );
+    process.env.PATH = path;
+
+    // Assess
+    expect(failed).toMatch(/qemu-img is not installed.*apt-get install qemu-utils/);
+    expect((await filesOf(cmp1)).filter((f) => !f.startsWith('guests/'))).toEqual([]);
+  });
+
   it('a root disk handle tells its data extents (what a volume swap copies)', async () => {
     // Prepare
     await scatteredGuest();

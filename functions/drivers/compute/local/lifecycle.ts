@@ -300,8 +300,8 @@ export class GuestLifecycle {
         if (options.diskFormat === 'qcow2') {
           await mkdir(dirname(copy), { recursive: true });
           await rawToQcow2(disk, copy);
+          const [sizeBytes, imageBytes] = [(await stat(disk)).size, (await stat(copy)).size];
           const fh = await openUnlinked(copy);
-          const [sizeBytes, imageBytes] = [(await stat(disk)).size, (await fh.stat()).size];
           // qemu-img read the clusters it wrote (all-zero ones it read and dropped are not counted).
           countCopied(imageBytes, imageBytes);
           return { imageId, sizeBytes, diskFormat: 'qcow2', imageBytes, stream: fh.createReadStream() };
