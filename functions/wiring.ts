@@ -58,6 +58,13 @@ export interface FunctionWiring {
    * `FERRY_COPY_SUBNETS`, `FERRY_COPY_SECURITY_GROUPS`, `FERRY_COPY_CONTAINER`). No effect locally.
    */
   mountsShareStorage?: boolean;
+  /**
+   * With `mountsShareStorage`: registers (and deregisters) a migration's own copy task definition,
+   * whose volumes are the migration's EFS file systems (functions/migration/copy-task-definition.ts):
+   * its role gets those ECS calls and iam:PassRole of the copy task's two roles, and its environment
+   * the task role and the stack's VPC (`FERRY_COPY_TASK_ROLE`, `FERRY_COPY_VPC_ID`).
+   */
+  registersCopyTasks?: boolean;
   /** Runs volume drivers (its bundle contains them): its role gets the aws-ebs driver's EC2 permissions (infra/aws/driver-permissions.ts); test/infra/permissions.test.ts checks the flag against the bundle, both ways. */
   callsVolumeDrivers?: boolean;
   /** Runs share drivers, likewise: the aws-efs driver's EFS and EC2 (security groups, mount targets' network interfaces) permissions. */
@@ -182,6 +189,7 @@ export const FUNCTIONS: FunctionWiring[] = [
     tables: ['share'],
     callsShareDrivers: true,
     mountsShareStorage: true,
+    registersCopyTasks: true,
     // migration_complete of the local driver runs a final sync pass: minutes for a large share.
     timeoutSeconds: 900,
     memoryMb: 1024,

@@ -6,14 +6,14 @@ import { reasonOf } from '../core/errors.js';
 import { getShare, getShareOrThrow } from '../shares/repo.js';
 import { syncDestinationRules, syncSourceRules } from './access.js';
 import { apply, now, type MigrationStepInput } from './flow.js';
-import { deleteCopyRecord } from './host-copy.js';
+import { deleteCopyRecord, deregisterCopyTaskDefinition } from './host-copy.js';
 import { releaseDestinationCapacity, undoDriverDestination } from './phase1.js';
 import { deleteRetired, finishSuccess } from './phase2.js';
 import type { MigrationOutcome } from './transitions.js';
 
 /**
  * Undoes whatever the migration record says is held, in the reverse order of making it, then
- * ends the migration: driver's destination (migration_cancel), data node access, destination
+ * ends the migration: data node access, the copy task definition, driver's destination (migration_cancel), destination
  * share and capacity, read-only cast; a retired source (phase 2 got past the flip) is deleted
  * and the migration ends in success instead. Idempotent at every point.
  */
@@ -35,6 +35,9 @@ export async function cleanup(input: MigrationStepInput): Promise<{ taskState: s
     await syncSourceRules(s);
     await syncDestinationRules(s);
   }
+  // The copy task definition goes before the shares it mounts (a task started from it could still mount them).
+  await deregisterCopyTaskDefinition(s);
+  s = await getShareOrThrow(input.shareId);
   await undoDriverDestination(s);
   s = await getShareOrThrow(input.shareId);
   await releaseDestinationCapacity(s);

@@ -10,7 +10,7 @@ import { backendShareName } from '../shares/model.js';
 import { getShare, getShareBackend, networkCountItem, releaseSharePoolItem, typeCountItem } from '../shares/repo.js';
 import { getShareTypeById } from '../shares/types.js';
 import { syncDestinationRules, syncSourceRules } from './access.js';
-import { deleteCopyRecord } from './host-copy.js';
+import { deleteCopyRecord, deregisterCopyTaskDefinition } from './host-copy.js';
 import { apply, applyWith, load, migrationRequest, now, ShareMigrationFailed, sourceDriver, zoneOf, type MigrationStepInput } from './flow.js';
 import type { MigrationEvent } from './transitions.js';
 
@@ -55,9 +55,14 @@ export async function flip(input: MigrationStepInput): Promise<{ host: string }>
   return { host: s.host! };
 }
 
-/** Deletes the retired source's backend share (host-assisted; the driver did it for driver-assisted) and gives back its capacity. */
+/**
+ * Deletes the retired source's backend share (host-assisted; the driver did it for driver-assisted)
+ * and gives back its capacity; a copy task definition registered for the migration is deregistered
+ * here too (the migration needs no copy task past the flip).
+ */
 export async function deleteRetired(input: MigrationStepInput): Promise<{ deleted: string | null }> {
-  const { m } = await load(input);
+  const { s, m } = await load(input);
+  await deregisterCopyTaskDefinition(s);
   const r = m.retired;
   if (!r) throw new ShareMigrationFailed(`share ${input.shareId} has no retired source to delete.`);
   if (r.ownsBackendShare) {

@@ -12,7 +12,7 @@
  *  - it ends in migration_success only after phase 2 flipped the share to the destination.
  */
 import { BadRequest, Conflict, FerryError } from '../core/errors.js';
-import { BUSY_TASK_STATES, type DriverMigrationProgress, type MigrationApproach, type MigrationEnd, type MigrationInstance, type Share, type ShareMigration, type TaskState } from '../shares/model.js';
+import { BUSY_TASK_STATES, type DriverMigrationProgress, type MigrationApproach, type MigrationEnd, type MigrationInstance, type Share, type ShareMigration, type TaskState, type MigrationDataNode, type CopyTaskDefinition } from '../shares/model.js';
 import { InvalidShare } from '../shares/transitions.js';
 import { accessRulesStatus } from '../shares/views.js';
 
@@ -29,7 +29,9 @@ export type MigrationEvent =
   | { type: 'destination'; at: string; migrationId: string; destination: MigrationInstance | null }
   | { type: 'destination-update'; at: string; migrationId: string; changes: Partial<Omit<MigrationInstance, 'id'>> }
   | { type: 'read-only'; at: string; migrationId: string; cast: boolean }
-  | { type: 'data-node-access'; at: string; migrationId: string; present: boolean }
+  | { type: 'data-node-access'; at: string; migrationId: string; present: boolean; dataNode?: MigrationDataNode }
+  /** The copy task definition of the migration: its family recorded before it is registered, its ARN after; null once deregistered. */
+  | { type: 'copy-task-definition'; at: string; migrationId: string; definition: CopyTaskDefinition | null }
   | { type: 'copy-started'; at: string; migrationId: string; operationId: string }
   /** One migration_continue poll, with what migration_get_progress said before it (when it answered). */
   | { type: 'driver-polled'; at: string; migrationId: string; progress?: DriverMigrationProgress }
@@ -75,6 +77,7 @@ export function heldByMigration(m: ShareMigration): string[] {
   if (m.retired?.capacity) held.push(`retired source capacity on ${m.retired.capacity.pool}`);
   if (m.readOnlyCast) held.push('read-only cast of the source access rules');
   if (m.dataNodeAccess) held.push('data node access rules');
+  if (m.copyTaskDefinition) held.push(`copy task definition ${m.copyTaskDefinition.family}`);
   return held;
 }
 
@@ -162,7 +165,13 @@ export function migrationTransition(s: Share, e: MigrationEvent): Share | FerryE
       return m.readOnlyCast === e.cast ? s : withMigration({ readOnlyCast: e.cast });
     case 'data-node-access':
       if (e.present && !m.destination?.ownsBackendShare) return new InvalidShare(`Share ${s.id} has no destination to give the data node access to.`);
-      return m.dataNodeAccess === e.present ? s : withMigration({ dataNodeAccess: e.present });
+      if (m.dataNodeAccess === e.present && (!e.present || !e.dataNode || JSON.stringify(e.dataNode) === JSON.stringify(m.dataNode))) return s;
+      // Who the data node is stays recorded while its rules may be held; a grant names it anew.
+      return withMigration({ dataNodeAccess: e.present, ...(e.present && e.dataNode ? { dataNode: e.dataNode } : {}) });
+    case 'copy-task-definition':
+      if (JSON.stringify(m.copyTaskDefinition ?? null) === JSON.stringify(e.definition)) return s;
+      if (e.definition && m.copyTaskDefinition && m.copyTaskDefinition.family !== e.definition.family) return new InvalidShare(`Share ${s.id} already has the copy task definition ${m.copyTaskDefinition.family}.`);
+      return withMigration({ copyTaskDefinition: e.definition });
     case 'copy-started':
       return withMigration({ copyOperationId: e.operationId, copyAttempts: m.copyAttempts + 1 });
     case 'driver-polled':

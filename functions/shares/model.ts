@@ -183,6 +183,10 @@ export interface ShareMigration {
   readOnlyCast: boolean;
   /** The data node's access rule is on both instances (host-assisted copy). */
   dataNodeAccess: boolean;
+  /** Who the data node is to each instance's backend, recorded with the access (functions/migration/access.ts). */
+  dataNode?: MigrationDataNode | null;
+  /** The task definition registered for this migration's copy task (functions/migration/copy-task-definition.ts). */
+  copyTaskDefinition?: CopyTaskDefinition | null;
   /** The copy operation record (COPY#<id>) of the host-assisted copy. */
   copyOperationId: string | null;
   copyAttempts: number;
@@ -194,6 +198,27 @@ export interface ShareMigration {
   cancelRequested: boolean;
   startedAt: string;
   error: string | null;
+}
+
+/** The data node's rule identity (access type and to) on a backend. */
+export interface DataNodeIdentity {
+  accessType: 'ip' | 'user';
+  accessTo: string;
+}
+
+export interface MigrationDataNode {
+  source: DataNodeIdentity;
+  destination: DataNodeIdentity;
+}
+
+/**
+ * A copy task definition registered for one migration (the copy worker's, with the migration's file
+ * systems as its volumes): `family` is recorded before RegisterTaskDefinition (derived from the
+ * migration id, so a retry finds what an unanswered call made), `arn` once it is known.
+ */
+export interface CopyTaskDefinition {
+  family: string;
+  arn: string | null;
 }
 
 /** What a driver-assisted poll read from migration_get_progress. */

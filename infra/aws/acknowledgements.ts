@@ -45,6 +45,12 @@ export function acknowledgeFunction(scope: AcknowledgementScope, fn: IFunction, 
   if (f.mountsShareStorage && fn.isBoundToVpc) {
     // Replaces the Resource::* reason above: a mounting function also has the EFS ClientMount grant.
     for (const [id, reason] of Object.entries(CopyWorker.FUNCTION_ACKNOWLEDGEMENTS)) v.acknowledge({ id, reason });
+    if (f.registersCopyTasks) {
+      v.acknowledge({
+        id: 'AwsSolutions-IAM5[Resource::*]',
+        reason: `${CopyWorker.FUNCTION_ACKNOWLEDGEMENTS['AwsSolutions-IAM5[Resource::*]']} ecs:DescribeTaskDefinition, ListTaskDefinitions, RegisterTaskDefinition and DeregisterTaskDefinition take no resource (the service authorization reference lists none): a migration's own copy task definition, registered from the stack's and deregistered when the migration ends.`,
+      });
+    }
   }
   for (const key of f.tables) {
     v.acknowledge({

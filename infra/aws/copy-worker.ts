@@ -96,7 +96,14 @@ export const COPY_ENV = {
   subnets: 'FERRY_COPY_SUBNETS',
   securityGroups: 'FERRY_COPY_SECURITY_GROUPS',
   container: 'FERRY_COPY_CONTAINER',
+  /** The task role: who the copy task is to an aws-efs share's file system policy (the data node's `user` rule). */
+  taskRole: 'FERRY_COPY_TASK_ROLE',
+  /** The stack's VPC: an aws-efs share the task mounts beside the share storage must be in it. */
+  vpcId: 'FERRY_COPY_VPC_ID',
 } as const;
+
+/** The family of a migration's own copy task definition: `<family>-m-<migration id>` (functions/migration/copy-task-definition.ts). */
+export const MIGRATION_FAMILY_SUFFIX = '-m-';
 
 /** NFS client permissions on the share file system, all through the one access point. */
 const EFS_CLIENT_ACTIONS = ['elasticfilesystem:ClientMount', 'elasticfilesystem:ClientWrite', 'elasticfilesystem:ClientRootAccess'];
@@ -295,6 +302,34 @@ export class CopyWorker extends Construct {
     };
   }
 
+  /** What a function with `registersCopyTasks` adds to functionEnvironment(). */
+  registrarEnvironment(): Record<string, string> {
+    return { [COPY_ENV.taskRole]: this.taskDefinition.taskRole.roleArn, [COPY_ENV.vpcId]: this.vpc.vpcId };
+  }
+
+  /**
+   * A migration's own copy task definition (functions/migration/copy-task-definition.ts): looked up,
+   * registered from this one (DescribeTaskDefinition), listed and deregistered. None of the four
+   * ECS actions takes a resource (the service authorization reference lists no resource type for
+   * them), so `*`; registering a definition that names the task's two roles passes them, to ECS
+   * tasks only.
+   */
+  grantRegisterCopyTasks(grantee: IGrantable & Construct): void {
+    grantee.grantPrincipal.addToPrincipalPolicy(
+      new PolicyStatement({
+        actions: ['ecs:DescribeTaskDefinition', 'ecs:ListTaskDefinitions', 'ecs:RegisterTaskDefinition', 'ecs:DeregisterTaskDefinition'],
+        resources: ['*'],
+      }),
+    );
+    grantee.grantPrincipal.addToPrincipalPolicy(
+      new PolicyStatement({
+        actions: ['iam:PassRole'],
+        resources: [this.taskDefinition.taskRole.roleArn, this.taskDefinition.obtainExecutionRole().roleArn],
+        conditions: { StringEquals: { 'iam:PassedToService': 'ecs-tasks.amazonaws.com' } },
+      }),
+    );
+  }
+
   /**
    * Mount, write and act as root on the share file system, through the access point only.
    * (lambda.FileSystem.fromEfsAccessPoint grants mount and write; the access point's uid 0 also
@@ -310,9 +345,10 @@ export class CopyWorker extends Construct {
     );
   }
 
-  /** The task definition family ARN with any revision: what RunTask is allowed on. */
-  taskDefinitionFamilyArn(): string {
-    return Stack.of(this).formatArn({ service: 'ecs', resource: 'task-definition', resourceName: `${this.taskDefinition.family}:*`, arnFormat: ArnFormat.SLASH_RESOURCE_NAME });
+  /** The task definition family ARN with any revision: what RunTask is allowed on (and, with `migrations`, the migrations' own families). */
+  taskDefinitionFamilyArn(migrations = false): string {
+    const family = migrations ? `${this.taskDefinition.family}${MIGRATION_FAMILY_SUFFIX}*` : this.taskDefinition.family;
+    return Stack.of(this).formatArn({ service: 'ecs', resource: 'task-definition', resourceName: `${family}:*`, arnFormat: ArnFormat.SLASH_RESOURCE_NAME });
   }
 
   /**
@@ -322,7 +358,7 @@ export class CopyWorker extends Construct {
    */
   grantRunTaskSync(machine: StateMachine): void {
     const stack = Stack.of(this);
-    machine.addToRolePolicy(new PolicyStatement({ actions: ['ecs:RunTask'], resources: [this.taskDefinitionFamilyArn()] }));
+    machine.addToRolePolicy(new PolicyStatement({ actions: ['ecs:RunTask'], resources: [this.taskDefinitionFamilyArn(), this.taskDefinitionFamilyArn(true)] }));
     machine.addToRolePolicy(new PolicyStatement({ actions: ['ecs:StopTask', 'ecs:DescribeTasks'], resources: ['*'] }));
     machine.addToRolePolicy(
       new PolicyStatement({ actions: ['iam:PassRole'], resources: [this.taskDefinition.taskRole.roleArn, this.taskDefinition.obtainExecutionRole().roleArn] }),
@@ -337,6 +373,10 @@ export class CopyWorker extends Construct {
     v.acknowledge({
       id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task-definition/${this.taskDefinition.family}:*]`,
       reason: 'ecs:RunTask on every revision of the copy worker task definition family only; the revision changes with each image, and the function passes the current one.',
+    });
+    v.acknowledge({
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task-definition/${this.taskDefinition.family}${MIGRATION_FAMILY_SUFFIX}*:*]`,
+      reason: 'ecs:RunTask on the copy task definitions registered per migration (family <copy family>-m-<migration id>, made at run time by the migration steps, with the mounts of that migration\'s EFS shares).',
     });
     v.acknowledge({
       id: 'AwsSolutions-IAM5[Resource::*]',

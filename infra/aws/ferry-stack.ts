@@ -215,7 +215,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     if (f.kind === 'authorizer') environment[AUTH_MODE_ENV] = 'token';
     // Without share backends there is nothing to mount: the function deploys outside any VPC.
     const copyWorker = f.mountsShareStorage && this.shareBackends ? this.requireCopyWorker(`function ${f.name} has mountsShareStorage`) : undefined;
-    if (copyWorker) Object.assign(environment, copyWorker.functionEnvironment());
+    if (copyWorker) Object.assign(environment, copyWorker.functionEnvironment(), f.registersCopyTasks ? copyWorker.registrarEnvironment() : {});
 
     const id = `Fn${pascal(f.name)}`;
     const fn = new NodejsFunction(this, id, {
@@ -240,6 +240,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     for (const key of f.tables) grantTable(this.table(key, f.name));
     if (f.usesBucket) this.bucket.grantReadWrite(fn, f.bucketPrefix ? `${f.bucketPrefix}*` : '*');
     copyWorker?.grantMount(fn);
+    if (f.registersCopyTasks) copyWorker?.grantRegisterCopyTasks(fn);
     grantDriverPermissions(fn, f);
     const starts = f.starts ?? [];
     if (starts.length) {

@@ -13,6 +13,7 @@ import { FAKE_EFS_REGION, FAKE_EFS_VPC, FakeEfs, wireFakeEfs } from './fake-efs.
 import { manilaClient } from './manila.js';
 import { useSandboxStackWith } from './sandbox-stack.js';
 import type { TestLocalStack } from './stack.js';
+import type { TaskIntegration } from '../../infra/local/stepfunctions.js';
 
 export const EFS_BACKENDS: Inventory['shareBackends'] = [
   { host: 'ferry@efs-a', driver: 'aws-efs', region: FAKE_EFS_REGION, vpcId: FAKE_EFS_VPC, subnetIds: ['subnet-0a1', 'subnet-0b2'], shareBackendName: 'efs-a', protocols: ['NFS'], pools: [{ name: 'pool0', totalCapacityGb: 100 }] },
@@ -26,12 +27,13 @@ export interface EfsStack {
   stop(): Promise<void>;
 }
 
-export async function startEfsStack(): Promise<EfsStack> {
+/** `integrations`: the stack's Task integrations other than Lambda (a test's stand-in for the copy task on Fargate). */
+export async function startEfsStack(integrations?: Record<string, TaskIntegration>): Promise<EfsStack> {
   const efs = mockClient(EFSClient);
   const ec2 = mockClient(EC2Client);
   const fake = new FakeEfs();
   wireFakeEfs(efs, ec2, fake);
-  const stack = await useSandboxStackWith((inventory) => inventory.shareBackends.push(...EFS_BACKENDS));
+  const stack = await useSandboxStackWith((inventory) => inventory.shareBackends.push(...EFS_BACKENDS), integrations ? { integrations } : {});
   return {
     stack,
     fake,

@@ -297,12 +297,16 @@ export class FakeEfs {
     return { GroupId, Tags };
   }
 
-  /** Each (permission, range) of a request: the group's permission of the same protocol and ports, and the range there. */
+  /** Each (permission, source) of a request: the group's permission of the same protocol and ports, and the source (a range, or a group pair) there. */
   private ranges(g: SecurityGroup, perms: IpPermission[]) {
     return perms.flatMap((p) =>
-      [...(p.IpRanges ?? []).map((r) => ({ v6: false, cidr: r.CidrIp!, Description: r.Description })), ...(p.Ipv6Ranges ?? []).map((r) => ({ v6: true, cidr: r.CidrIpv6!, Description: r.Description }))].map((r) => {
+      [
+        ...(p.IpRanges ?? []).map((r) => ({ kind: 'IpRanges' as const, cidr: r.CidrIp!, Description: r.Description })),
+        ...(p.Ipv6Ranges ?? []).map((r) => ({ kind: 'Ipv6Ranges' as const, cidr: r.CidrIpv6!, Description: r.Description })),
+        ...(p.UserIdGroupPairs ?? []).map((r) => ({ kind: 'UserIdGroupPairs' as const, cidr: r.GroupId!, Description: r.Description })),
+      ].map((r) => {
         const held = g.IpPermissions!.find((h) => h.IpProtocol === p.IpProtocol && h.FromPort === p.FromPort && h.ToPort === p.ToPort);
-        const range = r.v6 ? held?.Ipv6Ranges?.find((x) => x.CidrIpv6 === r.cidr) : held?.IpRanges?.find((x) => x.CidrIp === r.cidr);
+        const range = (held?.[r.kind] as { CidrIp?: string; CidrIpv6?: string; GroupId?: string; Description?: string }[] | undefined)?.find((x) => (x.CidrIp ?? x.CidrIpv6 ?? x.GroupId) === r.cidr);
         return { p, r, held, range };
       }),
     );
@@ -314,7 +318,8 @@ export class FakeEfs {
     for (const { p, r, range } of ranges) {
       if (range) throw awsError('InvalidPermission.Duplicate', `the specified rule "peer: ${r.cidr}, ${p.IpProtocol?.toUpperCase()}, from port: ${p.FromPort}, to port: ${p.ToPort}, ALLOW" already exists`);
       if (r.Description !== undefined && !SG_TEXT_RE.test(r.Description)) throw awsError('InvalidParameterValue', 'Invalid rule description.');
-      if (!r.v6) {
+      if (r.kind === 'UserIdGroupPairs' && !this.groups.has(r.cidr)) throw awsError('InvalidGroup.NotFound', `The security group '${r.cidr}' does not exist`);
+      if (r.kind === 'IpRanges') {
         const [addr, bits] = r.cidr.split('/');
         const value = addr!.split('.').reduce((v, o) => v * 256 + Number(o), 0);
         if (bits === undefined || value % 2 ** (32 - Number(bits)) !== 0) throw awsError('InvalidParameterValue', `CIDR block ${r.cidr} is malformed`);
@@ -323,8 +328,7 @@ export class FakeEfs {
     for (const { p, r } of ranges) {
       let held = g.IpPermissions!.find((h) => h.IpProtocol === p.IpProtocol && h.FromPort === p.FromPort && h.ToPort === p.ToPort);
       if (!held) g.IpPermissions!.push((held = { IpProtocol: p.IpProtocol, FromPort: p.FromPort, ToPort: p.ToPort, IpRanges: [], Ipv6Ranges: [], UserIdGroupPairs: [], PrefixListIds: [] }));
-      if (r.v6) held.Ipv6Ranges!.push({ CidrIpv6: r.cidr, Description: r.Description });
-      else held.IpRanges!.push({ CidrIp: r.cidr, Description: r.Description });
+      (held[r.kind] as object[]).push(r.kind === 'IpRanges' ? { CidrIp: r.cidr, Description: r.Description } : r.kind === 'Ipv6Ranges' ? { CidrIpv6: r.cidr, Description: r.Description } : { GroupId: r.cidr, UserId: FAKE_EFS_ACCOUNT, Description: r.Description });
     }
     return { Return: true };
   }
@@ -333,10 +337,7 @@ export class FakeEfs {
     const g = this.group(i.GroupId);
     const ranges = this.ranges(g, i.IpPermissions);
     if (ranges.length === 0 || ranges.some((x) => !x.range)) throw awsError('InvalidPermission.NotFound', 'The specified rule does not exist in this security group.');
-    for (const { held, range } of ranges) {
-      held!.IpRanges = held!.IpRanges!.filter((x) => x !== range);
-      held!.Ipv6Ranges = held!.Ipv6Ranges!.filter((x) => x !== range);
-    }
+    for (const { held, range } of ranges) for (const k of ['IpRanges', 'Ipv6Ranges', 'UserIdGroupPairs'] as const) held![k] = (held![k] as object[]).filter((x) => x !== range) as never;
     g.IpPermissions = g.IpPermissions!.filter((h) => (h.IpRanges?.length ?? 0) + (h.Ipv6Ranges?.length ?? 0) + (h.UserIdGroupPairs?.length ?? 0) + (h.PrefixListIds?.length ?? 0) > 0);
     return { Return: true };
   }

@@ -10,10 +10,10 @@ import type { Inventory } from '../../functions/inventory/schema.js';
 import { SANDBOX_INVENTORY, readInventoryFile } from '../../infra/inventory-file.js';
 import { useLocalStack, type TestLocalStack } from './stack.js';
 
-export async function useSandboxStackWith(change: (inventory: Inventory) => void): Promise<TestLocalStack> {
+export async function useSandboxStackWith(change: (inventory: Inventory) => void, options: Omit<Parameters<typeof useLocalStack>[0] & object, 'inventory'> = {}): Promise<TestLocalStack> {
   const inventory = structuredClone(readInventoryFile(SANDBOX_INVENTORY)) as Inventory;
   change(inventory);
   const file = join(await mkdtemp(join(tmpdir(), 'ferry-inventory-')), 'inventory.yaml');
   await writeFile(file, stringify(inventory));
-  return useLocalStack({ inventory: file });
+  return useLocalStack({ ...options, inventory: file });
 }

@@ -29,7 +29,7 @@
 import type { IpPermission } from '@aws-sdk/client-ec2';
 import type { FileSystemDescription, PerformanceMode, ThroughputMode } from '@aws-sdk/client-efs';
 import { BackendNotReady } from '../../core/errors.js';
-import { ShareShrinkingPossibleDataLoss, type BackendShare, type ConnectionInfo, type DriverAccessRule, type ShareBackendConfig, type ShareDriver, type SharePoolCapabilities, type ShareQuotaDriver, type ShareReplicationDriver, type ShareUsage } from './driver.js';
+import { ShareShrinkingPossibleDataLoss, type BackendShare, type ConnectionInfo, type DataNodeMount, type DriverAccessRule, type ShareBackendConfig, type ShareDataNodeDriver, type ShareDriver, type SharePoolCapabilities, type ShareQuotaDriver, type ShareReplicationDriver, type ShareUsage } from './driver.js';
 import { fileSystemRefOf, planAccess, readDescription, readPolicy } from './aws-efs-access.js';
 import { EfsMigrationBackend } from './aws-efs-migration.js';
 import {
@@ -62,6 +62,9 @@ export { creationTokenFor, exportLocationOf, type AwsEfsDriverOptions } from './
 /** Does an ingress permission reach the NFS port (all traffic, or a TCP range holding 2049)? */
 const reachesNfs = (p: IpPermission) => p.IpProtocol === '-1' || (p.IpProtocol === 'tcp' && (p.FromPort ?? 0) <= NFS_PORT && NFS_PORT <= (p.ToPort ?? 65535));
 const isExactNfs = (p: IpPermission) => p.IpProtocol === 'tcp' && p.FromPort === NFS_PORT && p.ToPort === NFS_PORT;
+/** The one ingress a share's group holds besides its ip rules: NFS from its own members (its mount targets, and a Ferry copy task that joins the group). */
+const membersNfs = (groupId: string): IpPermission => ({ IpProtocol: 'tcp', FromPort: NFS_PORT, ToPort: NFS_PORT, UserIdGroupPairs: [{ GroupId: groupId, Description: MEMBERS_DESCRIPTION }] });
+const MEMBERS_DESCRIPTION = 'ferry data node: NFS from members of this group';
 const nfsRange = (cidr: string, Description?: string): IpPermission => ({
   IpProtocol: 'tcp',
   FromPort: NFS_PORT,
@@ -69,7 +72,7 @@ const nfsRange = (cidr: string, Description?: string): IpPermission => ({
   ...(cidr.includes(':') ? { Ipv6Ranges: [{ CidrIpv6: cidr, Description }] } : { IpRanges: [{ CidrIp: cidr, Description }] }),
 });
 
-export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDriver, ShareQuotaDriver, ShareReplicationDriver {
+export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDriver, ShareQuotaDriver, ShareReplicationDriver, ShareDataNodeDriver {
   readonly kind = 'aws-efs' as const;
 
   constructor(config: ShareBackendConfig, options: AwsEfsDriverOptions = {}) {
@@ -230,7 +233,8 @@ export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDrive
       ];
       for (const [source, single] of sources) {
         const range = single.IpRanges?.[0] ?? single.Ipv6Ranges?.[0];
-        // Only an exact NFS range of a wanted CIDR stays: anything else reaching port 2049 is not a rule.
+        // Only an exact NFS range of a wanted CIDR stays, and the group's own members (dataNodeMount): anything else reaching port 2049 is not a rule.
+        if (isExactNfs(p) && single.UserIdGroupPairs?.[0]?.GroupId === groupId) continue;
         if (isExactNfs(p) && range && plan.ingress.has(source)) held.set(source, range.Description);
         else await this.revoke(groupId, single, { name, groupId, source });
       }
@@ -339,6 +343,25 @@ export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDrive
       await this.putPolicy(fileSystemId, current, plan.policy, name);
     }
     return { name, sizeGb: quotaGb, usedBytes: fs.SizeInBytes?.Value ?? 0, overQuota: over, writesBlocked: over };
+  }
+
+  /**
+   * Where Ferry's copy task mounts the share (ShareDataNodeDriver): the file system, its backend's
+   * VPC and subnets, and the share's own group, made to admit NFS from its members. The task joins
+   * that group for the copy; what it may do there is the data node's recorded `user` rule (the copy
+   * task's role) in the policy, which the migration puts and removes (functions/migration/access.ts).
+   * Nothing else joins a share's group but its mount targets, so the members' rule opens NFS to no
+   * tenant; it stays with the group (deleted with the share).
+   */
+  async dataNodeMount(name: string): Promise<DataNodeMount> {
+    this.checkName(name);
+    const fs = await this.availableFileSystemOf(name);
+    const group = await this.securityGroupOf(name);
+    if (!group) throw this.fail(`share ${name} has no security group (create the share again to make it)`, { name, fileSystemId: fs.FileSystemId });
+    const groupId = group.GroupId!;
+    const held = (group.IpPermissions ?? []).some((p) => isExactNfs(p) && (p.UserIdGroupPairs ?? []).some((g) => g.GroupId === groupId));
+    if (!held) await this.authorize(groupId, membersNfs(groupId), { name, groupId, members: true });
+    return { kind: 'efs', fileSystemId: fs.FileSystemId!, region: this.config.region, vpcId: this.config.vpcId, subnetIds: [...this.config.subnetIds], securityGroupId: groupId };
   }
 
   /**

@@ -216,6 +216,32 @@ export function isShareReplicationDriver(driver: ShareDriver): driver is ShareDr
   return typeof d.shareReplications === 'function' && typeof d.deleteShareReplication === 'function';
 }
 
+/**
+ * How Ferry's copy worker (the data node of a host-assisted migration) reaches a share that is a
+ * file system of its own (aws-efs): the file system, and the network its mount targets are in.
+ * On AWS the copy task mounts it as an EFS volume of a task definition registered for the migration
+ * (functions/migration/copy-task-definition.ts), with an ENI in `subnetIds` behind
+ * `securityGroupId`, the share's own group, which admits NFS from its members.
+ */
+export interface DataNodeMount {
+  kind: 'efs';
+  fileSystemId: string;
+  region: string;
+  vpcId: string;
+  subnetIds: string[];
+  securityGroupId: string;
+}
+
+/** A driver whose shares the copy worker mounts as file systems of their own (aws-efs). Type guard: isShareDataNodeDriver. */
+export interface ShareDataNodeDriver {
+  /** Where the data node mounts the share; makes the share's group admit NFS from its members (idempotent); a share not there: DriverError. */
+  dataNodeMount(name: string): Promise<DataNodeMount>;
+}
+
+export function isShareDataNodeDriver(driver: ShareDriver): driver is ShareDriver & ShareDataNodeDriver {
+  return typeof (driver as Partial<ShareDataNodeDriver>).dataNodeMount === 'function';
+}
+
 export interface ShareDriver {
   readonly kind: ShareDriverKind;
   readonly features: ShareDriverFeatures;
