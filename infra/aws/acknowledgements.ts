@@ -48,7 +48,7 @@ export function acknowledgeFunction(scope: AcknowledgementScope, fn: IFunction, 
     if (f.registersCopyTasks) {
       v.acknowledge({
         id: 'AwsSolutions-IAM5[Resource::*]',
-        reason: `${CopyWorker.FUNCTION_ACKNOWLEDGEMENTS['AwsSolutions-IAM5[Resource::*]']} ecs:DescribeTaskDefinition, ListTaskDefinitions, RegisterTaskDefinition and DeregisterTaskDefinition take no resource (the service authorization reference lists none): a migration's own copy task definition, registered from the stack's and deregistered when the migration ends.`,
+        reason: `${CopyWorker.FUNCTION_ACKNOWLEDGEMENTS['AwsSolutions-IAM5[Resource::*]']} ecs:DescribeTaskDefinition, ListTaskDefinitions and DeregisterTaskDefinition take no resource (the service authorization reference lists none): a migration's own copy task definition, looked up, listed and deregistered when the migration ends.`,
       });
     }
   }

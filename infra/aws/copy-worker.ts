@@ -96,11 +96,10 @@ export const COPY_ENV = {
   subnets: 'FERRY_COPY_SUBNETS',
   securityGroups: 'FERRY_COPY_SECURITY_GROUPS',
   container: 'FERRY_COPY_CONTAINER',
-  /** The task role: who the copy task is to an aws-efs share's file system policy (the data node's `user` rule). */
-  taskRole: 'FERRY_COPY_TASK_ROLE',
-  /** The stack's VPC: an aws-efs share the task mounts beside the share storage must be in it. */
-  vpcId: 'FERRY_COPY_VPC_ID',
 } as const;
+
+/** What a function with `registersCopyTasks` also gets: the task role (the data node's `user` rule on an aws-efs share), the stack's VPC. */
+export const COPY_REGISTRAR_ENV = { taskRole: 'FERRY_COPY_TASK_ROLE', vpcId: 'FERRY_COPY_VPC_ID' } as const;
 
 /** The family of a migration's own copy task definition: `<family>-m-<migration id>` (functions/migration/copy-task-definition.ts). */
 export const MIGRATION_FAMILY_SUFFIX = '-m-';
@@ -303,24 +302,25 @@ export class CopyWorker extends Construct {
   }
 
   /** What a function with `registersCopyTasks` adds to functionEnvironment(). */
-  registrarEnvironment(): Record<string, string> {
-    return { [COPY_ENV.taskRole]: this.taskDefinition.taskRole.roleArn, [COPY_ENV.vpcId]: this.vpc.vpcId };
-  }
+  registrarEnvironment = (): Record<string, string> => ({ [COPY_REGISTRAR_ENV.taskRole]: this.taskDefinition.taskRole.roleArn, [COPY_REGISTRAR_ENV.vpcId]: this.vpc.vpcId });
 
   /**
-   * A migration's own copy task definition (functions/migration/copy-task-definition.ts): looked up,
-   * registered from this one (DescribeTaskDefinition), listed and deregistered. None of the four
-   * ECS actions takes a resource (the service authorization reference lists no resource type for
-   * them), so `*`; registering a definition that names the task's two roles passes them, to ECS
-   * tasks only.
+   * A migration's own copy task definition (functions/migration/copy-task-definition.ts): registered
+   * from this one, in the migrations' families only (RegisterTaskDefinition is authorized on the
+   * task definition); looked up, listed and deregistered, which the service authorization reference
+   * lets name no resource (`*`); registering a definition that names the task's two roles passes
+   * them, to ECS tasks only.
    */
   grantRegisterCopyTasks(grantee: IGrantable & Construct): void {
+    const migrations = Stack.of(this).formatArn({ service: 'ecs', resource: 'task-definition', resourceName: `${this.taskDefinition.family}${MIGRATION_FAMILY_SUFFIX}*`, arnFormat: ArnFormat.SLASH_RESOURCE_NAME });
+    grantee.grantPrincipal.addToPrincipalPolicy(new PolicyStatement({ actions: ['ecs:RegisterTaskDefinition'], resources: [migrations] }));
     grantee.grantPrincipal.addToPrincipalPolicy(
-      new PolicyStatement({
-        actions: ['ecs:DescribeTaskDefinition', 'ecs:ListTaskDefinitions', 'ecs:RegisterTaskDefinition', 'ecs:DeregisterTaskDefinition'],
-        resources: ['*'],
-      }),
+      new PolicyStatement({ actions: ['ecs:DescribeTaskDefinition', 'ecs:ListTaskDefinitions', 'ecs:DeregisterTaskDefinition'], resources: ['*'] }),
     );
+    Validations.of(grantee).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task-definition/${this.taskDefinition.family}${MIGRATION_FAMILY_SUFFIX}*]`,
+      reason: 'ecs:RegisterTaskDefinition in the copy task families made per migration (<copy family>-m-<migration id>, named at run time), each with the mounts of that migration\'s EFS shares.',
+    });
     grantee.grantPrincipal.addToPrincipalPolicy(
       new PolicyStatement({
         actions: ['iam:PassRole'],

@@ -22,6 +22,7 @@ import {
   COPY_CONTAINER_NAME,
   COPY_DOCKERFILE,
   COPY_ENV,
+  COPY_REGISTRAR_ENV,
   COPY_TASK_CPU,
   COPY_TASK_MEMORY_MIB,
   ECS_TASK_EVENTS_RULE,
@@ -71,6 +72,8 @@ function expectRunTaskSyncIam(v: View, machineName: string): void {
   const run = withAction(statements, 'ecs:RunTask');
   expect(run, 'ecs:RunTask').toHaveLength(1);
   expect(text(run)).toContain(`:task-definition/${copy.taskDefinition.family}:*"`);
+  // And the revisions registered per migration (functions/migration/copy-task-definition.ts).
+  expect(text(run)).toContain(`:task-definition/${copy.taskDefinition.family}-m-*:*"`);
 
   const [stopDescribe] = withAction(statements, 'ecs:StopTask');
   expect(actionsOf(stopDescribe!).sort()).toEqual(['ecs:DescribeTasks', 'ecs:StopTask']);
@@ -218,6 +221,10 @@ describe('functions that mount the share storage', () => {
     // One group: CDK folds the join of one element into the element itself.
     expect(vars[COPY_ENV.securityGroups]).toEqual({ 'Fn::GetAtt': [real.id(copy.taskSecurityGroup), 'GroupId'] });
     expect(vars[COPY_ENV.container]).toBe(COPY_CONTAINER_NAME);
+    // The one that registers a migration's own copy task definition: who the task is to an EFS share's policy, and the stack's VPC.
+    const registers = FUNCTIONS.find((f) => f.name === name)!.registersCopyTasks;
+    expect(vars[COPY_REGISTRAR_ENV.taskRole]).toEqual(registers ? { 'Fn::GetAtt': [real.id(copy.taskDefinition.taskRole), 'Arn'] } : undefined);
+    expect(vars[COPY_REGISTRAR_ENV.vpcId]).toEqual(registers ? { Ref: real.id(copy.vpc) } : undefined);
   });
 
   test.each(mounting.map((f) => [f.name] as const))('%s may mount, write and act as root through the access point only', (name) => {

@@ -9,6 +9,7 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Stack } from 'aws-cdk-lib';
+import type { IRole } from 'aws-cdk-lib/aws-iam';
 import { testApp } from '../support/cdk-app.js';
 import { lambdaBundle } from '../support/bundle.js';
 import { beforeAll, describe, expect, test } from 'vitest';
@@ -17,7 +18,7 @@ import { REPO_ROOT, buildFerryApp, type FerryStack } from '../../infra/aws/ferry
 import { ebsDriverStatements } from '../../infra/aws/driver-permissions.js';
 import { efsDriverStatements } from '../../infra/aws/share-driver-permissions.js';
 import { REGION, recordEbsCalls, recordEbsReplicationCalls, recordEfsCalls, recordEfsMigrationCalls, type Recorded } from '../support/driver-tours.js';
-import { resolveIntrinsics, s3GetObjectRequest, simulate, type IamRequest, type PolicyStatementJson } from '../support/iam-requests.js';
+import { STACK_REGION, ecsRequests, resolveIntrinsics, s3GetObjectRequest, simulate, type IamRequest, type PolicyStatementJson } from '../support/iam-requests.js';
 import { imageDownloadUrl, setPresigner } from '../../functions/images/download.js';
 
 /** Each AWS driver: its sources, the module whose presence in a bundle means the function runs it, the wiring flag that says so. */
@@ -60,9 +61,8 @@ beforeAll(async () => {
   resources = (await import('aws-cdk-lib/assertions')).Template.fromStack(stack).toJSON().Resources;
 }, 240_000);
 
-/** Every statement of a function's execution role, with intrinsics resolved. */
-function roleStatements(name: string, arns: Record<string, string> = {}): PolicyStatementJson[] {
-  const role = stack.functions.get(name)!.role!;
+/** Every statement of a function's execution role (or of `role`), with intrinsics resolved. */
+function roleStatements(name: string, arns: Record<string, string> = {}, role: IRole = stack.functions.get(name)!.role!): PolicyStatementJson[] {
   const roleId = Stack.of(role).resolve(Stack.of(role).getLogicalId(role.node.defaultChild as never)) as string;
   return Object.values(resources)
     .filter((r) => (r.Type === 'AWS::IAM::Policy' || r.Type === 'AWS::IAM::ManagedPolicy') && JSON.stringify(r.Properties.Roles).includes(`"${roleId}"`))
@@ -199,6 +199,79 @@ describe('the check can fail', () => {
       { action: 'elasticfilesystem:TagResource', resource: fs.replace('fs-someone-elses', 'fs-1'), context: { 'aws:ResourceTag/ferry:backend': 'ferry@efs-a', 'aws:RequestTag/ferry:backend': 'ferry@efs-b', 'aws:TagKeys': ['ferry:backend'] } },
     ];
     for (const c of cases) expect((await simulate(statements, c)).allowed, `${c.action} ${c.resource}`).toBe(false);
+  });
+});
+
+/**
+ * A host-assisted migration that mounts aws-efs shares registers, looks up and deregisters its own
+ * copy task definition (functions/migration/copy-task-definition.ts) and the machine runs it: each
+ * ECS call of that path, against the mocked ECS, becomes its IAM requests (ecsRequests), simulated
+ * against the role of every function whose bundle contains the module, and RunTask of the
+ * registered revision against the phase 1 machine's role.
+ */
+describe('the copy task definitions of host-assisted migrations to and from aws-efs', () => {
+  const MODULE = 'functions/migration/copy-task-definition.ts';
+  const TASK_ROLE = 'arn:aws:iam::111122223333:role/ferry-copy-task';
+  const EXECUTION_ROLE = 'arn:aws:iam::111122223333:role/ferry-copy-execution';
+  let requests: IamRequest[] = [];
+  let commands = new Set<string>();
+  let registered = '';
+
+  beforeAll(async () => {
+    const { mockedEcs } = await import('../support/fake-ecs.js');
+    const { activeCopyTaskDefinition, copyTaskFamily, deregisterCopyTaskDefinitions, registerCopyTaskDefinition } = await import('../../functions/migration/copy-task-definition.js');
+    const ecs = mockedEcs();
+    const base = ecs.fake.baseArn.replace('ferry-copy-worker', `${stack.copyWorker!.taskDefinition.family}`);
+    ecs.fake.definitions[0]!.family = stack.copyWorker!.taskDefinition.family;
+    Object.assign(ecs.fake.definitions[0]!, { taskDefinitionArn: base, taskRoleArn: TASK_ROLE, executionRoleArn: EXECUTION_ROLE });
+    const family = copyTaskFamily(base, '0b3f4c6e-1d2a-4f5b-8c7d-9e0f1a2b3c4d');
+    try {
+      await activeCopyTaskDefinition(family);
+      registered = await registerCopyTaskDefinition(base, family, [{ name: 'destination', fileSystemId: 'fs-0123', readOnly: false }], true);
+      await deregisterCopyTaskDefinitions(family);
+    } finally {
+      ecs.restore();
+    }
+    commands = new Set(ecs.fake.calls.map((c) => c.command));
+    // ECS is called in the stack's region (the functions' default).
+    for (const c of ecs.fake.calls) requests.push(...(await ecsRequests(STACK_REGION, c.command, c.input)));
+    requests = [...new Map(requests.map((r) => [JSON.stringify(r), r])).values()];
+  }, 60_000);
+
+  const arns = () => Object.fromEntries([[stack.copyWorker!.taskDefinition.taskRole, TASK_ROLE], [stack.copyWorker!.taskDefinition.obtainExecutionRole(), EXECUTION_ROLE]].map(([r, arn]) => [stack.resolve(stack.getLogicalId((r as IRole).node.defaultChild as never)) as string, arn as string]));
+  const denied = async (statements: PolicyStatementJson[], of = requests) => {
+    const out: string[] = [];
+    for (const r of of) if (!(await simulate(statements, r)).allowed) out.push(`${r.action} ${r.resource}`);
+    return out;
+  };
+
+  test('the path makes every ECS command the module can send', () => {
+    expect(commands).toEqual(new Set([...readFileSync(resolve(REPO_ROOT, MODULE), 'utf8').matchAll(/(\w+)Command\b/g)].map((m) => m[1]!)));
+  });
+
+  test.each(FUNCTIONS.map((f) => f.name))('%s: registersCopyTasks is whether its bundle contains the module; then its role allows every request', async (name) => {
+    const f = FUNCTIONS.find((x) => x.name === name)!;
+    const inputs = Object.keys((await lambdaBundle(f.entry, '/tmp/ferry-permissions-bundle')).inputs);
+    expect(Boolean(f.registersCopyTasks)).toBe(inputs.some((i) => i.endsWith(MODULE)));
+    if (f.registersCopyTasks) expect(await denied(roleStatements(name, arns()))).toEqual([]);
+  });
+
+  test('the check can fail: a role without the grant, a role passed to another service, a family not a migration\'s', async () => {
+    expect(await denied(roleStatements('share-steps', arns()))).toEqual(requests.map((r) => `${r.action} ${r.resource}`));
+    const statements = roleStatements('migration-steps', arns());
+    const pass = requests.find((r) => r.action === 'iam:PassRole')!;
+    expect((await simulate(statements, { ...pass, context: { 'iam:PassedToService': 'lambda.amazonaws.com' } })).allowed).toBe(false);
+    const register = requests.find((r) => r.action === 'ecs:RegisterTaskDefinition')!;
+    expect((await simulate(statements, { ...register, resource: register.resource.replace(/task-definition\/.*/, 'task-definition/someone-elses') })).allowed).toBe(false);
+  });
+
+  test('the phase 1 machine may run the revision a migration registered (and pass its roles), not another family', async () => {
+    const machine = stack.stateMachines.get('share-migration-start')!;
+    const statements = roleStatements('', arns(), machine.role);
+    const run = { action: 'ecs:RunTask', resource: registered.replace(/^arn:aws:ecs:[^:]+:/, `arn:aws:ecs:us-east-1:`), context: {} };
+    expect(registered).toMatch(/task-definition\/.+-copy-worker-m-0b3f4c6e-1d2a-4f5b-8c7d-9e0f1a2b3c4d:1$/);
+    expect(await denied(statements, [run, { action: 'iam:PassRole', resource: TASK_ROLE, context: {} }])).toEqual([]);
+    expect((await simulate(statements, { ...run, resource: run.resource.replace('-copy-worker-m-', '-other-') })).allowed).toBe(false);
   });
 });
 

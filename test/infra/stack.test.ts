@@ -13,7 +13,7 @@ import { beforeAll, describe, expect, test } from 'vitest';
 import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName } from '../../functions/core/tables.js';
 import { FUNCTIONS, STATE_MACHINES, functionByName, stateMachineEnvName, substitutionKey, type FunctionWiring } from '../../functions/wiring.js';
 import { AUTH_HEADER, BUCKET_ENV, FerryStack, REPO_ROOT, TMP_PREFIX, buildFerryApp } from '../../infra/aws/ferry-stack.js';
-import { COPY_ENV } from '../../infra/aws/copy-worker.js';
+import { COPY_ENV, COPY_REGISTRAR_ENV } from '../../infra/aws/copy-worker.js';
 
 let stack: FerryStack;
 let template: Template;
@@ -125,6 +125,7 @@ describe('Lambda functions', () => {
       ...(f.kind === 'authorizer' ? ['FERRY_AUTH_MODE'] : []),
       // The copy worker's RunTask parameters (test/infra/copy-worker.test.ts checks their values).
       ...(f.mountsShareStorage ? Object.values(COPY_ENV) : []),
+      ...(f.mountsShareStorage && f.registersCopyTasks ? Object.values(COPY_REGISTRAR_ENV) : []),
     ].sort();
   }
 

@@ -166,6 +166,9 @@ export async function recordEfsCalls(): Promise<Recorded[]> {
     { id: 'r2', accessType: 'user', accessTo: 'analyst', accessLevel: 'ro' },
   ]);
   await driver.updateAccess(name, [{ id: 'r1', accessType: 'ip', accessTo: '10.0.0.0/24', accessLevel: 'rw' }, { id: 'r3', accessType: 'ip', accessTo: '10.0.0.0/24', accessLevel: 'rw' }]);
+  // A host-assisted migration's copy task joins the share's group: its members admitted once, kept by the next updateAccess.
+  await driver.dataNodeMount(name);
+  await driver.updateAccess(name, [{ id: 'r1', accessType: 'ip', accessTo: '10.0.0.0/24', accessLevel: 'rw' }, { id: 'r3', accessType: 'ip', accessTo: '10.0.0.0/24', accessLevel: 'rw' }]);
   await driver.getAccess(name);
   await driver.connectionGetInfo(name);
   fake.setUsage(fake.fileSystemNamed(name)!.FileSystemId!, 3 * 1024 ** 3);

