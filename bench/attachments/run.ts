@@ -30,6 +30,11 @@ async function api(base: string, method: string, path: string, body?: unknown): 
 }
 
 async function createVolumes(base: string, n: number): Promise<string[]> {
+  // The demo project's default volume quota (10, as Cinder's quota_volumes) is below one volume
+  // per client: an admin raises it for this stack's throwaway data.
+  const admin = { ...HEADERS, 'X-Auth-Token': 'admin:admin' };
+  const quota = await fetch(`${base}/os-quota-sets/demo`, { method: 'PUT', headers: admin, body: JSON.stringify({ quota_set: { volumes: n } }) });
+  if (quota.status >= 400) throw new Error(`PUT os-quota-sets/demo -> ${quota.status} ${await quota.text()}`);
   const ids: string[] = [];
   for (let i = 0; i < n; i++) ids.push((await api(base, 'POST', '/volumes', { volume: { size: 1, name: `bench-${i}` } })).volume.id);
   for (const id of ids) {
