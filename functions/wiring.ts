@@ -106,7 +106,8 @@ export const FUNCTIONS: FunctionWiring[] = [
     publicPaths: ['/volume', '/volume/v3'],
     // compute-api: the image record a create from imageRef reads (servers/volume-image-sources.ts).
     // compute-api and the cells: image records (volumes from images), and Nova's in-use check of an
-    // attachment before a non-service user deletes it (servers/repo.ts attachmentInUseByServer).
+    // attachment a non-service user deletes: ConditionChecks on the cells' instance items in the
+    // delete's transaction (servers/attachment-users.ts).
     tables: ['volume', 'compute-api', 'cell1', 'cell2'],
     callsVolumeDrivers: true,
     // snapshot-create: only for a snapshot the backend is still making when the request answers.

@@ -27,12 +27,12 @@ import { registerComputeHostRestart } from '../compute/ports.js';
 import { FOUNDATION_ROUTES } from '../compute/routes.js';
 import { versionDocument, versionsDocument } from '../compute/views.js';
 import { cleanupEvacuatedGuests } from '../servers/flows/evacuate/host-restart.js';
-import { attachmentInUseByServer } from '../servers/repo.js';
+import { SERVER_ATTACHMENT_USERS } from '../servers/attachment-users.js';
 import { SERVER_ROUTES } from '../servers/routes.js';
 import { LIMITS_ROUTES } from '../servers/limits-routes.js';
 
 registerComputeHostRestart({ cleanupEvacuatedGuests });
-registerAttachmentUsers({ attachmentInUseByServer });
+registerAttachmentUsers(SERVER_ATTACHMENT_USERS);
 // /os-volumes creates through the volume API, snapshot_id included (volumes/sources.ts port).
 registerSnapshotsAsVolumeSources();
 registerImagesAsVolumeSources();

@@ -9,7 +9,7 @@ import { attachmentRoutes } from '../attachments/routes.js';
 import { createApiHandler } from '../core/api.js';
 import { hostRoutes } from '../replication/hosts-routes.js';
 import { replicationRoutes } from '../replication/routes.js';
-import { attachmentInUseByServer } from '../servers/repo.js';
+import { SERVER_ATTACHMENT_USERS } from '../servers/attachment-users.js';
 import { snapshotMetadataRoutes } from '../snapshots/metadata.js';
 import { snapshotRoutes } from '../snapshots/routes.js';
 import { transferRoutes } from '../transfers/routes.js';
@@ -29,7 +29,7 @@ import { cinderMessageRoutes } from '../messages/routes.js';
 import { versionRoutes, type VersionInfo } from './versions.js';
 
 // Cinder asks Nova whether a server still uses an attachment before a non-service user deletes it.
-registerAttachmentUsers({ attachmentInUseByServer });
+registerAttachmentUsers(SERVER_ATTACHMENT_USERS);
 // A volume from a snapshot reads the snapshot through a port (volumes sit below snapshots).
 registerSnapshotsAsVolumeSources();
 // ... and an image (imageRef) through another: the image store is the servers'.

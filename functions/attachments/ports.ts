@@ -4,12 +4,32 @@
  * Cinder API handler (api/volume.ts) and the Nova entry points (api/compute.ts, servers/steps.ts)
  * register the implementation when they load.
  */
+import type { TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
 import { ConfigurationError } from '../core/errors.js';
 
-/** Whether a server still uses an attachment (Cinder's `attachment_deletion_allowed` check). */
+/** One item of a TransactWriteItems request. */
+export type TransactCondition = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
+
+/**
+ * Whether a server still uses an attachment (Cinder's `attachment_deletion_allowed` check), asked
+ * inside the delete's own transaction rather than by a read before it: a server that attaches
+ * between the delete's reads and its write makes the transaction fail, never a delete of an
+ * attachment in use.
+ */
 export interface AttachmentUsers {
-  /** True when server `instanceUuid` has a block device mapping of `volumeId` that uses `attachmentId`. */
-  attachmentInUseByServer(instanceUuid: string, volumeId: string, attachmentId: string): Promise<boolean>;
+  /**
+   * ConditionChecks for the delete's TransactWriteItems, one per record that can show server
+   * `instanceUuid` using `attachmentId` of `volumeId`: each holds only while that record does not.
+   * Each returns the item it checked when it fails (ReturnValuesOnConditionCheckFailure ALL_OLD).
+   */
+  notInUseConditions(instanceUuid: string, volumeId: string, attachmentId: string): TransactCondition[];
+  /**
+   * Why condition `index` of notInUseConditions failed, given the item it returned (unmarshalled):
+   * 'in-use' when the record shows the server using the attachment; 'retry' when it does not say
+   * (a record written before servers recorded their attachments in use: what its BDMs say is
+   * written onto it first, so the next attempt's condition answers) or has changed since.
+   */
+  whyRefused(instanceUuid: string, volumeId: string, attachmentId: string, index: number, old: Record<string, unknown> | undefined): Promise<'in-use' | 'retry'>;
 }
 
 let registered: AttachmentUsers | undefined;

@@ -29,6 +29,7 @@ import { MULTIATTACH_RESERVE_FROM, RESERVE_FROM, SAME_INSTANCE_RESERVE_FROM, typ
 type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
 
 const table = () => tableName('volume');
+const isNamed = (e: unknown, name: string) => (e as { name?: string })?.name === name;
 
 /** Named condition clauses (Powertools' persistence layer builds its conditional put the same way). */
 const ATTACHMENT_ID_FREE = 'attribute_not_exists(pk)';
@@ -209,20 +210,45 @@ function versionedAttachmentUpdate(before: Attachment, after: Attachment, intent
 }
 
 /**
+ * A condition of another capability's records (`conditions` of writeVersioned) failed: which one
+ * (its index among them) and the item it returned. The version conditions may have failed too;
+ * the caller decides from this one first.
+ */
+export class ExtraConditionFailed extends Error {
+  constructor(
+    readonly index: number,
+    readonly old: Record<string, unknown> | undefined,
+    readonly cancelled: unknown,
+  ) {
+    super(`condition ${index} of the transaction did not hold`, { cause: cancelled });
+    this.name = 'ExtraConditionFailed';
+  }
+}
+
+/**
  * Connect, complete or delete: the attachment (or its tombstone) and the volume, each conditioned
  * on the version read. A connect also ends its intent, and a connect that moves the attachment off
  * a host adds the intent of removing that host's connection (`addIntent`: undone like any intent).
+ * `conditions` ride in the same transaction (a delete's in-use check: attachments/ports.ts); one
+ * that fails is ExtraConditionFailed, a version race stays the transaction's own error.
  */
 export async function writeVersioned(
   before: { volume: Volume; attachment: Attachment },
   after: { volume: Volume; attachment: Attachment },
   intents: { endIntent?: string; addIntent?: ConnectIntent } = {},
+  conditions: readonly TransactItem[] = [],
 ): Promise<void> {
-  await db().send(
-    new TransactWriteCommand({
-      TransactItems: [versionedAttachmentUpdate(before.attachment, after.attachment, intents), versionedVolumeUpdate(before.volume, after.volume)],
-    }),
-  );
+  const items = [versionedAttachmentUpdate(before.attachment, after.attachment, intents), versionedVolumeUpdate(before.volume, after.volume)];
+  try {
+    await db().send(new TransactWriteCommand({ TransactItems: [...items, ...conditions] }));
+  } catch (e) {
+    const reasons = (e as { CancellationReasons?: { Code?: string; Item?: Record<string, unknown> }[] }).CancellationReasons ?? [];
+    const failed = reasons.findIndex((r, i) => i >= items.length && r?.Code === 'ConditionalCheckFailed');
+    if (!isNamed(e, 'TransactionCanceledException') || failed < 0) throw e;
+    // Errors are not translated by the document client: the old item comes in the wire format.
+    const old = reasons[failed]!.Item;
+    throw new ExtraConditionFailed(failed - items.length, old ? unmarshall(old as Parameters<typeof unmarshall>[0]) : undefined, e);
+  }
 }
 
 /**
@@ -262,8 +288,6 @@ export async function scanAllAttachments(): Promise<Attachment[]> {
   const items = await scanAll({ TableName: table(), FilterExpression: 'sk = :sk AND attribute_not_exists(deleted)', ExpressionAttributeValues: { ':sk': ATTACHMENT_SK } });
   return items.map(attachmentFromItem);
 }
-
-const isNamed = (e: unknown, name: string) => (e as { name?: string })?.name === name;
 
 /**
  * Records a connect intent on a live attachment (of `projectId`, when given) in ONE conditional

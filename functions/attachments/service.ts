@@ -37,9 +37,9 @@ import { authorize, registerPolicies } from '../core/policy.js';
 import type { Connector } from '../drivers/volume/driver.js';
 import type { AttachmentSummary } from '../volumes/model.js';
 import { AttachmentIdTaken, newConnectIntent, type Attachment, type ConnectIntent } from './model.js';
-import { getAttachmentUsers } from './ports.js';
-import { clearConnectIntent, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
-import { assertAttachmentLive, complete, needsMultiattachBootablePolicy, remove, reserve, type ReserveResult } from './transitions.js';
+import { getAttachmentUsers, type TransactCondition } from './ports.js';
+import { clearConnectIntent, ExtraConditionFailed, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
+import { assertAttachmentLive, complete, needsMultiattachBootablePolicy, remove, reserve, type RemoveResult, type ReserveResult } from './transitions.js';
 
 import { connectAttachment, loadVolumeOf, now, releaseHost, RETRY, volumeNotFound, type ConnectStart } from './connections.js';
 export const ATTACHMENT_POLICIES = {
@@ -249,16 +249,38 @@ export interface RemainingAttachment {
 /**
  * `attachment_deletion_allowed` (Bug #2004555): a caller other than Nova's service user may not
  * delete an attachment with an instance and connection_info while that server still uses it (its
- * BDM holds this attachment): 409, detach through the Compute API instead.
+ * BDM holds this attachment): 409, detach through the Compute API instead. Asked as conditions of
+ * the delete's own transaction (the port's), so a server that attaches between the delete's reads
+ * and its write refuses it too; none for the callers upstream does not ask for.
  */
-async function assertDeletionAllowed(auth: AuthContext, attachment: Attachment): Promise<void> {
-  if (auth.roles.includes('service') || !attachment.instanceUuid || !attachment.connectionInfo) return;
-  if (await getAttachmentUsers().attachmentInUseByServer(attachment.instanceUuid, attachment.volumeId, attachment.id)) {
-    throw new Conflict(`Detach volume from instance ${attachment.instanceUuid} using the Compute API`);
+function inUseConditions(auth: AuthContext, attachment: Attachment): TransactCondition[] {
+  if (auth.roles.includes('service') || !attachment.instanceUuid || !attachment.connectionInfo) return [];
+  return getAttachmentUsers().notInUseConditions(attachment.instanceUuid, attachment.volumeId, attachment.id);
+}
+
+/** The delete's transaction; a failed in-use condition is the 409 when its record shows the server using the attachment, else a race to retry. */
+async function writeRemoval(auth: AuthContext, attachment: Attachment, volume: LoadedVolume, removed: RemoveResult): Promise<void> {
+  try {
+    await writeVersioned({ volume: volume.volume, attachment }, { volume: removed.volume, attachment: removed.tombstone }, {}, inUseConditions(auth, attachment));
+  } catch (e) {
+    if (!(e instanceof ExtraConditionFailed)) throw e;
+    const why = await getAttachmentUsers().whyRefused(attachment.instanceUuid!, attachment.volumeId, attachment.id, e.index, e.old);
+    if (why === 'in-use') throw new Conflict(`Detach volume from instance ${attachment.instanceUuid} using the Compute API`);
+    // The transaction's own error: a condition failure, which RETRY retries on a fresh read.
+    throw e.cancelled;
   }
 }
 
-/** DELETE /attachments/{id}: returns the volume's remaining attachments. */
+/**
+ * DELETE /attachments/{id}: returns the volume's remaining attachments. Happy path: the attachment
+ * read, the volume read, the transaction (with the in-use conditions), and, when it removed a
+ * host's last connection, the fence after the terminate (releaseHost). The fence stays a write of
+ * its own: it must come after the backend's terminate, to make a connect that read the volume
+ * before it retry (and so connect again); a connect on that host may start (reserve, read the
+ * volume, initialize) after the transaction and before the terminate, so nothing the transaction
+ * can condition on rules it out, and without a record made after the terminate such a connect
+ * cannot tell whether the terminate is still to come.
+ */
 export async function deleteAttachment(input: AttachmentRef): Promise<RemainingAttachment[]> {
   const first = await getAttachmentRecord(input.attachmentId);
   if (first?.deleted && (input.auth.isAdmin || first.projectId === input.auth.projectId)) {
@@ -275,10 +297,9 @@ export async function deleteAttachment(input: AttachmentRef): Promise<RemainingA
     const visible = attachment && !attachment.deleted && (input.auth.isAdmin || attachment.projectId === input.auth.projectId) ? attachment : undefined;
     assertAttachmentLive(visible, input.attachmentId);
     authorize(input.auth, ATTACHMENT_POLICIES.delete, { projectId: visible.projectId });
-    if (n === 0) await assertDeletionAllowed(input.auth, visible);
     const volume = await loadVolumeOf(visible);
     const removed = remove(volume.volume, visible, now());
-    await writeVersioned({ volume: volume.volume, attachment: visible }, { volume: removed.volume, attachment: removed.tombstone });
+    await writeRemoval(input.auth, visible, volume, removed);
     return removed;
   }, RETRY);
   if (result.disconnect) {

@@ -186,6 +186,18 @@ export interface Instance {
   updatedAt: string;
   /** Bumped by every write; every write is conditional on the version read. */
   version: number;
+  /**
+   * The Cinder attachments its BDMs use, attachment id -> volume id (attachmentsInUseOf), written
+   * with every change of its BDMs, so Cinder's attachment delete checks in its own transaction,
+   * not by a read, that no server uses the attachment (servers/attachment-users.ts). Absent on
+   * records written before it; the first such check writes it from the BDMs.
+   */
+  attachmentsInUse?: Record<string, string>;
+}
+
+/** What `Instance.attachmentsInUse` holds for these BDMs: each attachment a volume BDM uses, with its volume. */
+export function attachmentsInUseOf(bdms: readonly BlockDeviceMapping[]): Record<string, string> {
+  return Object.fromEntries(bdms.flatMap((b) => (b.attachmentId && b.volumeId ? [[b.attachmentId, b.volumeId]] : [])));
 }
 
 export interface BlockDeviceMapping {

@@ -1,6 +1,7 @@
 /**
  * Persistence of servers: instance mappings and request specs (API table), instances with their
- * BDMs (their cell's table), and the query Cinder asks through the AttachmentUsers port. Instance
+ * BDMs (their cell's table; the instance item also records the attachments its BDMs use, which
+ * Cinder's delete checks: attachment-users.ts). Instance
  * actions are in instance-actions.ts, migrations in migrations.ts, allocations in
  * compute/placement.ts (Placement's role).
  *
@@ -16,6 +17,7 @@ import { ConcurrentModification, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import { actionPutItem } from './instance-actions.js';
 import {
+  attachmentsInUseOf,
   bdmKey,
   instanceKey,
   instanceMappingKey,
@@ -169,8 +171,14 @@ export async function updateServer(
   return withRetries(async (attempt) => {
     const { instance, bdms, next } = attempt === 0 && known ? await fromKnown(known) : await fresh();
     const at = now();
-    const stored: Instance = { ...next.instance, updatedAt: at, version: instance.version + 1 };
-    const items: TransactItem[] = [instanceUpdateItem(cell, instance, { ...next.instance, updatedAt: at })];
+    const putIds = new Set((next.putBdms ?? []).map((b) => b.uuid));
+    const deleted = new Set(next.deleteBdms ?? []);
+    const merged = [...bdms.filter((b) => !putIds.has(b.uuid) && !deleted.has(b.uuid)), ...(next.putBdms ?? [])];
+    // The BDMs after this write name the attachments in use: the instance item carries them (the
+    // version condition makes `bdms` the stored ones), for Cinder's in-use condition.
+    const written: Instance = { ...next.instance, updatedAt: at, attachmentsInUse: attachmentsInUseOf(merged) };
+    const stored: Instance = { ...written, version: instance.version + 1 };
+    const items: TransactItem[] = [instanceUpdateItem(cell, instance, written)];
     for (const b of next.putBdms ?? []) items.push({ Put: { TableName: cellTable(cell), Item: bdmItem(b) } });
     for (const id of next.deleteBdms ?? []) items.push({ Delete: { TableName: cellTable(cell), Key: bdmKey(uuid, id) } });
     items.push(...(next.extra ?? []));
@@ -182,9 +190,6 @@ export async function updateServer(
       }
       throw e;
     }
-    const putIds = new Set((next.putBdms ?? []).map((b) => b.uuid));
-    const deleted = new Set(next.deleteBdms ?? []);
-    const merged = [...bdms.filter((b) => !putIds.has(b.uuid) && !deleted.has(b.uuid)), ...(next.putBdms ?? [])];
     return { instance: stored, bdms: merged };
   }, RACE);
 }
@@ -239,7 +244,7 @@ export async function createServerRecords(cell: CellMapping, instance: Instance,
   await transact([
     { Put: { TableName: apiTable(), Item: mappingItem(mapping), ConditionExpression: 'attribute_not_exists(pk)' } },
     { Put: { TableName: apiTable(), Item: { ...requestSpecKey(instance.uuid), ...spec }, ConditionExpression: 'attribute_not_exists(pk)' } },
-    { Put: { TableName: cellTable(cell), Item: instanceItem(instance), ConditionExpression: 'attribute_not_exists(pk)' } },
+    { Put: { TableName: cellTable(cell), Item: instanceItem({ ...instance, attachmentsInUse: attachmentsInUseOf(bdms) }), ConditionExpression: 'attribute_not_exists(pk)' } },
     ...bdms.map((b): TransactItem => ({ Put: { TableName: cellTable(cell), Item: bdmItem(b), ConditionExpression: 'attribute_not_exists(pk)' } })),
     actionPutItem(cell, action),
   ]);
@@ -254,17 +259,4 @@ export async function findCopies(uuid: string): Promise<LoadedServer[]> {
   const copies = (await Promise.all((await listCells()).map(async (cell) => ({ cell, instance: await getInstanceIn(cell, uuid) }))))
     .filter((c): c is LoadedServer => c.instance !== undefined);
   return copies.sort((a, b) => Number(b.cell.uuid === mapping?.cellUuid) - Number(a.cell.uuid === mapping?.cellUuid));
-}
-
-/**
- * Whether the server has a BDM of this volume using this attachment (Cinder's Nova check), in any
- * of its copies: during a cross-cell move the hidden source copy's placeholder is in use too.
- */
-export async function attachmentInUseByServer(instanceUuid: string, volumeId: string, attachmentId: string): Promise<boolean> {
-  // No mapping: Nova's API answers 404 for the server, so Cinder's check finds nothing using the
-  // attachment; one read instead of a look into every cell.
-  if (!(await getMapping(instanceUuid))) return false;
-  // Each cell's partition in one query (its instance and BDMs), rather than the instance first.
-  const partitions = await Promise.all((await listCells()).map((cell) => loadPartition(cell, instanceUuid)));
-  return partitions.some((p) => p.instance !== undefined && p.bdms.some((b) => b.volumeId === volumeId && b.attachmentId === attachmentId));
 }

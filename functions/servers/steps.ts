@@ -21,9 +21,9 @@ import { RESOLVE_RESIZE_STEPS } from './flows/resize/resolve-steps.js';
 import { RESIZE_STEPS } from './flows/resize/steps.js';
 import { SHELVE_STEPS } from './flows/shelve/steps.js';
 import { VOLUME_STEPS } from './flows/volumes/steps.js';
-import { attachmentInUseByServer } from './repo.js';
+import { SERVER_ATTACHMENT_USERS } from './attachment-users.js';
 
-registerAttachmentUsers({ attachmentInUseByServer });
+registerAttachmentUsers(SERVER_ATTACHMENT_USERS);
 
 const STEPS: Record<string, (input: ServerStepInput) => Promise<unknown>> = {
   ...LIFECYCLE_STEPS,

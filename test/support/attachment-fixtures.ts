@@ -65,9 +65,9 @@ export const localConnection = (host: string): ConnectionProperties => ({
  * loading an entry point, call this first.
  */
 export async function registerServerAttachmentUsers(): Promise<void> {
-  const [{ registerAttachmentUsers }, { attachmentInUseByServer }] = await Promise.all([
+  const [{ registerAttachmentUsers }, { SERVER_ATTACHMENT_USERS }] = await Promise.all([
     import('../../functions/attachments/ports.js'),
-    import('../../functions/servers/repo.js'),
+    import('../../functions/servers/attachment-users.js'),
   ]);
-  registerAttachmentUsers({ attachmentInUseByServer });
+  registerAttachmentUsers(SERVER_ATTACHMENT_USERS);
 }

@@ -1,0 +1,175 @@
+/**
+ * Cinder's `attachment_deletion_allowed` (Bug #2004555) asked inside the delete's transaction: the
+ * ConditionChecks on the cells' instance items (servers/attachment-users.ts), not a read before
+ * it. The server's side is written through its own path (servers/repo.ts updateServer), so the
+ * instance item's record of the attachments in use is the one Nova's flows keep.
+ */
+import { randomUUID } from 'node:crypto';
+import { DeleteCommand, GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { createAttachment, deleteAttachment, getAttachment } from '../../functions/attachments/service.js';
+import type { AuthContext } from '../../functions/core/auth.js';
+import type { CellMapping } from '../../functions/compute/model.js';
+import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
+import { Conflict } from '../../functions/core/errors.js';
+import { tableName } from '../../functions/core/tables.js';
+import { instanceKey, type BlockDeviceMapping, type Instance } from '../../functions/servers/model.js';
+import { updateServer } from '../../functions/servers/repo.js';
+import { backendConnections, connector, DEMO_AUTH, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
+
+let env: AttachmentTestEnv;
+beforeAll(async () => {
+  env = await startAttachmentEnv();
+});
+afterAll(async () => env.stop());
+
+const CELL1: CellMapping = { uuid: 'cell-in-use-1', name: 'cell1', table: 'cell1', createdAt: '2026-01-01T00:00:00.000Z' };
+const SERVICE_AUTH: AuthContext = { userId: 'nova', projectId: 'service', isAdmin: true, roles: ['admin', 'service'] };
+
+/** Instance items these tests put, removed after each (the cells' tables are shared by the file). */
+const instances: string[] = [];
+afterEach(async () => {
+  await Promise.all(instances.splice(0).map((uuid) => db().send(new DeleteCommand({ TableName: tableName('cell1'), Key: instanceKey(uuid) }))));
+});
+
+/** An instance item in cell1 as an older Ferry wrote it: no record of the attachments its BDMs use. */
+async function putInstance(uuid: string, extra: Record<string, unknown> = {}): Promise<void> {
+  instances.push(uuid);
+  const instance = { uuid, projectId: 'demo', createdAt: '2026-01-01T00:00:00.000Z', updatedAt: '2026-01-01T00:00:00.000Z', version: 1, ...extra };
+  await db().send(new PutCommand({ TableName: tableName('cell1'), Item: { ...instanceKey(uuid), ...instance } }));
+}
+
+const bdmOf = (instanceUuid: string, volumeId: string, attachmentId: string): BlockDeviceMapping => ({
+  uuid: randomUUID(),
+  instanceUuid,
+  sourceType: 'volume',
+  destinationType: 'volume',
+  volumeId,
+  imageId: null,
+  bootIndex: null,
+  deviceName: '/dev/vdb',
+  attachmentId,
+  connectionInfo: null,
+  deleteOnTermination: false,
+  tag: null,
+  volumeSize: 1,
+  createdAt: '2026-01-01T00:00:00.000Z',
+  updatedAt: '2026-01-01T00:00:00.000Z',
+});
+
+/** The server's side of an attach: its BDM of the attachment, written as Nova's flows write it. */
+async function serverAttaches(instanceUuid: string, bdm: BlockDeviceMapping): Promise<void> {
+  await updateServer(CELL1, instanceUuid, ({ instance }) => ({ instance, putBdms: [bdm] }));
+}
+
+/** A volume with an attachment of `instanceUuid` connected on host cmp1 (connection_info set), made by the demo user. */
+async function connectedAttachment(instanceUuid: string) {
+  const volume = await putVolume();
+  const attachment = await createAttachment({ auth: DEMO_AUTH, volumeId: volume.id, instanceUuid, connector: connector('cmp1') });
+  expect(attachment.connectionInfo).not.toBeNull();
+  return { volume, attachment };
+}
+
+const IN_USE = (instanceUuid: string) => `Detach volume from instance ${instanceUuid} using the Compute API`;
+
+/** Runs `hook` once, just before the next TransactWriteItems request is sent (its own requests pass). */
+function beforeNextTransaction(hook: () => Promise<void>): void {
+  let fired = false;
+  db().middlewareStack.add(
+    (next, context) => async (args) => {
+      if (!fired && context.commandName === 'TransactWriteItemsCommand') {
+        fired = true;
+        await hook();
+      }
+      return next(args);
+    },
+    { step: 'initialize', name: 'testBeforeNextTransaction' },
+  );
+}
+
+describe("the delete's in-use check is a condition of its transaction", () => {
+  test('a server that attaches between the delete\'s reads and its transaction: 409, and nothing is deleted', async () => {
+    // Prepare
+    const server = randomUUID();
+    await putInstance(server, { attachmentsInUse: {} });
+    const { volume, attachment } = await connectedAttachment(server);
+    const before = await readVolume(volume.id);
+    // The server's BDM is written after the delete read the attachment and the volume: a check
+    // made by a read before the transaction finds no BDM and deletes an attachment in use.
+    beforeNextTransaction(() => serverAttaches(server, bdmOf(server, volume.id, attachment.id)));
+    try {
+      // Act
+      const refused = deleteAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id });
+      // Assess
+      await expect(refused).rejects.toThrow(Conflict);
+      await expect(refused).rejects.toThrow(IN_USE(server));
+    } finally {
+      db().middlewareStack.remove('testBeforeNextTransaction');
+    }
+    expect(await getAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id })).toMatchObject({ id: attachment.id, attachStatus: 'attaching' });
+    expect(await readVolume(volume.id)).toEqual(before);
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+  });
+
+  test('refused without reading the server: the attachment, the volume, the transaction (3 requests)', async () => {
+    // Prepare
+    const server = randomUUID();
+    await putInstance(server, { attachmentsInUse: {} });
+    const { volume, attachment } = await connectedAttachment(server);
+    await serverAttaches(server, bdmOf(server, volume.id, attachment.id));
+    resetDynamoRequests();
+    // Act
+    await expect(deleteAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id })).rejects.toThrow(IN_USE(server));
+    // Assess
+    expect(dynamoRequests().byCommand).toEqual({ GetItemCommand: 2, TransactWriteItemsCommand: 1 });
+  });
+
+  test('once the server detached (its BDM deleted), the same delete goes through: 4 requests, the fence included', async () => {
+    // Prepare
+    const server = randomUUID();
+    await putInstance(server, { attachmentsInUse: {} });
+    const { volume, attachment } = await connectedAttachment(server);
+    const bdm = bdmOf(server, volume.id, attachment.id);
+    await serverAttaches(server, bdm);
+    await updateServer(CELL1, server, ({ instance }) => ({ instance, deleteBdms: [bdm.uuid] }));
+    resetDynamoRequests();
+    // Act
+    const remaining = await deleteAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id });
+    // Assess: the attachment, the volume, the transaction with its ConditionChecks, the fence after
+    // the terminate (it was the host's last connection); no read of the server's records.
+    expect(dynamoRequests().byCommand).toEqual({ GetItemCommand: 2, TransactWriteItemsCommand: 1, UpdateItemCommand: 1 });
+    expect(remaining).toEqual([]);
+    expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
+    expect(await backendConnections(volume)).toEqual([]);
+  });
+
+  test("Nova's service user deletes an attachment its server still uses (upstream asks only other callers)", async () => {
+    // Prepare
+    const server = randomUUID();
+    await putInstance(server, { attachmentsInUse: {} });
+    const { volume, attachment } = await connectedAttachment(server);
+    await serverAttaches(server, bdmOf(server, volume.id, attachment.id));
+    // Act
+    await deleteAttachment({ auth: SERVICE_AUTH, attachmentId: attachment.id });
+    // Assess
+    expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {} });
+  });
+
+  test('an instance record from before it kept its attachments in use: the first delete writes them from its BDMs, then the condition answers', async () => {
+    // Prepare: the BDM written as an older Ferry did, the instance item without attachmentsInUse
+    const server = randomUUID();
+    await putInstance(server);
+    const { volume, attachment } = await connectedAttachment(server);
+    const bdm = bdmOf(server, volume.id, attachment.id);
+    await db().send(new PutCommand({ TableName: tableName('cell1'), Item: { pk: `INSTANCE#${server}`, sk: `BDM#${bdm.uuid}`, ...bdm } }));
+    // Act / Assess: refused (the record now says what its BDMs say), the version unmoved
+    await expect(deleteAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id })).rejects.toThrow(IN_USE(server));
+    const stored = (await db().send(new GetCommand({ TableName: tableName('cell1'), Key: instanceKey(server), ConsistentRead: true }))).Item as Instance;
+    expect(stored).toMatchObject({ attachmentsInUse: { [attachment.id]: volume.id }, version: 1 });
+    // An older record whose BDMs do not use it: the delete goes through.
+    await db().send(new DeleteCommand({ TableName: tableName('cell1'), Key: { pk: `INSTANCE#${server}`, sk: `BDM#${bdm.uuid}` } }));
+    await db().send(new UpdateCommand({ TableName: tableName('cell1'), Key: instanceKey(server), UpdateExpression: 'REMOVE attachmentsInUse' }));
+    await deleteAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id });
+    expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {} });
+  });
+});
