@@ -11,7 +11,7 @@
  */
 import { GetCommand, TransactWriteCommand, UpdateCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
 import { unmarshall } from '@aws-sdk/util-dynamodb';
-import { db, queryAll, scanAll } from '../core/db.js';
+import { cancellationCodes, db, queryAll, scanAll } from '../core/db.js';
 import { GSI1, tableName } from '../core/tables.js';
 import { volumeKey, type Volume } from '../volumes/model.js';
 import {
@@ -24,7 +24,10 @@ import {
   type Attachment,
   type ConnectIntent,
 } from './model.js';
+import { failedItem, forgetVolume, loadedVolume, rememberVolume, type LoadedVolume } from './volume-records.js';
 import { MULTIATTACH_RESERVE_FROM, RESERVE_FROM, SAME_INSTANCE_RESERVE_FROM, type ReserveResult } from './transitions.js';
+
+export { getVolumeRecord, type LoadedVolume } from './volume-records.js';
 
 type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
 
@@ -39,31 +42,9 @@ const ATTACHMENT_IN_PROJECT = 'projectId = :project';
 const INTENTS_MAP_ABSENT = 'attribute_not_exists(#pc)';
 const INTENT_PRESENT = 'attribute_exists(#pc.#intent)';
 
-/** A volume as read, and whether its item already has the aggregate maps an additive update needs. */
-export interface LoadedVolume {
-  volume: Volume;
-  hasMaps: boolean;
-}
-
 export async function getAttachmentRecord(id: string): Promise<Attachment | undefined> {
   const out = await db().send(new GetCommand({ TableName: table(), Key: attachmentKey(id), ConsistentRead: true }));
   return out.Item ? attachmentFromItem(out.Item) : undefined;
-}
-
-export async function getVolumeRecord(id: string): Promise<LoadedVolume | undefined> {
-  const out = await db().send(new GetCommand({ TableName: table(), Key: volumeKey(id), ConsistentRead: true }));
-  if (!out.Item) return undefined;
-  const { pk: _pk, sk: _sk, gsi1pk: _g1, gsi1sk: _g2, ...rest } = out.Item;
-  const hasMaps = ['attachments', 'instances', 'connections'].every((k) => typeof rest[k] === 'object' && rest[k] !== null);
-  const volume = {
-    ...rest,
-    attachments: rest.attachments ?? {},
-    instances: rest.instances ?? {},
-    connections: rest.connections ?? {},
-    adminMetadata: rest.adminMetadata ?? {},
-    version: rest.version ?? 0,
-  } as Volume;
-  return { volume, hasMaps };
 }
 
 function valueList(prefix: string, values: readonly string[]): { expr: string; values: Record<string, string> } {
@@ -80,6 +61,7 @@ function versionedVolumeUpdate(before: Volume, after: Volume): TransactItem {
       Key: volumeKey(before.id),
       UpdateExpression: 'SET #status = :status, attachStatus = :attachStatus, attachments = :attachments, instances = :instances, connections = :connections, updatedAt = :now, version = :next',
       ConditionExpression: 'version = :version',
+      ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       ExpressionAttributeNames: { '#status': 'status' },
       ExpressionAttributeValues: {
         ':status': after.status,
@@ -101,6 +83,8 @@ function versionedVolumeUpdate(before: Volume, after: Volume): TransactItem {
  * chose; otherwise (an item written without them) it falls back to a versioned write.
  */
 export async function writeReserve(before: LoadedVolume, result: ReserveResult): Promise<void> {
+  // An additive update: what it leaves stored depends on concurrent reserves, so it is not remembered.
+  forgetVolume(before.volume.id);
   const put: TransactItem = {
     Put: { TableName: table(), Item: attachmentToItem(result.attachment), ConditionExpression: ATTACHMENT_ID_FREE, ReturnValuesOnConditionCheckFailure: 'ALL_OLD' },
   };
@@ -242,13 +226,19 @@ export async function writeVersioned(
   try {
     await db().send(new TransactWriteCommand({ TransactItems: [...items, ...conditions] }));
   } catch (e) {
-    const reasons = (e as { CancellationReasons?: { Code?: string; Item?: Record<string, unknown> }[] }).CancellationReasons ?? [];
+    // The volume as the failed transaction found it: the retry starts from it instead of a read.
+    const current = failedItem(e, 1);
+    if (current) rememberVolume(loadedVolume(current));
+    else if (cancellationCodes(e)[1] !== 'None') forgetVolume(before.volume.id); // 'None': its condition held, the record read is still the stored one
+    const reasons = (e as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? [];
     const failed = reasons.findIndex((r, i) => i >= items.length && r?.Code === 'ConditionalCheckFailed');
     if (!isNamed(e, 'TransactionCanceledException') || failed < 0) throw e;
-    // Errors are not translated by the document client: the old item comes in the wire format.
-    const old = reasons[failed]!.Item;
-    throw new ExtraConditionFailed(failed - items.length, old ? unmarshall(old as Parameters<typeof unmarshall>[0]) : undefined, e);
+    throw new ExtraConditionFailed(failed - items.length, failedItem(e, failed), e);
   }
+  // Stored now: the record read with what versionedVolumeUpdate set.
+  const a = after.volume;
+  const written = { status: a.status, attachStatus: a.attachStatus, attachments: a.attachments, instances: a.instances, connections: a.connections, updatedAt: a.updatedAt };
+  rememberVolume({ volume: { ...before.volume, ...written, version: before.volume.version + 1 }, hasMaps: true });
 }
 
 /**
@@ -259,7 +249,7 @@ export async function writeVersioned(
  */
 export async function fenceHost(volumeId: string, host: string): Promise<'fenced' | 'in-use' | 'gone'> {
   try {
-    await db().send(
+    const out = await db().send(
       new UpdateCommand({
         TableName: table(),
         Key: volumeKey(volumeId),
@@ -267,11 +257,14 @@ export async function fenceHost(volumeId: string, host: string): Promise<'fenced
         ConditionExpression: 'attribute_exists(pk) AND attribute_not_exists(#conns.#host)',
         ExpressionAttributeNames: { '#conns': 'connections', '#host': host },
         ExpressionAttributeValues: { ':one': 1 },
+        ReturnValues: 'ALL_NEW',
         ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }),
     );
+    rememberVolume(loadedVolume(out.Attributes!));
     return 'fenced';
   } catch (e) {
+    forgetVolume(volumeId);
     if ((e as { name?: string }).name !== 'ConditionalCheckFailedException') throw e;
     return (e as { Item?: unknown }).Item ? 'in-use' : 'gone';
   }

@@ -8,7 +8,10 @@
  * DynamoDB requests: create 2 (get volume, transaction), create with connector 3, update 3
  * (connect-intent update returning the attachment, get volume, transaction; +2 when it moves the
  * attachment off a host nobody else uses: the fence, and clearing the removal's intent), complete
- * 3, delete 3 (+1 fence when it removes a host's last connection), show 1.
+ * 2 (get attachment, transaction), delete 2 (+1 fence when it removes a host's last connection),
+ * show 1. Complete and delete start from the volume as this process last saw it stored
+ * (volume-records.ts), which the previous call of the cycle left: +1 (get volume) when it has not
+ * seen it in the last seconds.
  *
  * A caller with an id of its own for the attachment (a Nova flow's step: core/intents.ts) passes
  * `attachmentId`: the reserve puts the attachment only if the id is free, and a re-run finds the
@@ -30,7 +33,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { AuthContext } from '../core/auth.js';
-import { withRetries } from '../core/db.js';
+import { cancellationCodes, withRetries } from '../core/db.js';
 import { BadRequest, Conflict, DriverError, FerryError, InvalidVolume } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { authorize, registerPolicies } from '../core/policy.js';
@@ -38,6 +41,7 @@ import type { Connector } from '../drivers/volume/driver.js';
 import type { AttachmentSummary } from '../volumes/model.js';
 import { AttachmentIdTaken, newConnectIntent, type Attachment, type ConnectIntent } from './model.js';
 import { getAttachmentUsers, type TransactCondition } from './ports.js';
+import { knownVolume } from './volume-records.js';
 import { clearConnectIntent, ExtraConditionFailed, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
 import { assertAttachmentLive, complete, needsMultiattachBootablePolicy, remove, reserve, type RemoveResult, type ReserveResult } from './transitions.js';
 
@@ -229,11 +233,20 @@ export interface AttachmentRef {
   attachmentId: string;
 }
 
+/**
+ * The volume a complete or delete starts from: as this process last saw it stored (the previous
+ * call's write, or a failed attempt's transaction), else read. Their transaction is conditional on
+ * its version, so a record moved since is refused and the retry starts from the current one.
+ */
+async function startingVolumeOf(attachment: Attachment): Promise<LoadedVolume> {
+  return knownVolume(attachment.volumeId) ?? (await loadVolumeOf(attachment));
+}
+
 /** POST /attachments/{id}/action os-complete: no state check, as upstream. */
 export async function completeAttachment(input: AttachmentRef): Promise<Attachment> {
   return withRetries(async () => {
     const attachment = await loadAttachment(input.auth, input.attachmentId, ATTACHMENT_POLICIES.complete);
-    const volume = await loadVolumeOf(attachment);
+    const volume = await startingVolumeOf(attachment);
     const result = complete(volume.volume, attachment, now());
     await writeVersioned({ volume: volume.volume, attachment }, result);
     return result.attachment;
@@ -273,13 +286,13 @@ async function writeRemoval(auth: AuthContext, attachment: Attachment, volume: L
 
 /**
  * DELETE /attachments/{id}: returns the volume's remaining attachments. Happy path: the attachment
- * read, the volume read, the transaction (with the in-use conditions), and, when it removed a
- * host's last connection, the fence after the terminate (releaseHost). The fence stays a write of
- * its own: it must come after the backend's terminate, to make a connect that read the volume
- * before it retry (and so connect again); a connect on that host may start (reserve, read the
- * volume, initialize) after the transaction and before the terminate, so nothing the transaction
- * can condition on rules it out, and without a record made after the terminate such a connect
- * cannot tell whether the terminate is still to come.
+ * read, the transaction (with the in-use conditions) from the volume as last seen (startingVolumeOf;
+ * else one read more), and, when it removed a host's last connection, the fence after the
+ * terminate (releaseHost). The fence stays a write of its own: it must come after the backend's
+ * terminate, to make a connect that read the volume before it retry (and so connect again); a
+ * connect on that host may start (reserve, read the volume, initialize) after the transaction and
+ * before the terminate, so nothing the transaction can condition on rules it out, and without a
+ * record made after the terminate such a connect cannot tell whether the terminate is still to come.
  */
 export async function deleteAttachment(input: AttachmentRef): Promise<RemainingAttachment[]> {
   const first = await getAttachmentRecord(input.attachmentId);
@@ -292,14 +305,22 @@ export async function deleteAttachment(input: AttachmentRef): Promise<RemainingA
     }
     assertAttachmentLive(undefined, input.attachmentId);
   }
-  const result = await withRetries(async (n) => {
-    const attachment = n === 0 ? first : await getAttachmentRecord(input.attachmentId);
+  // A retry reads the attachment again unless the refused transaction found it as read.
+  let attachment = first;
+  let attachmentHeld = true;
+  const result = await withRetries(async () => {
+    if (!attachmentHeld) attachment = await getAttachmentRecord(input.attachmentId);
     const visible = attachment && !attachment.deleted && (input.auth.isAdmin || attachment.projectId === input.auth.projectId) ? attachment : undefined;
     assertAttachmentLive(visible, input.attachmentId);
     authorize(input.auth, ATTACHMENT_POLICIES.delete, { projectId: visible.projectId });
-    const volume = await loadVolumeOf(visible);
+    const volume = await startingVolumeOf(visible);
     const removed = remove(volume.volume, visible, now());
-    await writeRemoval(input.auth, visible, volume, removed);
+    try {
+      await writeRemoval(input.auth, visible, volume, removed);
+    } catch (e) {
+      attachmentHeld = cancellationCodes(e)[0] === 'None';
+      throw e;
+    }
     return removed;
   }, RETRY);
   if (result.disconnect) {

@@ -1,0 +1,82 @@
+/**
+ * The volume records the attachments code reads, and the ones this process last read or wrote:
+ * complete and delete start from a remembered record instead of reading the volume again (the
+ * version condition of their transaction guards it; repo.ts writeVersioned).
+ */
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { unmarshall } from '@aws-sdk/util-dynamodb';
+import { db } from '../core/db.js';
+import { tableName } from '../core/tables.js';
+import { volumeKey, type Volume } from '../volumes/model.js';
+
+const table = () => tableName('volume');
+
+/** A volume as read, and whether its item already has the aggregate maps an additive update needs. */
+export interface LoadedVolume {
+  volume: Volume;
+  hasMaps: boolean;
+}
+
+export function loadedVolume(item: Record<string, unknown>): LoadedVolume {
+  const { pk: _pk, sk: _sk, gsi1pk: _g1, gsi1sk: _g2, ...rest } = item;
+  const hasMaps = ['attachments', 'instances', 'connections'].every((k) => typeof rest[k] === 'object' && rest[k] !== null);
+  const volume = {
+    ...rest,
+    attachments: rest.attachments ?? {},
+    instances: rest.instances ?? {},
+    connections: rest.connections ?? {},
+    adminMetadata: rest.adminMetadata ?? {},
+    version: rest.version ?? 0,
+  } as Volume;
+  return { volume, hasMaps };
+}
+
+export async function getVolumeRecord(id: string): Promise<LoadedVolume | undefined> {
+  const out = await db().send(new GetCommand({ TableName: table(), Key: volumeKey(id), ConsistentRead: true }));
+  if (!out.Item) {
+    forgetVolume(id);
+    return undefined;
+  }
+  return rememberVolume(loadedVolume(out.Item));
+}
+
+/**
+ * The volume records this process last read or wrote, each exactly as stored at its version, for
+ * a few seconds: complete and delete start from one instead of reading the volume again. Sound
+ * because what they write is conditional on that version (every writer of a volume bumps it): a
+ * record another writer has moved since fails the transaction, whose failure returns the current
+ * record (ALL_OLD), and the retry starts from that; a stale entry costs no more requests than the
+ * read it replaces. Not for a decision taken before an effect outside DynamoDB (a connect
+ * initializes its connection before its write, and reads afresh).
+ */
+const KNOWN_VOLUME_MS = 10_000;
+const KNOWN_VOLUMES_MAX = 1_000;
+const knownVolumes = new Map<string, { loaded: LoadedVolume; until: number }>();
+
+/** Records `loaded` as the stored state of its volume (returns it). */
+export function rememberVolume(loaded: LoadedVolume): LoadedVolume {
+  knownVolumes.delete(loaded.volume.id);
+  if (knownVolumes.size >= KNOWN_VOLUMES_MAX) knownVolumes.delete(knownVolumes.keys().next().value!);
+  knownVolumes.set(loaded.volume.id, { loaded, until: Date.now() + KNOWN_VOLUME_MS });
+  return loaded;
+}
+
+export function forgetVolume(id: string): void {
+  knownVolumes.delete(id);
+}
+
+/** The volume as this process last saw it stored, if recently (a version condition must guard whatever is computed from it). */
+export function knownVolume(id: string): LoadedVolume | undefined {
+  const known = knownVolumes.get(id);
+  if (known && known.until > Date.now()) return known.loaded;
+  knownVolumes.delete(id);
+  return undefined;
+}
+
+/** A cancelled transaction's item `index`, as it was when its condition failed (ALL_OLD), or undefined. */
+export function failedItem(e: unknown, index: number): Record<string, unknown> | undefined {
+  const reason = (e as { CancellationReasons?: { Code?: string; Item?: Record<string, unknown> }[] }).CancellationReasons?.[index];
+  if (reason?.Code !== 'ConditionalCheckFailed' || !reason.Item) return undefined;
+  // Errors are not translated by the document client: the old item comes in the wire format.
+  return unmarshall(reason.Item as Parameters<typeof unmarshall>[0]);
+}

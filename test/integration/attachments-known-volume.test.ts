@@ -1,0 +1,66 @@
+/**
+ * Complete and delete start from the volume as this process last saw it stored
+ * (attachments/volume-records.ts): the races that start must still lose to the version condition.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { completeAttachment, createAttachment, deleteAttachment, updateAttachment } from '../../functions/attachments/service.js';
+import { knownVolume, rememberVolume } from '../../functions/attachments/volume-records.js';
+import { dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
+import { backendConnections, connector, DEMO_AUTH, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
+
+let env: AttachmentTestEnv;
+beforeAll(async () => {
+  env = await startAttachmentEnv();
+});
+afterAll(async () => env.stop());
+
+const auth = DEMO_AUTH;
+
+describe('the remembered volume', () => {
+  test('the cycle: complete 2 requests, delete 3 with the fence (no read of the volume)', async () => {
+    // Prepare (the first connect also reads the backend record, then reuses the driver)
+    const volume = await putVolume();
+    const warm = await createAttachment({ auth, volumeId: volume.id, instanceUuid: null, connector: connector('warm') });
+    await deleteAttachment({ auth, attachmentId: warm.id });
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    await updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp1') });
+    // Act
+    resetDynamoRequests();
+    await completeAttachment({ auth, attachmentId: att.id });
+    const complete = dynamoRequests().byCommand;
+    resetDynamoRequests();
+    await deleteAttachment({ auth, attachmentId: att.id });
+    const remove = dynamoRequests().byCommand;
+    // Assess
+    expect(complete).toEqual({ GetItemCommand: 1, TransactWriteItemsCommand: 1 });
+    expect(remove).toEqual({ GetItemCommand: 1, TransactWriteItemsCommand: 1, UpdateItemCommand: 1 });
+    expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {}, version: knownVolume(volume.id)!.volume.version });
+    expect(await backendConnections(volume)).toEqual([]);
+  });
+
+  test('a delete from a remembered volume another writer has moved since: refused by its version, retried from the record the refusal returned, and the connection the other writer recorded on the host is kept', async () => {
+    // Prepare: att1 connected on cmp1; what this process remembers of the volume then
+    const volume = await putVolume({ multiattach: true });
+    const att1 = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    await completeAttachment({ auth, attachmentId: att1.id });
+    const stale = structuredClone(knownVolume(volume.id)!);
+    expect(stale.volume.connections).toEqual({ cmp1: [att1.id] });
+    // Another writer (as another process would) connects att2 on the same host; this process still
+    // remembers the volume before it.
+    const att2 = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    rememberVolume(stale);
+    resetDynamoRequests();
+    // Act
+    const remaining = await deleteAttachment({ auth, attachmentId: att1.id });
+    const requests = dynamoRequests().byCommand;
+    // Assess: computed from the stale record, att1 was cmp1's last user and its connection would be
+    // terminated under att2; the refused transaction's record says otherwise.
+    expect(remaining.map((r) => r.id)).toEqual([att2.id]);
+    expect(await readVolume(volume.id)).toMatchObject({ connections: { cmp1: [att2.id] } });
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    // The attachment read, the refused transaction, the retry from the record it returned (no
+    // read of the volume), and no fence (the host keeps a user).
+    expect(requests).toEqual({ GetItemCommand: 1, TransactWriteItemsCommand: 2 });
+  });
+});
