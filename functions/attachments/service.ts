@@ -279,7 +279,7 @@ async function writeRemoval(auth: AuthContext, attachment: Attachment, volume: L
     if (!(e instanceof ExtraConditionFailed)) throw e;
     const why = await getAttachmentUsers().whyRefused(attachment.instanceUuid!, attachment.volumeId, attachment.id, e.index, e.old);
     if (why === 'in-use') throw new Conflict(`Detach volume from instance ${attachment.instanceUuid} using the Compute API`);
-    // The transaction's own error: a condition failure, which RETRY retries on a fresh read.
+    // The transaction's own error: a condition failure, which RETRY retries from the current records.
     throw e.cancelled;
   }
 }
