@@ -4,103 +4,22 @@
  * traces vol_test_08, 09, 10): the attachments API calls in upstream's order, bytes intact, the
  * allocations, the migration, and the failure rows (evacuate spawn fails, evacuate with no valid
  * host, unshelve spawn fails, shelve snapshot fails) ending with BDM attachment ids equal to
- * Cinder's live attachments and nothing left on the wrong host.
+ * Cinder's live attachments and nothing left on the wrong host. Its stack and helpers (hosts down,
+ * what a host holds, Cinder's live attachments) are in test/support/evacuate-shelve.ts.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
-import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js';
-import { clearFaults, injectFault } from '../../functions/core/faults.js';
-import { computeDriverFor } from '../../functions/drivers/compute/registry.js';
-import { setHostDown } from '../../functions/drivers/compute/local.js';
-import { nodeOfHost } from '../../functions/servers/engine.js';
+import { describe, expect, test } from 'vitest';
+import { resetCinderCalls } from '../../functions/servers/cinder.js';
+import { injectFault } from '../../functions/core/faults.js';
 import { cleanupEvacuatedGuests } from '../../functions/servers/flows/evacuate/host-restart.js';
 import '../../functions/servers/flows/shelve/api.js';
 import { getImage, listImages } from '../../functions/servers/images.js';
 import { listPortsOf } from '../../functions/servers/network.js';
 import { allocationsOf } from '../../functions/compute/placement.js';
-import { listMigrations } from '../../functions/servers/migrations.js';
-import type { Migration } from '../../functions/servers/model.js';
-import { action, bootServer, cinderClient, createVolume, novaClient, putSmallRootFlavor, readThroughGuest, serverState, settled, writeThroughGuest, assertCleanAudit, type Cinder, type Nova } from '../support/nova.js';
-import { useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { action, bootServer, createVolume, readThroughGuest, serverState, settled, writeThroughGuest } from '../support/nova.js';
+import { SMALL_ROOT_FLAVOR, useEvacuateShelveStack } from '../support/evacuate-shelve.js';
 
-let stack: TestLocalStack;
-let nova: Nova;
-let cinder: Cinder;
-/** A flavor with root_gb 0 (the root disk is the image's size), so shelve snapshots and evacuation copies stay small. */
-const SMALL_ROOT_FLAVOR = '90';
-
-beforeAll(async () => {
-  stack = await useLocalStack();
-  nova = novaClient(stack);
-  cinder = cinderClient(stack);
-  await putSmallRootFlavor(SMALL_ROOT_FLAVOR, 'm1.tinyroot');
-}, 120_000);
-afterAll(async () => stack?.stop());
-afterEach(async () => {
-  clearFaults();
-  await assertCleanAudit();
-}, 120_000);
-
-/** The attachments API calls (reads left out), in order. */
-const callNames = () => cinderCalls().map((c) => c.call).filter((c) => c !== 'get' && c !== 'attachment_get');
-
-const driverOf = async (host: string) => computeDriverFor((await nodeOfHost(host)).node.config);
-const nodeUuidOf = async (host: string) => (await nodeOfHost(host)).node.uuid;
-const guestsOn = async (host: string) => (await (await driverOf(host)).listGuests()).map((g) => g.uuid);
-const connectedVolumesOn = async (host: string) => (await (await driverOf(host)).listConnections()).map((c) => c.volumeId);
-
-async function serviceId(host: string): Promise<string> {
-  const res = await nova('GET', `/os-services?host=${host}&binary=nova-compute`, { version: '2.53' });
-  return res.body.services[0].id as string;
-}
-
-/** A compute host down: forced down through os-services (2.53) and its driver host down (the guest unreachable). */
-async function setComputeDown(host: string, down: boolean): Promise<void> {
-  const res = await nova('PUT', `/os-services/${await serviceId(host)}`, { version: '2.53', body: { forced_down: down } });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  await setHostDown((await nodeOfHost(host)).node.config, down);
-}
-
-async function setServiceDisabled(host: string, disabled: boolean): Promise<void> {
-  const res = await nova('PUT', `/os-services/${await serviceId(host)}`, { version: '2.53', body: { status: disabled ? 'disabled' : 'enabled' } });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-}
-
-async function lastEvacuation(id: string): Promise<Migration> {
-  const mine = (await listMigrations()).map((m) => m.migration).filter((m) => m.instanceUuid === id && m.migrationType === 'evacuation');
-  return mine.sort((a, b) => a.id - b.id).at(-1)!;
-}
-
-/** Cinder's live attachments of a volume (any status), as the attachments API lists them. */
-async function liveAttachments(volumeId: string): Promise<{ id: string; status: string; connector: boolean }[]> {
-  const res = await cinder('GET', `/attachments/detail?volume_id=${volumeId}`);
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  return res.body.attachments.map((a: { id: string; status: string; connection_info: unknown }) => ({ id: a.id, status: a.status, connector: !!a.connection_info && Object.keys(a.connection_info as object).length > 0 }));
-}
-
-/** Every volume BDM's attachment is the one live attachment Cinder has for that volume. */
-async function expectBdmsMatchCinder(id: string): Promise<void> {
-  const { bdms } = await serverState(id);
-  for (const b of bdms.filter((x) => x.volumeId)) {
-    expect((await liveAttachments(b.volumeId!)).map((a) => a.id), `volume ${b.volumeId}`).toEqual([b.attachmentId]);
-  }
-}
-
-async function volumeOf(id: string) {
-  return (await cinder('GET', `/volumes/${id}`)).body.volume as { status: string; attachments: { attachment_id: string; host_name: string | null }[] };
-}
-
-async function attach(id: string, volumeId: string): Promise<string | null> {
-  const res = await nova('POST', `/servers/${id}/os-volume_attachments`, { body: { volumeAttachment: { volumeId } } });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  await settled(nova, id);
-  return res.body.volumeAttachment.device as string | null;
-}
-
-async function eventsOf(id: string, actionName: string): Promise<{ event: string; result: string | null }[]> {
-  const actions = (await nova('GET', `/servers/${id}/os-instance-actions`)).body.instanceActions as { action: string; request_id: string }[];
-  const a = actions.find((x) => x.action === actionName)!;
-  return (await nova('GET', `/servers/${id}/os-instance-actions/${a.request_id}`)).body.instanceAction.events;
-}
+const { nova, cinder, callNames, driverOf, nodeUuidOf, guestsOn, connectedVolumesOn, setComputeDown, setServiceDisabled, lastEvacuation, liveAttachments, expectBdmsMatchCinder, volumeOf, attach, eventsOf } =
+  useEvacuateShelveStack();
 
 describe('evacuate', () => {
   test('API: body per microversion, policy, host checks, the source must be down', async () => {
