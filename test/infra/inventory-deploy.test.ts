@@ -65,7 +65,7 @@ test('an inventory with a local driver fails synth with the reason', () => {
 });
 
 test('the share storage exists only when the inventory names share backends of a local kind; a contradicting context is refused', () => {
-  // The template with share storage is copy-worker.test.ts's (the default synth); here what decides it.
+  // The template with share storage is copy-worker-app.test.ts's (the default synth); here what decides it.
   const ebsOnly = { ...(structuredClone(stack.inventory) as Inventory), shareBackends: [] };
   const withLocal = structuredClone(stack.inventory) as Inventory;
   withLocal.shareBackends.push({ host: 'ferry@nfs-a', driver: 'local-a', root: '/mnt/ferry-shares/nfs-a', shareBackendName: 'nfs-a', protocols: ['NFS'], pools: [{ name: 'pool0', totalCapacityGb: 10 }] });

@@ -69,7 +69,7 @@ function roleStatements(name: string, arns: Record<string, string> = {}, role: I
     .flatMap((r) => resolveIntrinsics(r.Properties.PolicyDocument.Statement, arns) as PolicyStatementJson[]);
 }
 
-/** The drivers' actions a role holds: EC2's and EFS's, but the NFS client actions of the share storage's mount (copy-worker.test.ts's). */
+/** The drivers' actions a role holds: EC2's and EFS's, but the NFS client actions of the share storage's mount (copy-worker-app.test.ts's). */
 const driverActionsOf = (statements: PolicyStatementJson[]) =>
   new Set(statements.flatMap((s) => (Array.isArray(s.Action) ? s.Action : [s.Action])).filter((a) => a.startsWith('ec2:') || (a.startsWith('elasticfilesystem:') && !a.startsWith('elasticfilesystem:Client'))));
 const requestsOf = (kinds: Iterable<Driver>) => [...kinds].flatMap((k) => recorded.get(k)!.flatMap((c) => c.requests));

@@ -123,7 +123,7 @@ describe('Lambda functions', () => {
       ...[...new Set([...(f.starts ?? []), ...(f.describes ?? [])])].map(stateMachineEnvName),
       ...(f.usesBucket ? [BUCKET_ENV] : []),
       ...(f.kind === 'authorizer' ? ['FERRY_AUTH_MODE'] : []),
-      // The copy worker's RunTask parameters (test/infra/copy-worker.test.ts checks their values).
+      // The copy worker's RunTask parameters (test/infra/copy-worker-app.test.ts checks their values).
       ...(f.mountsShareStorage ? Object.values(COPY_ENV) : []),
       ...(f.mountsShareStorage && f.registersCopyTasks ? Object.values(COPY_REGISTRAR_ENV) : []),
     ].sort();

@@ -1,23 +1,16 @@
 /**
- * The copy worker on AWS (infra/aws/copy-worker.ts): the VPC, the share file system, the Fargate
- * task, what the mounting functions get, and the IAM of every machine that runs the task with
- * `ecs:runTask.sync`.
- *
- * Two stacks: the app as the wiring table declares it, and a fixture wiring (one step function, a
- * machine with the copy Task, a machine without) that does not depend on any ASL file in
- * statemachines/ using the task. The fixture is synthesized with no `docker` on the PATH.
+ * The copy worker on AWS (infra/aws/copy-worker.ts) in the app as the wiring table declares it:
+ * the VPC, the share file system, the Fargate task, what the mounting functions get, and the IAM of
+ * every machine that runs the task with `ecs:runTask.sync`. A fixture wiring that does not depend
+ * on statemachines/, and a wiring with no share storage: copy-worker-fixture.test.ts.
  */
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { delimiter, join, relative, resolve } from 'node:path';
-import { type App, Stack } from 'aws-cdk-lib';
+import { readFileSync, readdirSync } from 'node:fs';
+import { join, relative, resolve } from 'node:path';
 import { testApp } from '../support/cdk-app.js';
-import { Template } from 'aws-cdk-lib/assertions';
-import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { beforeAll, describe, expect, test } from 'vitest';
 import { TABLES, tableEnvName } from '../../functions/core/tables.js';
-import { FUNCTIONS, STATE_MACHINES, functionByName, type StateMachineWiring } from '../../functions/wiring.js';
+import { FUNCTIONS, STATE_MACHINES } from '../../functions/wiring.js';
 import {
   COPY_CONTAINER_NAME,
   COPY_DOCKERFILE,
@@ -25,93 +18,13 @@ import {
   COPY_REGISTRAR_ENV,
   COPY_TASK_CPU,
   COPY_TASK_MEMORY_MIB,
-  ECS_TASK_EVENTS_RULE,
   RUN_TASK_SYNC,
   SHARE_ACCESS_POINT_PATH,
   SHARE_MOUNT_PATH,
 } from '../../infra/aws/copy-worker.js';
-import { buildFerryApp, type FerryStack, type FerryWiring } from '../../infra/aws/ferry-stack.js';
+import { buildFerryApp } from '../../infra/aws/ferry-stack.js';
 import { COPY_TASK_TIMEOUT_SECONDS, MACHINE_POLICIES, RETRIERS } from '../../infra/asl/policy.js';
-
-const ROOT = resolve(import.meta.dirname, '../..');
-
-type Resource = { Type: string; Properties: Record<string, any>; DeletionPolicy?: string };
-type Statement = { Action: string | string[]; Resource: unknown; Effect: string; Condition?: unknown };
-
-/** Everything a test needs to read one synthesized stack. */
-function view(app: App, stack: FerryStack) {
-  const template = Template.fromStack(stack);
-  const resources = template.toJSON().Resources as Record<string, Resource>;
-  const id = (c: IConstruct) => Stack.of(c).resolve(Stack.of(c).getLogicalId((c.node.defaultChild ?? c) as never)) as string;
-  const ofType = (type: string) => Object.entries(resources).filter(([, r]) => r.Type === type);
-  /** Every policy statement attached to a role (by the role's logical id). */
-  const statementsOf = (roleId: string): Statement[] =>
-    ofType('AWS::IAM::Policy')
-      .filter(([, r]) => JSON.stringify(r.Properties.Roles).includes(`"${roleId}"`))
-      .flatMap(([, r]) => r.Properties.PolicyDocument.Statement);
-  return { app, stack, template, resources, id, ofType, statementsOf };
-}
-type View = ReturnType<typeof view>;
-
-const actionsOf = (s: Statement) => (Array.isArray(s.Action) ? s.Action : [s.Action]);
-const withAction = (statements: Statement[], action: string) => statements.filter((s) => actionsOf(s).includes(action));
-const usesRunTaskSync = (m: { file: string }) => {
-  const file = resolve(ROOT, m.file);
-  return existsSync(file) && readFileSync(file, 'utf8').includes(RUN_TASK_SYNC);
-};
-
-/**
- * The IAM a machine needs to run the copy task with `.sync`, as the Step Functions guide's
- * "Run a Job (.sync)" policy for ECS/Fargate gives it, plus iam:PassRole on the task's roles.
- */
-function expectRunTaskSyncIam(v: View, machineName: string): void {
-  const copy = v.stack.copyWorker!;
-  const statements = v.statementsOf(v.id(v.stack.stateMachines.get(machineName)!.role));
-  const text = (s: Statement[]) => JSON.stringify(s);
-
-  const run = withAction(statements, 'ecs:RunTask');
-  expect(run, 'ecs:RunTask').toHaveLength(1);
-  expect(text(run)).toContain(`:task-definition/${copy.taskDefinition.family}:*"`);
-  // And the revisions registered per migration (functions/migration/copy-task-definition.ts).
-  expect(text(run)).toContain(`:task-definition/${copy.taskDefinition.family}-m-*:*"`);
-
-  const [stopDescribe] = withAction(statements, 'ecs:StopTask');
-  expect(actionsOf(stopDescribe!).sort()).toEqual(['ecs:DescribeTasks', 'ecs:StopTask']);
-  expect(stopDescribe!.Resource).toBe('*');
-
-  const pass = withAction(statements, 'iam:PassRole');
-  expect(pass).toHaveLength(1);
-  expect(pass[0]!.Resource).toEqual([
-    { 'Fn::GetAtt': [v.id(copy.taskDefinition.taskRole), 'Arn'] },
-    { 'Fn::GetAtt': [v.id(copy.taskDefinition.executionRole!), 'Arn'] },
-  ]);
-
-  const events = withAction(statements, 'events:PutRule');
-  expect(events).toHaveLength(1);
-  expect(actionsOf(events[0]!).sort()).toEqual(['events:DescribeRule', 'events:PutRule', 'events:PutTargets']);
-  expect(text(events)).toContain(`:rule/${ECS_TASK_EVENTS_RULE}"`);
-  expect(text(events)).toContain(':events:');
-}
-
-function expectNoEcsIam(v: View, machineName: string): void {
-  const statements = v.statementsOf(v.id(v.stack.stateMachines.get(machineName)!.role));
-  expect(statements.flatMap(actionsOf).filter((a) => a.startsWith('ecs:') || a === 'iam:PassRole' || a.startsWith('events:'))).toEqual([]);
-}
-
-/** Each Task state in an ASL definition (nested in Parallel branches and Map processors too). */
-function tasks(definition: any): { name: string; state: any }[] {
-  const out: { name: string; state: any }[] = [];
-  const walk = (states: Record<string, any>) => {
-    for (const [name, state] of Object.entries(states ?? {})) {
-      if (state.Type === 'Task') out.push({ name, state });
-      for (const b of state.Branches ?? []) walk(b.States);
-      if (state.ItemProcessor) walk(state.ItemProcessor.States);
-      if (state.Iterator) walk(state.Iterator.States);
-    }
-  };
-  walk(definition.States);
-  return out;
-}
+import { ROOT, type Resource, view, type View, actionsOf, withAction, usesRunTaskSync, expectRunTaskSyncIam, expectNoEcsIam, tasks } from '../support/copy-worker-template.js';
 
 // --- the app as the wiring table declares it ----------------------------------------------------
 
@@ -368,100 +281,4 @@ describe('state machines in the wiring table', () => {
       expect(definition.TimeoutSeconds).toBe(MACHINE_POLICIES[name].timeoutSeconds);
     },
   );
-});
-
-// --- a fixture wiring: a machine with the copy Task, independent of statemachines/ ---------------
-
-const COPY_TASK_STATE = {
-  Type: 'Task',
-  Resource: RUN_TASK_SYNC,
-  Parameters: {
-    'Cluster.$': '$.copyTask.cluster',
-    'TaskDefinition.$': '$.copyTask.taskDefinition',
-    LaunchType: 'FARGATE',
-    NetworkConfiguration: {
-      AwsvpcConfiguration: { 'Subnets.$': '$.copyTask.subnets', 'SecurityGroups.$': '$.copyTask.securityGroups', AssignPublicIp: 'DISABLED' },
-    },
-    Overrides: { ContainerOverrides: [{ Name: COPY_CONTAINER_NAME, 'Environment.$': '$.copyTask.environment' }] },
-  },
-  ResultPath: '$.copy',
-  End: true,
-};
-
-describe('a fixture machine that runs the copy task (no docker on the PATH)', () => {
-  let dir: string;
-  let fixture: View;
-  const savedPath = process.env.PATH;
-
-  beforeAll(() => {
-    dir = mkdtempSync(join(tmpdir(), 'ferry-copy-fixture-'));
-    const file = join(dir, 'copy-fixture.asl.json');
-    writeFileSync(
-      file,
-      JSON.stringify({
-        Comment: 'fixture: prepare the copy with share-steps, then run the copy task and wait',
-        StartAt: 'Prepare',
-        States: { Prepare: { Type: 'Task', Resource: '${FnShareSteps}', ResultPath: '$.copyTask', Next: 'Copy' }, Copy: COPY_TASK_STATE },
-      }),
-    );
-    const machines: StateMachineWiring[] = [
-      { name: 'copy-fixture', file, description: 'fixture with the copy Task', functions: ['share-steps'] },
-      { name: 'no-copy-fixture', file: 'statemachines/share-delete.asl.json', description: 'fixture without it', functions: ['share-steps'] },
-    ];
-    const wiring: FerryWiring = { functions: [functionByName('share-steps')], stateMachines: machines };
-    // Synth must not need Docker: take every directory with a `docker` in it off the PATH.
-    process.env.PATH = (savedPath ?? '').split(delimiter).filter((d) => d && !existsSync(join(d, 'docker'))).join(delimiter);
-    try {
-      const { app, stack } = buildFerryApp(testApp({ context: { removalPolicy: 'destroy' } }), { nag: false, stackName: 'FerryCopyFixture', wiring });
-      fixture = view(app, stack);
-      fixture.app.synth();
-    } finally {
-      process.env.PATH = savedPath;
-    }
-  });
-  afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-  test('the machine with the Task gets RunTask on the family, Stop/Describe, PassRole on both roles and the ECS events rule', () => {
-    expectRunTaskSyncIam(fixture, 'copy-fixture');
-  });
-
-  test('the machine without it gets none of that', () => {
-    expectNoEcsIam(fixture, 'no-copy-fixture');
-  });
-
-  test('the Task overrides the container the task definition really has', () => {
-    const td = fixture.resources[fixture.id(fixture.stack.copyWorker!.taskDefinition)]!.Properties;
-    expect(td.ContainerDefinitions.map((c: { Name: string }) => c.Name)).toEqual(COPY_TASK_STATE.Parameters.Overrides.ContainerOverrides.map((o) => o.Name));
-  });
-
-  test('removalPolicy=destroy makes the share file system deletable', () => {
-    expect(fixture.ofType('AWS::EFS::FileSystem').map(([, r]) => r.DeletionPolicy)).toEqual(['Delete']);
-  });
-
-  test('cdk-nag finds nothing unacknowledged, the run-task grants included', () => {
-    const report = new AwsSolutionsChecks().validateScope(fixture.app);
-    expect(report.violations.flatMap((v) => v.violatingResources.map((r) => `${v.severity} ${v.ruleName} at ${r.constructPath}`))).toEqual([]);
-  });
-});
-
-describe('a wiring that needs no share storage', () => {
-  test('gets no VPC, no file system and no cluster', () => {
-    const { stack } = buildFerryApp(testApp(), { nag: false, stackName: 'FerryNoShares', wiring: { functions: [functionByName('authorizer')], stateMachines: [] } });
-    expect(stack.copyWorker).toBeUndefined();
-    const types = Object.values(Template.fromStack(stack).toJSON().Resources as Record<string, Resource>).map((r) => r.Type);
-    for (const type of ['AWS::EC2::VPC', 'AWS::EFS::FileSystem', 'AWS::ECS::Cluster', 'AWS::ECS::TaskDefinition']) expect(types).not.toContain(type);
-  });
-
-  test('a machine that runs the task makes the stack create it, even when no function mounts the storage', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'ferry-copy-only-'));
-    try {
-      const file = join(dir, 'copy-only.asl.json');
-      writeFileSync(file, JSON.stringify({ StartAt: 'Copy', States: { Copy: COPY_TASK_STATE } }));
-      const { stack } = buildFerryApp(testApp(), { nag: false, stackName: 'FerryCopyOnly', wiring: { functions: [], stateMachines: [{ name: 'copy-only', file, description: 'copy only', functions: [] }] } });
-      expect(stack.copyWorker).toBeDefined();
-      expectRunTaskSyncIam(view(stack.node.root as App, stack), 'copy-only');
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
 });
