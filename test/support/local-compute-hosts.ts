@@ -16,7 +16,7 @@ import { clearComputeDriverCache } from '../../functions/drivers/compute/registr
 import { clearFaultCalls, clearFaults } from '../../functions/core/faults.js';
 import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
 import type { LocalVolumeDriver } from '../../functions/drivers/volume/local.js';
-import { exportLocalVolume, localVolumeBackend } from '../unit/compute-driver-fixtures.js';
+import { exportLocalVolume, localVolumeBackend } from './compute-driver-fixtures.js';
 
 export const UUID_A = '0a1b2c3d-0000-4000-8000-00000000000a';
 export const UUID_B = '0a1b2c3d-0000-4000-8000-00000000000b';

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { ComputeHostConfig } from '../../functions/drivers/compute/driver.js';
 import { LocalComputeDriver } from '../../functions/drivers/compute/local.js';
 import { describeComputeDriverContract } from '../contracts/compute-driver.js';
-import { exportLocalVolume, localVolumeBackend } from './compute-driver-fixtures.js';
+import { exportLocalVolume, localVolumeBackend } from '../support/compute-driver-fixtures.js';
 
 describeComputeDriverContract('local', async () => {
   const tmp = await mkdtemp(join(tmpdir(), 'ferry-compute-contract-'));
