@@ -9,6 +9,7 @@
  * for it.
  */
 import { ConfigurationError } from '../../functions/core/errors.js';
+import { LISTED_FINDINGS } from '../../functions/audit/last-audit.js';
 import { logger } from '../../functions/core/logger.js';
 
 export const DEFAULT_RECONCILE_INTERVAL_SECONDS = 300;
@@ -61,8 +62,22 @@ export const logReconcile: ReconcileLog = (event) => {
     return;
   }
   const { repaired, left = [], remaining } = event.outcome;
-  logger.info(`reconcile (${event.trigger}): ${repaired.length} repaired, ${left.length} left, ${remaining.length} finding(s) for an operator`, { ...at, repaired, left, remaining });
+  logger.info(`reconcile (${event.trigger}): ${repaired.length} repaired, ${left.length} left, ${remaining.length} finding(s) for an operator`, {
+    ...at,
+    repaired: listedForLog(repaired),
+    left: listedForLog(left),
+    remaining: listedForLog(remaining),
+  });
 };
+
+/**
+ * A list as one log line carries it: the first LISTED_FINDINGS (as the stored last audit keeps
+ * them, `ferry audit` shows them all) and how many more. A pass over 10,000 volumes once logged
+ * 10,000 findings in one line of megabytes.
+ */
+export function listedForLog<T>(list: readonly T[]): readonly T[] | { first: T[]; more: number } {
+  return list.length <= LISTED_FINDINGS ? list : { first: list.slice(0, LISTED_FINDINGS), more: list.length - LISTED_FINDINGS };
+}
 
 /** One run; its failure is logged, never thrown. */
 export async function reconcileOnce(reconcile: Reconcile, trigger: 'start' | 'timer', before: Date, log: ReconcileLog = logReconcile): Promise<ReconcileEvent> {

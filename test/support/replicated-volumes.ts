@@ -2,18 +2,24 @@
  * Replicated volumes made directly, as POST /volumes and the create machine would leave them
  * (available, replication_status enabled, on ferry@lvm-r#pool0 of the sandbox), for what needs a
  * thousand of them quickly (bench/failover, the ferry watch test): the items with BatchWriteItem,
- * 25 per request, and each volume's backend object as the local driver lays it out, a 1 GiB sparse
- * file on the primary and on each replication target. Through the API it would cost ~3 requests
- * and an execution per volume.
+ * 25 per request, each with its backend-object claim (volumes/repo.ts claimKey, so the audit finds
+ * nothing to report: without it the reconciler's timer pass, ~2 minutes over 10,000 volumes, ran
+ * beside the bench's failover and logged 10,000 missing-claim findings), and each volume's backend
+ * object as the local driver lays it out: a 1 GiB sparse file on the primary and on each
+ * replication target, and the replication marker on the primary. Through the API it would cost ~3
+ * requests and an execution per volume.
  */
 import { BatchWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { randomUUID } from 'node:crypto';
 import { mkdir, open } from 'node:fs/promises';
+import { writeReplicationMarker } from '../../functions/drivers/volume/local-sites.js';
 import { join } from 'node:path';
 import { db } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
 import { getBackendItem } from '../../functions/replication/service-repo.js';
 import { defaultBackendName, volumeGsi1, volumeKey, type Volume } from '../../functions/volumes/model.js';
+import { backendOf } from '../../functions/volumes/backends.js';
+import { claimKey } from '../../functions/volumes/repo.js';
 import { REPLICATED_BACKEND } from '../../functions/volumes/seed.js';
 import { getVolumeTypeByName } from '../../functions/volumes/types.js';
 
@@ -40,6 +46,11 @@ export function replicatedVolumeItem(id: string, on: { host: string; serviceUuid
     sharedTargets: false, availabilityZone: on.availabilityZone, metadata: {}, adminMetadata: {}, attachments: {}, instances: {}, connections: {},
     capacity: null, managed: false, ownsBackendObject: true, errorReason: null, createdAt: at, updatedAt: at, version: 1,
   };
+}
+
+/** The backend-object claim the create path writes beside the volume (volumes/repo.ts insertVolume). */
+function claimItem(host: string, backendName: string, volumeId: string): Record<string, unknown> {
+  return { ...claimKey(host, backendName), volumeId, host: backendOf(host), backendName };
 }
 
 /** Writes volume items with BatchWriteItem, 25 per request, 8 requests at a time, until none is left unprocessed. */
@@ -71,9 +82,15 @@ export async function seedReplicatedVolumes(n: number): Promise<{ ids: string[];
   const at = new Date().toISOString();
   const ids = Array.from({ length: n }, () => randomUUID());
   const on = { host: `${REPLICATED_BACKEND}#pool0`, serviceUuid: config.serviceUuid, availabilityZone: 'nova', typeId: type.id, typeName: type.name, at };
-  await putVolumeItems(ids.map((id) => replicatedVolumeItem(id, on)));
+  await putVolumeItems(ids.flatMap((id) => [replicatedVolumeItem(id, on), claimItem(on.host, defaultBackendName(id), id)]));
+  const enabledAt = Date.now();
   for (let i = 0; i < ids.length; i += 200) {
-    await Promise.all(ids.slice(i, i + 200).flatMap((id) => roots.map((r) => sparseFile(join(r, 'pool0', defaultBackendName(id))))));
+    await Promise.all(
+      ids.slice(i, i + 200).flatMap((id) => [
+        ...roots.map((r) => sparseFile(join(r, 'pool0', defaultBackendName(id)))),
+        writeReplicationMarker(roots[0], defaultBackendName(id), enabledAt),
+      ]),
+    );
   }
   return { ids, roots };
 }

@@ -4,7 +4,8 @@
  */
 import { afterEach, beforeEach, describe, expect, test, vi } from 'vitest';
 import { ConfigurationError } from '../../functions/core/errors.js';
-import { reconcileOnce, reconcileSchedule, startReconcileLoop, type ReconcileEvent, type ReconcileOutcome } from '../../infra/local/reconcile-loop.js';
+import { LISTED_FINDINGS } from '../../functions/audit/last-audit.js';
+import { listedForLog, reconcileOnce, reconcileSchedule, startReconcileLoop, type ReconcileEvent, type ReconcileOutcome } from '../../infra/local/reconcile-loop.js';
 
 const NOW = Date.parse('2026-11-24T05:00:00.000Z');
 const EMPTY: ReconcileOutcome = { repaired: [], left: [], remaining: [] };
@@ -31,6 +32,15 @@ describe('reconcileOnce', () => {
 
     expect(event).toEqual({ trigger: 'start', before: new Date(NOW), durationMs: expect.any(Number), error: failure });
     expect(events).toEqual([event]);
+  });
+});
+
+describe('listedForLog', () => {
+  test('a short list is logged whole; a long one as its first LISTED_FINDINGS and how many more', () => {
+    const few = Array.from({ length: LISTED_FINDINGS }, (_, i) => i);
+    const many = Array.from({ length: 10_000 }, (_, i) => i);
+    expect(listedForLog(few)).toEqual(few);
+    expect(listedForLog(many)).toEqual({ first: many.slice(0, LISTED_FINDINGS), more: 10_000 - LISTED_FINDINGS });
   });
 });
 
