@@ -17,6 +17,10 @@ import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db
 import { tableName } from '../../functions/core/tables.js';
 import { startLocalStack } from '../../infra/local/stack.js';
 import { Recorder, fmt, percentile } from '../support/stats.js';
+import { quietAwsSdk } from '../../infra/local/quiet-sdk.js';
+
+// The SDK's Node-version warning is not the bench's output (as npm start, infra/local/quiet-sdk.ts).
+quietAwsSdk();
 
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 50);
 const CLIENTS = 32;

@@ -37,6 +37,7 @@ import { getVolume, volumeUpdate } from '../../functions/volumes/repo.js';
 import { MAX_TRANSACTION_ITEMS } from '../../functions/replication/steps.js';
 import { REPLICATED_BACKEND } from '../../functions/volumes/seed.js';
 import { startLocalStack } from '../../infra/local/stack.js';
+import { quietAwsSdk } from '../../infra/local/quiet-sdk.js';
 
 const N = Number(process.env.BENCH_VOLUMES ?? 10_000);
 const RUN_FAILBACK = process.env.BENCH_FAILBACK === '1';
@@ -199,6 +200,8 @@ async function main(): Promise<void> {
   }
 }
 
+// The SDK's Node-version warning is not the bench's output (as npm start, infra/local/quiet-sdk.ts).
+quietAwsSdk();
 main().catch((e) => {
   console.error(e);
   process.exit(1);
