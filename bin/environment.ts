@@ -109,14 +109,5 @@ export function explainError(e: unknown): string | undefined {
   return undefined;
 }
 
-/**
- * The AWS SDK prints a multi-line Node-version support warning in every process on Node 20; a
- * command's output is not the place for it. Its switch is AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED
- * (read by @aws-sdk/core 3.9xx); AWS_SDK_JS_SUPPRESS_MAINTENANCE_MODE_MESSAGE is the older SDKs'
- * (and what .ci/run sets). Both are set for this process only, unless the operator set them.
- * bin/ferry.mjs does the same before it loads this module.
- */
-export function quietAwsSdk(env: NodeJS.ProcessEnv = process.env): void {
-  env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
-  env.AWS_SDK_JS_SUPPRESS_MAINTENANCE_MODE_MESSAGE ??= '1';
-}
+/** The AWS SDK's Node-version warning is not a command's output: the stack's own switch (infra/local/quiet-sdk.ts). bin/ferry.mjs does the same before it loads this module. */
+export { quietAwsSdk } from '../infra/local/quiet-sdk.js';
