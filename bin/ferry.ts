@@ -168,10 +168,10 @@ async function inventory(args: string[], io: Io): Promise<number> {
  */
 function requireMachines(): void {
   if (!process.env.FERRY_TABLE_VOLUME || process.env.FERRY_DYNAMODB_ENDPOINT) return;
-  // The server machines (operations without execution) and snapshot-create (a creating snapshot's waiting machine).
-  const missing = STATE_MACHINE_NAMES.filter((m) => m.startsWith('server-') || m === 'snapshot-create').map(stateMachineEnvName).filter((name) => !process.env[name]);
+  // The server machines (operations without execution), snapshot-create (a creating snapshot's waiting machine) and image-import (an importing image's).
+  const missing = STATE_MACHINE_NAMES.filter((m) => m.startsWith('server-') || m === 'snapshot-create' || m === 'image-import').map(stateMachineEnvName).filter((name) => !process.env[name]);
   if (missing.length > 0) {
-    throw new CannotRun(`--repair against a deployed stack needs the server and snapshot-create machines' ARNs: set ${missing.join(', ')} (or let the stack's reconciler function run it)`);
+    throw new CannotRun(`--repair against a deployed stack needs the server, snapshot-create and image-import machines' ARNs: set ${missing.join(', ')} (or let the stack's reconciler function run it)`);
   }
 }
 

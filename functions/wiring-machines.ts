@@ -38,6 +38,12 @@ export const STATE_MACHINES = [
     functions: ['snapshot-steps'],
   },
   {
+    name: 'image-import',
+    file: 'statemachines/image-import.asl.json',
+    description: 'Imports an image\'s data from the URI of a Glance web-download import: streams it to the bucket (every redirect hop filtered) and makes the image active; a failure removes what it stored and puts the image back to queued with the reason on its import task.',
+    functions: ['image-import-steps'],
+  },
+  {
     name: 'share-create',
     file: 'statemachines/share-create.asl.json',
     description: 'Schedules a new share onto a pool (capacity reserved), creates it on the backend and makes it available (or error, with capacity released and no backend share).',

@@ -233,9 +233,13 @@ export const FUNCTIONS: FunctionWiring[] = [
     callsVolumeDrivers: true,
     callsShareDrivers: true,
     // Whether a server operation's machine ever started, whether a creating snapshot's machine is still
-    // waiting for it (functions/snapshots/recovery.ts); abandoning an offloaded detach deletes its delete_on_termination volume.
-    describes: [...STATE_MACHINES.map((m) => m.name).filter((m) => m.startsWith('server-')), 'snapshot-create'],
+    // waiting for it (functions/snapshots/recovery.ts), whether an importing image's machine still runs
+    // (functions/images/import-recovery.ts); abandoning an offloaded detach deletes its delete_on_termination volume.
+    describes: [...STATE_MACHINES.map((m) => m.name).filter((m) => m.startsWith('server-')), 'snapshot-create', 'image-import'],
     starts: ['volume-delete'],
+    // An import its machine left (or never started) is put back to queued with what it stored removed.
+    usesBucket: true,
+    bucketPrefix: 'images/',
     mountsShareStorage: true,
     scheduleRateMinutes: 5,
     // Under the rate, so two passes do not overlap (overlapping ones would still be safe: every repair is conditional).
@@ -292,7 +296,23 @@ export const FUNCTIONS: FunctionWiring[] = [
     tables: ['compute-api'],
     usesBucket: true,
     bucketPrefix: 'images/',
+    // A web-download import runs in its machine, not in the request.
+    starts: ['image-import'],
     timeoutSeconds: 29,
+  },
+  {
+    name: 'image-import-steps',
+    kind: 'step',
+    entry: 'functions/images/import-steps.ts',
+    export: 'handler',
+    description: 'Step handlers of image-import (download: the URI streamed to images/<id>, the image made active; import-failed: that object removed, the image back to queued with the reason).',
+    tables: ['compute-api'],
+    usesBucket: true,
+    bucketPrefix: 'images/',
+    // The download has Lambda's whole 15 minutes (its own deadline is 840 s, import-steps.ts); a body
+    // of unknown length is held in memory before its PutObject.
+    timeoutSeconds: 900,
+    memoryMb: 1024,
   },
   {
     name: 'network-api',

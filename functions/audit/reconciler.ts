@@ -17,6 +17,7 @@
 import { recoverPendingConnects, recoverPendingDisconnects, type AttachmentRepair } from '../attachments/recovery.js';
 import { DependencyError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
+import { recoverStuckImports } from '../images/import-recovery.js';
 import { abandonOperation, findOperationsWithoutExecution } from '../servers/abandon.js';
 import { recoverPendingAccess } from '../shares/recovery.js';
 import { recoverPendingResizes } from '../shares/resize-recovery.js';
@@ -95,6 +96,11 @@ async function finishIntents(before: Date): Promise<RepairRecord[]> {
           ? 'nothing: whether its snapshot-create machine is running could not be read; the next run looks again'
           : r.action;
     out.push({ kind: 'pending-snapshot', resource: `snapshot ${r.snapshotId}`, saw: r.detail, did, outcome });
+  }
+  // Image imports no machine runs any more (never started, or ended without ending them): back to queued (functions/images/import-recovery.ts).
+  for (const r of await recoverStuckImports({ before })) {
+    const did = r.action === 'owner-unknown' ? 'nothing: whether its image-import machine is running could not be read; the next run looks again' : 'put it back to queued with the reason on its import task, its object removed';
+    out.push({ kind: 'stuck-image-import', resource: `image ${r.imageId}`, saw: r.detail, did, outcome: r.action === 'owner-unknown' ? 'failed' : 'repaired' });
   }
   // Extends a crashed os-extend left extending (functions/volumes/recovery.ts).
   for (const r of await recoverPendingExtends({ before })) {

@@ -8,6 +8,7 @@ export const STATE_MACHINE_NAMES = [
   'volume-delete',
   'volume-failover',
   'snapshot-create',
+  'image-import',
   'share-create',
   'share-delete',
   'share-migration-start',

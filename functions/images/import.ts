@@ -1,24 +1,29 @@
 /**
  * Glance's interoperable image import, `web-download` only: the way into Ferry for an image larger
  * than a request body may be (API Gateway refuses bodies over 10 MB, and Lambda's payload limit is
- * 6 MB). The image API fetches the URI itself and streams it to S3 (functions/servers/images.ts
- * uploadImage: hashed on the way, status queued -> saving -> active, back to queued on failure).
- * Glance imports asynchronously and answers 202 at once; Ferry answers 202 once the bytes are in,
- * so the whole download must fit in the API's 29 s (docs/compatibility.md); clients poll the image
- * status either way. What it may fetch is import-filter.ts's to say, at every redirect.
+ * 6 MB). As Glance, the API answers 202 at once and the import runs in the background: the
+ * image-import state machine downloads the URI to S3 (import-steps.ts) while the image shows
+ * `importing`, then `active`, or `queued` again with the failure recorded on its import task
+ * (`GET /v2/images/{id}/tasks`). What it may fetch is import-filter.ts's to say, at every redirect.
+ *
+ * Before it answers, the API refuses what it can tell at once: a body Glance refuses, a URI the
+ * filter refuses, an image the caller may not change, an image not queued (409), and a source
+ * that does not answer 2xx or redirects somewhere the filter refuses (400; Glance finds those only
+ * in its task; the API opens the URI, follows the redirects and lets the body go).
  */
-import { Readable } from 'node:stream';
-import type { ReadableStream } from 'node:stream/web';
-import { BadRequest, Conflict, FerryError } from '../core/errors.js';
+import { BadRequest, DependencyError } from '../core/errors.js';
+import { logger } from '../core/logger.js';
 import { jsonBody, type PlainRequest, type PlainResponse } from '../core/plain-api.js';
-import { uploadImage } from '../servers/images.js';
 import { checkImportUri } from './import-filter.js';
+import { startImageImport } from './import-machine.js';
+import { openImportSource } from './import-source.js';
+import { beginImport, failImport, importRefusal } from './import-task.js';
 import { ownImage } from './repo.js';
 
-/** Redirects followed at most, each hop checked by the filter (fetch's own limit is 20). */
-const MAX_REDIRECTS = 5;
-
 export const IMPORT_METHODS = ['web-download'];
+
+/** How long the API waits for the source's first answer; past it the 202 goes out and the machine finds out. */
+export const IMPORT_PROBE_SECONDS = 10;
 
 export function importInfo(): unknown {
   return { 'import-methods': { description: 'Import methods available.', type: 'array', value: IMPORT_METHODS } };
@@ -40,39 +45,36 @@ export async function importImage(req: PlainRequest): Promise<PlainResponse> {
   const verdict = checkImportUri(url);
   if (!verdict.ok) throw new BadRequest(`URI for web-download does not pass filtering: ${verdict.reason}.`);
   const image = await ownImage(req.params.image_id!, req.auth);
-  if (image.status !== 'queued') throw new Conflict(`Image status transition from ${image.status} to importing is not allowed`);
-  const res = await fetchFiltered(url);
-  const length = res.headers.get('content-length');
-  const stream = Readable.fromWeb(res.body as ReadableStream<Uint8Array>);
+  if (image.status !== 'queued') throw importRefusal(image);
+  await probe(url);
+  // The intent and the lock: queued -> importing, one conditional write (a concurrent import gets 409 here).
+  const task = await beginImport({ imageId: image.id, uri: url.href, ownerProjectId: image.ownerProjectId, userId: req.auth.userId });
   try {
-    await uploadImage(image.id, stream, length === null ? undefined : Number(length));
+    await startImageImport({ imageId: image.id, taskId: task.id });
   } catch (e) {
-    if (e instanceof FerryError) throw e;
-    throw new BadRequest(`web-download of ${url.href} failed: ${(e as Error).message}`);
+    // No machine will run it (or one did and will find the task ended): give the image back at once.
+    const reason = `the import could not be started: ${(e as Error).message}`;
+    const outcome = await failImport(image.id, task.id, reason);
+    logger.error('image import not started', { imageId: image.id, taskId: task.id, outcome, error: e as Error });
+    // An execution that did start (a lost reply) and already ended the task owns the image.
+    if (outcome === 'failed') throw new DependencyError(`Image ${image.id}: ${reason}`, { cause: e });
   }
   return { status: 202 };
 }
 
-/** GET `first`, following redirects by hand so that the filter sees every hop. */
-async function fetchFiltered(first: URL): Promise<Response> {
-  let url = first;
-  for (let hop = 0; ; hop++) {
-    let res: Response;
-    try {
-      res = await fetch(url, { redirect: 'manual' });
-    } catch (e) {
-      throw new BadRequest(`web-download of ${url.href} failed: ${(e as Error).message}`);
-    }
-    const location = res.status >= 300 && res.status < 400 ? res.headers.get('location') : null;
-    if (location === null) {
-      if (!res.ok || !res.body) throw new BadRequest(`web-download of ${url.href} failed: HTTP ${res.status}`);
-      return res;
-    }
+/**
+ * Opens the URI (every redirect hop filtered) and lets the body go: a source that refuses or does
+ * not exist is a 400 now rather than a failed task later. One that has not answered within
+ * IMPORT_PROBE_SECONDS is left to the machine.
+ * @throws ImportSourceRefused, ImportSourceUnavailable (both 400)
+ */
+async function probe(url: URL): Promise<void> {
+  const timeout = AbortSignal.timeout(IMPORT_PROBE_SECONDS * 1000);
+  try {
+    const res = await openImportSource(url, timeout);
     await res.body?.cancel();
-    if (hop >= MAX_REDIRECTS) throw new BadRequest(`web-download of ${first.href} failed: more than ${MAX_REDIRECTS} redirects`);
-    const next = new URL(location, url);
-    const verdict = checkImportUri(next);
-    if (!verdict.ok) throw new BadRequest(`web-download of ${first.href} was redirected to ${next.href}, which does not pass filtering: ${verdict.reason}.`);
-    url = next;
+  } catch (e) {
+    if (timeout.aborted) return;
+    throw e;
   }
 }

@@ -9,8 +9,7 @@ import { db, isConditionFailure, withRetries } from '../core/db.js';
 import type { AuthContext } from '../core/auth.js';
 import { ConcurrentModification, FerryError, Forbidden, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
-import { bucket, s3, s3Sdk } from '../core/s3.js';
-import { findImage, imageObjectKey } from '../servers/images.js';
+import { deleteImageObject, findImage } from '../servers/images.js';
 import { imageKey, type Image } from '../servers/model.js';
 
 const apiTable = () => tableName('compute-api');
@@ -125,8 +124,7 @@ export async function deleteGlanceImage(id: string, auth: AuthContext): Promise<
       throw e;
     }
   }
-  // S3 answers a delete of a missing key with success.
-  await (await s3()).send(new (await s3Sdk()).DeleteObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id) }));
+  await deleteImageObject(id);
   await db().send(new DeleteCommand({ TableName: apiTable(), Key: imageKey(id), ConditionExpression: '#status = :deleted', ExpressionAttributeNames: { '#status': 'status' }, ExpressionAttributeValues: { ':deleted': 'deleted' } })).catch((e: unknown) => {
     if (!isConditionFailure(e)) throw e;
   });

@@ -12,7 +12,7 @@ import { downloadResponse } from './download.js';
 import { importImage, importInfo } from './import.js';
 import { applyPatch, parseCreate } from './validation.js';
 import { changeImage, deleteGlanceImage, listedFor, ownImage, visibleImage } from './repo.js';
-import { imageSchema, imagesSchema, imageView, versionsDocument } from './views.js';
+import { imageSchema, imagesSchema, imageTasksView, imageView, versionsDocument } from './views.js';
 
 export const IMAGE_POLICIES = {
   list: 'get_images',
@@ -147,6 +147,8 @@ export const IMAGE_ROUTES: PlainRoute[] = [
   { method: 'PUT', path: '/v2/images/{image_id}/file', action: IMAGE_POLICIES.upload, handler: upload },
   { method: 'GET', path: '/v2/images/{image_id}/file', action: IMAGE_POLICIES.download, handler: download },
   { method: 'POST', path: '/v2/images/{image_id}/import', action: IMAGE_POLICIES.upload, handler: importImage },
+  // Glance 2.12: the image's import tasks, where a failed import's reason is (its `message`).
+  { method: 'GET', path: '/v2/images/{image_id}/tasks', action: IMAGE_POLICIES.show, handler: async (req) => ok(imageTasksView(await visibleImage(req.params.image_id!, req.auth))) },
   { method: 'GET', path: '/v2/info/import', action: IMAGE_POLICIES.list, handler: async () => ok(importInfo()) },
   { method: 'GET', path: '/v2/schemas/image', action: IMAGE_POLICIES.show, handler: async () => ok(imageSchema()) },
   { method: 'GET', path: '/v2/schemas/images', action: IMAGE_POLICIES.list, handler: async () => ok(imagesSchema()) },

@@ -31,10 +31,52 @@ export const DISK_FORMATS = ['ami', 'ari', 'aki', 'vhd', 'vhdx', 'vmdk', 'raw', 
 export const CONTAINER_FORMATS = ['ami', 'ari', 'aki', 'bare', 'ovf', 'ova', 'docker', 'compressed'];
 export const VISIBILITIES = ['public', 'private', 'shared', 'community'];
 
+/**
+ * The properties Glance's import sets on an image (glance/async_/flows/api_image_import.py): its
+ * lock `os_glance_import_task` while the task runs, and the store lists, which name no store on a
+ * Glance with one store (no enabled_backends), as Ferry is: both empty strings from the first import on.
+ */
+function importProperties(image: Image): Record<string, string> {
+  const task = image.importTask;
+  if (!task) return {};
+  return { os_glance_importing_to_stores: '', os_glance_failed_import: '', ...(task.status === 'processing' ? { os_glance_import_task: task.id } : {}) };
+}
+
+/** Glance's task timestamps (oslo's isoformat: microseconds, no zone). */
+const taskAt = (iso: string) => iso.replace(/\.(\d+)Z$/, (_, ms: string) => `.${ms.padEnd(6, '0')}`);
+
+/** `GET /v2/images/{id}/tasks` (Glance 2.12): the image's import task as Glance's task record shows it; where a failure's reason is. */
+export function imageTasksView(image: Image): { tasks: Record<string, unknown>[] } {
+  const task = image.importTask;
+  if (!task) return { tasks: [] };
+  return {
+    tasks: [
+      {
+        id: task.id,
+        type: 'api_image_import',
+        status: task.status,
+        owner: task.ownerProjectId,
+        image_id: image.id,
+        user_id: task.userId,
+        request_id: null,
+        input: { image_id: image.id, import_req: { method: { name: task.method, uri: task.uri } }, backend: [null] },
+        result: task.status === 'success' ? { image_id: image.id } : null,
+        message: task.message,
+        expires_at: null,
+        created_at: taskAt(task.createdAt),
+        updated_at: taskAt(task.updatedAt),
+        deleted_at: null,
+        deleted: false,
+      },
+    ],
+  };
+}
+
 export function imageView(image: Image): Record<string, unknown> {
   const hasData = image.status === 'active';
   return {
     ...image.properties,
+    ...importProperties(image),
     id: image.id,
     name: image.name,
     status: image.status,

@@ -143,7 +143,8 @@ function sha256Of(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
 
-async function readAll(stream: Readable): Promise<Buffer> {
+/** Every byte of a stream, in memory (a body of unknown length, which PutObject cannot stream). */
+export async function readAll(stream: Readable): Promise<Buffer> {
   const chunks: Buffer[] = [];
   for await (const chunk of stream) chunks.push(Buffer.from(chunk as Uint8Array));
   return Buffer.concat(chunks);
@@ -173,6 +174,32 @@ export async function uploadImage(id: string, body: Readable | Uint8Array, sizeB
   // The disk_format of bytes Nova made (a snapshot) is set with them, as Nova's image update does.
   if (!(await transition(id, ['queued', 'saving'], 'saving', options.diskFormat ? { diskFormat: options.diskFormat } : {}))) return settledUpload(id, await shaOfData());
 
+  let digests: ImageDigests;
+  try {
+    digests = await putImageObject(id, data, length);
+  } catch (e) {
+    await transition(id, ['saving'], 'queued');
+    throw e;
+  }
+  const { sha256 } = digests;
+  if (!(await transition(id, ['saving'], 'active', { ...digests }))) return settledUpload(id, sha256);
+  return getImage(id);
+}
+
+/** What an image's bytes are: their count and Glance's three digests, computed while they stream to S3. */
+export interface ImageDigests {
+  sizeBytes: number;
+  sha256: string;
+  md5: string;
+  sha512: string;
+}
+
+/**
+ * Streams `length` bytes to `images/<id>`, hashing them on the way; touches no record. A body
+ * longer or shorter than `length` fails (BadRequest) and aborts the PUT, as does a source stream
+ * that errors (its error is thrown): a single PutObject stores all of the object or none of it.
+ */
+export async function putImageObject(id: string, data: Readable | Uint8Array, length: number): Promise<ImageDigests> {
   const hash = createHash('sha256');
   // Glance's checksum (MD5) and os_hash_value (SHA-512), computed in the same pass.
   const md5 = createHash('md5');
@@ -202,15 +229,16 @@ export async function uploadImage(id: string, body: Readable | Uint8Array, sizeB
   try {
     await (await s3()).send(new (await s3Sdk()).PutObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id), Body: counting, ContentLength: length }), { abortSignal: abort.signal });
     if (counted !== length) throw wrongLength();
-    storedBytes += length;
   } catch (e) {
-    await transition(id, ['saving'], 'queued');
     throw counting.errored ?? e;
   }
-  const sha256 = hash.digest('hex');
-  const digests = { md5: md5.digest('hex'), sha512: sha512.digest('hex') };
-  if (!(await transition(id, ['saving'], 'active', { sizeBytes: length, sha256, ...digests }))) return settledUpload(id, sha256);
-  return getImage(id);
+  storedBytes += length;
+  return { sizeBytes: length, sha256: hash.digest('hex'), md5: md5.digest('hex'), sha512: sha512.digest('hex') };
+}
+
+/** Removes `images/<id>` (S3 answers a delete of a missing key with success). */
+export async function deleteImageObject(id: string): Promise<void> {
+  await (await s3()).send(new (await s3Sdk()).DeleteObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id) }));
 }
 
 /** A concurrent upload finished first: fine if it stored the same bytes. */
@@ -240,8 +268,7 @@ export function imageSourceFor(image: Pick<Image, 'id' | 'diskFormat'>): ImageSo
 
 /** Deletes the bytes, then the record; either already gone is fine. */
 export async function deleteImage(id: string): Promise<void> {
-  // S3 answers a delete of a missing key with success.
-  await (await s3()).send(new (await s3Sdk()).DeleteObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id) }));
+  await deleteImageObject(id);
   await db().send(new DeleteCommand({ TableName: apiTable(), Key: imageKey(id) }));
 }
 

@@ -300,7 +300,8 @@ export interface Port {
 export interface Image {
   id: string;
   name: string;
-  status: 'queued' | 'saving' | 'active' | 'deleted';
+  /** `importing`: a web-download import holds it (functions/images/import-task.ts), queued -> importing -> active, or back to queued. */
+  status: 'queued' | 'saving' | 'importing' | 'active' | 'deleted';
   sizeBytes: number;
   minDisk: number;
   minRam: number;
@@ -319,6 +320,27 @@ export interface Image {
   /** Glance's `tags` and `protected` (a protected image cannot be deleted). */
   tags?: string[];
   protected?: boolean;
+  /** The image's latest import (Glance's task of type api_image_import): its lock while `processing`, its outcome after. */
+  importTask?: ImageImportTask;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/**
+ * An import of an image's data (Glance's `api_image_import` task, as `GET /v2/images/{id}/tasks`
+ * shows it). Recorded on the image by the conditional write that moves it queued -> importing: the
+ * intent of the import state machine, whose execution is named after `id`.
+ */
+export interface ImageImportTask {
+  id: string;
+  /** Glance's task statuses: processing while the import runs, then success or failure. */
+  status: 'processing' | 'success' | 'failure';
+  method: 'web-download';
+  uri: string;
+  /** Why it failed (Glance's task message); empty otherwise. */
+  message: string;
+  ownerProjectId: string | null;
+  userId: string;
   createdAt: string;
   updatedAt: string;
 }

@@ -62,6 +62,12 @@ export const RETRIERS = {
    */
   transientOrDriver: { ErrorEquals: ['DriverError', ...TRANSIENT_ERRORS], IntervalSeconds: 1, MaxAttempts: 3, BackoffRate: 2 },
   /**
+   * A web-download import's Download (functions/images/import-steps.ts): a source that may answer
+   * next time (ImportSourceUnavailable: no connection, a 5xx or 429, a body cut off) is tried again
+   * after 5, 10, 20 s, each attempt downloading from the start to the same key; and the transient errors.
+   */
+  importSource: { ErrorEquals: ['ImportSourceUnavailable', ...TRANSIENT_ERRORS], IntervalSeconds: 5, MaxAttempts: 3, BackoffRate: 2 },
+  /**
    * Undoing a share migration: retried on anything, longer (2, 4, 8, 16 s), because giving up
    * leaves a half-migrated share for an operator; its Catch then records what is left.
    */
@@ -201,6 +207,12 @@ export const MACHINE_POLICIES: Readonly<Record<StateMachineName, MachinePolicy>>
    * the backend made under the snapshot's name, and waits too should the backend still be at it.
    */
   'snapshot-create': { ...storageFlow, waits: ['CreateOnBackend', 'Failed'] },
+  /**
+   * A web-download import: Download (up to 4 runs of the function's 15 minutes) retries a source
+   * that may answer next time; Failed, the compensation, retries anything, since giving up would
+   * leave the image importing until the reconciler's next pass. About an hour at worst: one day.
+   */
+  'image-import': { timeoutSeconds: STEPS_TIMEOUT_SECONDS, retrier: 'transient', tasks: { Download: 'importSource', Failed: 'cleanup' } },
   /**
    * An EFS file system and its mount targets take a minute or two to become available, and as long
    * to go (functions/drivers/share/aws-efs.ts): CreateOnBackend and its Rollback (deleteShare),

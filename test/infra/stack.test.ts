@@ -315,11 +315,11 @@ describe('the reconciler', () => {
     expect(resources()[fnId('reconciler')]!.Properties.Timeout).toBeLessThan(reconciler.scheduleRateMinutes! * 60);
   });
 
-  test('it may describe executions of the server machines, snapshot-create (and volume-delete, which it starts) only', () => {
+  test('it may describe executions of the server machines, snapshot-create, image-import (and volume-delete, which it starts) only', () => {
     const describe = roleStatements('reconciler').filter((s) => actionsOf([s]).includes('states:DescribeExecution'));
     const text = JSON.stringify(describe);
     for (const m of STATE_MACHINES) {
-      if (m.name.startsWith('server-') || m.name === 'snapshot-create' || m.name === 'volume-delete') expect(text).toContain(`:execution:${stack.stateMachineName(m.name)}:*`);
+      if (m.name.startsWith('server-') || m.name === 'snapshot-create' || m.name === 'image-import' || m.name === 'volume-delete') expect(text).toContain(`:execution:${stack.stateMachineName(m.name)}:*`);
       else expect(text).not.toContain(`:execution:${stack.stateMachineName(m.name)}:`);
     }
     expect(actionsOf(describe)).toEqual(describe.map(() => 'states:DescribeExecution'));

@@ -17,6 +17,7 @@ import { SANDBOX_IMAGES } from '../../functions/servers/images.js';
 import { subnetIdOf } from '../../functions/servers/network.js';
 import { diffSnapshots, stableJson, type Snapshot } from '../support/api-state.js';
 import { bootServer, novaClient, settled } from '../support/nova.js';
+import { eventually } from '../support/poll.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 let stack: TestLocalStack;
@@ -198,7 +199,11 @@ describe('Glance v2', () => {
       process.env.FERRY_IMAGE_IMPORT_ALLOWED_PORTS = `80,443,${port}`;
       await unchangedBy(async () => expect(await importFrom(img.id, `http://127.0.0.1:${port}/to-metadata`)).toMatchObject({ status: 400, text: expect.stringMatching(/redirected to http:\/\/169\.254\.169\.254\/.*link-local/) }));
       expect((await importFrom(img.id, `http://127.0.0.1:${port}/moved`)).status).toBe(202);
-      const shown = (await call('GET', `/image/v2/images/${img.id}`, { token: DEMO })).body;
+      // The import runs in the image-import machine (test/integration/image-import.test.ts): active once it ends.
+      const shown = await eventually(async (note) => {
+        const body = (await call('GET', `/image/v2/images/${img.id}`, { token: DEMO })).body;
+        return note(body.status) === 'active' ? body : undefined;
+      }, `image ${img.id} active`);
       expect(shown).toMatchObject({ status: 'active', size: big.length, checksum: createHash('md5').update(big).digest('hex') });
       // A second import of an active image is refused.
       expect((await call('POST', `/image/v2/images/${img.id}/import`, { token: DEMO, json: { method: { name: 'web-download', uri } } })).status).toBe(409);

@@ -68,7 +68,7 @@ describe('ferry audit without a stack', () => {
     process.env.FERRY_TABLE_VOLUME = 'Ferry-TableVolume';
     const c = capture();
     expect(await main(['audit', '--repair'], c.io)).toBe(2);
-    expect(c.err.join('\n')).toMatch(/needs the server and snapshot-create machines' ARNs: set FERRY_SM_SNAPSHOT_CREATE, FERRY_SM_SERVER_CREATE, .*FERRY_SM_SERVER_REVERT_RESIZE/);
+    expect(c.err.join('\n')).toMatch(/needs the server, snapshot-create and image-import machines' ARNs: set FERRY_SM_SNAPSHOT_CREATE, FERRY_SM_IMAGE_IMPORT, FERRY_SM_SERVER_CREATE, .*FERRY_SM_SERVER_REVERT_RESIZE/);
   });
 
   test('help names the three exit codes', async () => {
