@@ -20,6 +20,7 @@ import { efsDriverStatements } from '../../infra/aws/share-driver-permissions.js
 import { REGION, recordEbsCalls, recordEbsReplicationCalls, recordEfsCalls, recordEfsMigrationCalls, type Recorded } from '../support/driver-tours.js';
 import { STACK_REGION, ecsRequests, resolveIntrinsics, s3GetObjectRequest, simulate, type IamRequest, type PolicyStatementJson } from '../support/iam-requests.js';
 import { imageDownloadUrl, setPresigner } from '../../functions/images/download.js';
+import { IMAGE_IMPORT_COMMANDS, TOUR_BUCKET, TOUR_IMAGE_ID, TOUR_TABLE_ARN, recordImageImportCalls } from '../support/image-import-tour.js';
 
 /** Each AWS driver: its sources, the module whose presence in a bundle means the function runs it, the wiring flag that says so. */
 const DRIVERS = {
@@ -309,5 +310,43 @@ describe('the image API\'s presigned downloads', () => {
 
   test('the check can fail: a role without the bucket (network-api) is denied the same request', async () => {
     expect((await simulate(withBucket('network-api'), await presignedRequest())).allowed).toBe(false);
+  });
+});
+
+/**
+ * The image-import machine's steps (functions/images/import-steps.ts) run against mocked S3 and
+ * DynamoDB (test/support/image-import-tour.ts): each call they make, simulated against the role of
+ * image-import-steps and of the reconciler (which runs import-failed on an abandoned import).
+ */
+describe('the image import steps', () => {
+  let calls: Awaited<ReturnType<typeof recordImageImportCalls>> = [];
+  beforeAll(async () => {
+    calls = await recordImageImportCalls();
+  });
+  const withResources = (name: string) =>
+    roleStatements(name, {
+      [stack.resolve(stack.getLogicalId(stack.bucket.node.defaultChild as never)) as string]: `arn:aws:s3:::${TOUR_BUCKET}`,
+      [stack.resolve(stack.getLogicalId(stack.tables.get('compute-api')!.node.defaultChild as never)) as string]: TOUR_TABLE_ARN,
+    });
+  const denied = async (name: string, requests = calls.flatMap((c) => c.requests)) => {
+    const statements = withResources(name);
+    const out: string[] = [];
+    for (const r of requests) if (!(await simulate(statements, r)).allowed) out.push(`${r.action} ${r.resource}`);
+    return out;
+  };
+
+  test('the tour makes every S3 and DynamoDB command of the steps, PutObject and DeleteObject on images/<id>', () => {
+    expect(new Set(calls.map((c) => c.command))).toEqual(IMAGE_IMPORT_COMMANDS);
+    expect(calls.filter((c) => c.command.endsWith('ObjectCommand')).map((c) => c.requests[0]!.resource)).toEqual([`arn:aws:s3:::${TOUR_BUCKET}/images/${TOUR_IMAGE_ID}`, `arn:aws:s3:::${TOUR_BUCKET}/images/${TOUR_IMAGE_ID}`]);
+  });
+
+  test.each(['image-import-steps', 'reconciler'])('%s: its role allows every request', async (name) => {
+    expect(await denied(name)).toEqual([]);
+  });
+
+  test('the check can fail: a key outside images/, a role without the bucket that only reads its tables', async () => {
+    const put = calls.find((c) => c.command === 'PutObjectCommand')!.requests[0]!;
+    expect(await denied('image-import-steps', [{ ...put, resource: `arn:aws:s3:::${TOUR_BUCKET}/tmp/snapshot` }])).toHaveLength(1);
+    expect(new Set(await denied('ops-api'))).toEqual(new Set([`s3:PutObject ${put.resource}`, `s3:DeleteObject ${put.resource}`, `dynamodb:UpdateItem ${TOUR_TABLE_ARN}`]));
   });
 });
