@@ -15,10 +15,12 @@ import { setS3 } from '../../functions/core/s3.js';
 import { handler } from '../../functions/images/import-steps.js';
 import type { Image } from '../../functions/servers/model.js';
 import type { Recorded } from './driver-tours.js';
+import { IMAGE_ID, imageFixture } from './image-fixtures.js';
 
 export const TOUR_BUCKET = 'ferry-images-test';
 export const TOUR_TABLE_ARN = 'arn:aws:dynamodb:us-east-1:111122223333:table/ferry-compute-api';
-export const TOUR_IMAGE_ID = '0b3f4c6e-1d2a-4f5b-8c7d-9e0f1a2b3c4d';
+/** The fixture image's id. */
+export const TOUR_IMAGE_ID = IMAGE_ID;
 
 const S3_ACTIONS: Record<string, string> = { PutObjectCommand: 's3:PutObject', DeleteObjectCommand: 's3:DeleteObject' };
 const DYNAMO_ACTIONS: Record<string, string> = { GetCommand: 'dynamodb:GetItem', UpdateCommand: 'dynamodb:UpdateItem' };
@@ -30,10 +32,11 @@ export async function recordImageImportCalls(): Promise<Recorded[]> {
   await new Promise<void>((r) => source.listen(0, '127.0.0.1', r));
   const at = new Date().toISOString();
   const taskId = 'c0ffee00-0000-4000-8000-000000000001';
-  const image: Image = {
-    id: TOUR_IMAGE_ID, name: 'tour', status: 'importing', sizeBytes: 0, minDisk: 0, minRam: 0, diskFormat: 'raw', containerFormat: 'bare', visibility: 'private', ownerProjectId: 'demo', properties: {}, objectKey: `images/${TOUR_IMAGE_ID}`, sha256: null, createdAt: at, updatedAt: at,
+  const image: Image = imageFixture({
+    status: 'importing',
     importTask: { id: taskId, status: 'processing', method: 'web-download', uri: `http://127.0.0.1:${(source.address() as AddressInfo).port}/tour.img`, message: '', ownerProjectId: 'demo', userId: 'demo', createdAt: at, updatedAt: at },
-  };
+  });
+
   const s3Client = new S3Client({ region: 'us-east-1' });
   const docClient = DynamoDBDocumentClient.from(new DynamoDBClient({ region: 'us-east-1' }));
   const s3Mock = mockClient(s3Client);
