@@ -4,14 +4,16 @@
  * importing then active; a second import meanwhile is Glance's 409; a source that fails ends the
  * image queued with the reason on its import task (GET /v2/images/{id}/tasks) and nothing in the
  * bucket; a delete during the download and a crash of the stack mid-download leave nothing behind;
- * the reconciler puts back an import whose machine never started.
+ * a start Step Functions refuses gives the image back at once; the reconciler puts back an import
+ * whose machine never started.
  */
 import { createHash } from 'node:crypto';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { HeadObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { describeExecution, executionArnOf } from '../../functions/core/executions.js';
+import type { SFNClient } from '@aws-sdk/client-sfn';
+import { describeExecution, executionArnOf, setSfn } from '../../functions/core/executions.js';
 import { bucket, s3 } from '../../functions/core/s3.js';
 import { IMAGE_IMPORT_MACHINE, imageImportExecutionName } from '../../functions/images/import-machine.js';
 import { recoverStuckImports } from '../../functions/images/import-recovery.js';
@@ -196,6 +198,22 @@ describe('web-download in the background', () => {
     expect(await executionEnds(task!.id)).toBe('FAILED');
     expect(await objectExists(id)).toBe(false);
     expect((await call('GET', `/image/v2/images/${id}`)).status).toBe(404);
+  }, 60_000);
+});
+
+describe('a machine that cannot be started', () => {
+  test('Step Functions refuses the start: 503, and the image is queued again with the reason', async () => {
+    const id = await newImage('unstarted');
+    setSfn({ send: async () => Promise.reject(Object.assign(new Error('Rate exceeded'), { name: 'ThrottlingException' })) } as unknown as SFNClient);
+    try {
+      expect((await importFrom(id, '/fine.img')).status).toBe(503);
+    } finally {
+      setSfn(undefined);
+    }
+    expect(await show(id)).toMatchObject({ status: 'queued' });
+    expect(await tasks(id)).toMatchObject([{ status: 'failure', message: 'the import could not be started: Rate exceeded' }]);
+    expect((await importFrom(id, '/fine.img')).status).toBe(202);
+    await becomes(id, 'active');
   }, 60_000);
 });
 
