@@ -10,15 +10,14 @@
 import { createHash } from 'node:crypto';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { HeadObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { SFNClient } from '@aws-sdk/client-sfn';
 import { describeExecution, executionArnOf, setSfn } from '../../functions/core/executions.js';
-import { bucket, s3 } from '../../functions/core/s3.js';
 import { IMAGE_IMPORT_MACHINE, imageImportExecutionName } from '../../functions/images/import-machine.js';
 import { recoverStuckImports } from '../../functions/images/import-recovery.js';
 import { beginImport } from '../../functions/images/import-task.js';
-import { imageObjectKey, putImageObject } from '../../functions/servers/images.js';
+import { putImageObject } from '../../functions/servers/images.js';
+import { imageObjectExists } from '../support/image-objects.js';
 import { eventually } from '../support/poll.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
@@ -105,15 +104,6 @@ const becomes = (id: string, status: string, timeoutMs = 30_000) =>
     return note(image.status) === status ? image : undefined;
   }, `image ${id} ${status}`, timeoutMs);
 
-async function objectExists(id: string): Promise<boolean> {
-  try {
-    await (await s3()).send(new HeadObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id) }));
-    return true;
-  } catch (e) {
-    if ((e as { name?: string }).name === 'NotFound') return false;
-    throw e;
-  }
-}
 
 const executionEnds = (taskId: string) =>
   eventually(async (note) => {
@@ -171,7 +161,7 @@ describe('web-download in the background', () => {
     // The API's look, then the Download step and its 3 retries (ImportSourceUnavailable).
     expect((requests.get('/cut.img') ?? 0) - before).toBe(5);
     expect(await executionEnds(task!.id)).toBe('FAILED');
-    expect(await objectExists(id)).toBe(false);
+    expect(await imageObjectExists(id)).toBe(false);
 
     expect((await importFrom(id, '/fine.img')).status).toBe(202);
     await becomes(id, 'active');
@@ -184,7 +174,7 @@ describe('web-download in the background', () => {
     await becomes(id, 'queued');
     expect(await tasks(id)).toMatchObject([{ status: 'failure', message: `web-download of ${base}/gone-later.img failed: HTTP 404` }]);
     expect(requests.get('/gone-later.img')).toBe(2);
-    expect(await objectExists(id)).toBe(false);
+    expect(await imageObjectExists(id)).toBe(false);
   }, 60_000);
 
   test('an image deleted during its download: the compensation removes what the download stored', async () => {
@@ -196,7 +186,7 @@ describe('web-download in the background', () => {
     gate.open();
     // The PUT ends after the delete; finishing finds no image, Failed removes the object.
     expect(await executionEnds(task!.id)).toBe('FAILED');
-    expect(await objectExists(id)).toBe(false);
+    expect(await imageObjectExists(id)).toBe(false);
     expect((await call('GET', `/image/v2/images/${id}`)).status).toBe(404);
   }, 60_000);
 });
@@ -242,7 +232,7 @@ describe('crashes', () => {
     expect(await recoverStuckImports({ before: new Date(Date.now() + 1000) })).toEqual([{ imageId: id, taskId: task.id, action: 'failed', detail: expect.stringContaining('never started') }]);
     expect(await show(id)).toMatchObject({ status: 'queued' });
     expect(await tasks(id)).toMatchObject([{ status: 'failure', message: expect.stringContaining('never started') }]);
-    expect(await objectExists(id)).toBe(false);
+    expect(await imageObjectExists(id)).toBe(false);
     // Nothing is left for a second pass.
     expect(await recoverStuckImports({ before: new Date(Date.now() + 1000) })).toEqual([]);
   }, 60_000);

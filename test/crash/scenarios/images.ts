@@ -6,10 +6,9 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { HeadObjectCommand } from '@aws-sdk/client-s3';
-import { bucket, s3 } from '../../../functions/core/s3.js';
-import { findImage, imageObjectKey } from '../../../functions/servers/images.js';
+import { findImage } from '../../../functions/servers/images.js';
 import type { CrashScenario } from '../../support/crash.js';
+import { imageObjectExists } from '../../support/image-objects.js';
 import type { TestLocalStack } from '../../support/stack.js';
 
 const BYTES = Buffer.alloc(512 * 1024, 9);
@@ -27,15 +26,6 @@ async function sourceUrl(): Promise<string> {
   return `http://127.0.0.1:${port}/crash.img`;
 }
 
-async function objectExists(id: string): Promise<boolean> {
-  try {
-    await (await s3()).send(new HeadObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id) }));
-    return true;
-  } catch (e) {
-    if ((e as { name?: string }).name === 'NotFound') return false;
-    throw e;
-  }
-}
 
 export const IMAGE_SCENARIOS = ['POST /v2/images/{id}/import (web-download)'];
 
@@ -62,7 +52,7 @@ export function imageScenarios(stack: TestLocalStack): CrashScenario<{ image: st
         const image = await findImage(f.image);
         if (image?.status === 'active') return image.sizeBytes === BYTES.length ? 'finished' : undefined;
         // Back to queued: only with the import's task failed and nothing of it in the bucket.
-        if (image?.status === 'queued' && image.importTask?.status === 'failure') return (await objectExists(f.image)) ? undefined : 'rolled-back';
+        if (image?.status === 'queued' && image.importTask?.status === 'failure') return (await imageObjectExists(f.image)) ? undefined : 'rolled-back';
         return undefined;
       },
       async cleanup(f) {
