@@ -11,9 +11,9 @@
  */
 import { BatchWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { randomUUID } from 'node:crypto';
-import { mkdir, open } from 'node:fs/promises';
-import { writeReplicationMarker } from '../../functions/drivers/volume/local-sites.js';
-import { join } from 'node:path';
+import { mkdir, open, writeFile } from 'node:fs/promises';
+import { replicationMarkerPath } from '../../functions/drivers/volume/local-sites.js';
+import { dirname, join } from 'node:path';
 import { db } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
 import { getBackendItem } from '../../functions/replication/service-repo.js';
@@ -83,12 +83,15 @@ export async function seedReplicatedVolumes(n: number): Promise<{ ids: string[];
   const ids = Array.from({ length: n }, () => randomUUID());
   const on = { host: `${REPLICATED_BACKEND}#pool0`, serviceUuid: config.serviceUuid, availabilityZone: 'nova', typeId: type.id, typeName: type.name, at };
   await putVolumeItems(ids.flatMap((id) => [replicatedVolumeItem(id, on), claimItem(on.host, defaultBackendName(id), id)]));
+  // The marker's content as the driver writes it (local-sites.ts writeReplicationMarker), without its
+  // fsync per file: a fixture needs no durability, and 10,000 fsyncs made seeding minutes longer.
   const enabledAt = Date.now();
+  await mkdir(dirname(replicationMarkerPath(roots[0], 'x')), { recursive: true });
   for (let i = 0; i < ids.length; i += 200) {
     await Promise.all(
       ids.slice(i, i + 200).flatMap((id) => [
         ...roots.map((r) => sparseFile(join(r, 'pool0', defaultBackendName(id)))),
-        writeReplicationMarker(roots[0], defaultBackendName(id), enabledAt),
+        writeFile(replicationMarkerPath(roots[0], defaultBackendName(id)), JSON.stringify({ backendName: defaultBackendName(id), enabledAt })),
       ]),
     );
   }
