@@ -4,41 +4,23 @@
  * (a guest's root disk, a volume file), and every move of them copies only these extents.
  *
  * Node has no lseek: the two seeks run in `perl` (in every Linux base image: Debian's perl-base is
- * essential), one short process per file, and only when the file has holes at all. Where perl is
+ * essential), one long-lived helper process that answers every query of this process
+ * (data-seeker.ts). Where perl is
  * missing, or the file system cannot tell holes (EINVAL), the whole file counts as data: the copy
  * stays correct, only slower (it reads everything and skips chunks of zeros).
  * Every byte outside the extents reads as zero (that is what a hole is); an extent may also hold
  * zeros (preallocated or written zeros), so copies still skip chunks of zeros inside extents.
  */
-import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import { DriverError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
+import { seekDataExtents } from './data-seeker.js';
 
 export interface DataExtent {
   offset: number;
   length: number;
 }
-
-// Prints "<data> <hole>" per extent from offset 0 to the size; "all" when the file system cannot seek
-// to data (EINVAL); nothing after the last extent (ENXIO: no data past that offset).
-const SEEK_SCRIPT = `
-use strict;
-my ($path, $end) = @ARGV;
-open(my $f, '<', $path) or die "open: $!\\n";
-my $pos = 0;
-while ($pos < $end) {
-  my $d = sysseek($f, $pos, 3);
-  if (!defined $d) { last if $!{ENXIO}; if ($!{EINVAL}) { print "all\\n"; last } die "SEEK_DATA at $pos: $!\\n" }
-  my $h = sysseek($f, $d, 4);
-  die "SEEK_HOLE at $d: $!\\n" unless defined $h;
-  $d += 0; $h += 0;
-  last if $d >= $end;
-  print "$d ", ($h > $end ? $end : $h), "\\n";
-  $pos = $h;
-}
-`;
 
 let perlMissingLogged = false;
 
@@ -51,31 +33,20 @@ export const wholeFile = (size: number): DataExtent[] => (size > 0 ? [{ offset: 
  */
 export async function dataExtents(path: string, size: number): Promise<DataExtent[]> {
   if (size <= 0) return [];
-  let out: string;
-  try {
-    out = await new Promise<string>((resolve, reject) => {
-      execFile('perl', ['-e', SEEK_SCRIPT, path, String(size)], { maxBuffer: 64 * 1024 * 1024 }, (error, stdout, stderr) => {
-        if (error) reject(Object.assign(error, { stderr }));
-        else resolve(stdout);
-      });
-    });
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT' && (e as { path?: string }).path === 'perl') {
-      // Correct without it, only slower: said once, not per copy.
-      if (!perlMissingLogged) logger.warn('sparse copies: perl is not installed; copies read whole files', { path });
-      perlMissingLogged = true;
-      return wholeFile(size);
-    }
-    const stderr = String((e as { stderr?: unknown }).stderr ?? '').trim();
-    throw new DriverError(`cannot find the data extents of ${path}: ${stderr || (e as Error).message}`, { context: { path }, cause: e });
+  const answer = await seekDataExtents(path, size);
+  if (answer === undefined) {
+    // Correct without it, only slower: said once, not per copy.
+    if (!perlMissingLogged) logger.warn('sparse copies: perl is not installed; copies read whole files', { path });
+    perlMissingLogged = true;
+    return wholeFile(size);
   }
-  if (out.startsWith('all')) return wholeFile(size);
+  if (answer === 'ok all') return wholeFile(size);
   const extents: DataExtent[] = [];
-  for (const line of out.split('\n')) {
-    if (!line) continue;
-    const [start, end] = line.split(' ').map(Number);
-    if (!Number.isSafeInteger(start) || !Number.isSafeInteger(end) || end <= start) {
-      throw new DriverError(`cannot find the data extents of ${path}: unexpected line ${JSON.stringify(line)}`, { context: { path } });
+  for (const pair of answer.slice('ok '.length).split(';')) {
+    if (!pair) continue;
+    const [start, end] = pair.split(' ').map(Number);
+    if (!Number.isSafeInteger(start) || !Number.isSafeInteger(end) || end! <= start!) {
+      throw new DriverError(`cannot find the data extents of ${path}: unexpected answer ${JSON.stringify(pair)}`, { context: { path } });
     }
     extents.push({ offset: start!, length: end! - start! });
   }
