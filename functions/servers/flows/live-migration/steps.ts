@@ -31,6 +31,7 @@ import type { Migration, MigrationStatus } from '../../model.js';
 import { activatePortBinding, bindPortToHost, deletePortBinding, listPortsOf } from '../../network.js';
 import { scheduleAndClaim } from '../../scheduler.js';
 import { blockDeviceSpecs, isVolumeBacked, volumeBdms } from '../block-devices.js';
+import { latestWins } from './progress.js';
 
 const now = () => new Date().toISOString();
 
@@ -175,31 +176,35 @@ async function undoPre(state: LiveState): Promise<LiveState> {
   return s;
 }
 
-/** Writes progress to the migration at most every 10 % (each write is a conditional put). */
+/**
+ * Writes progress to the migration at most every 10 % (each write is a conditional put), the newest
+ * report winning while a write is in flight or the last one is recent (progress.ts).
+ */
 function progressWriter(s: LiveState): { onProgress: (p: MigrationProgress) => void; flush: () => Promise<void> } {
-  let lastWritten = -10;
-  let chain: Promise<unknown> = Promise.resolve();
+  let lastOffered = -10;
   const memoryTotal = s.instance.flavor.memoryMb * 1024 * 1024;
+  const writer = latestWins<MigrationProgress>((p) => {
+    // The local driver copies the disk only; memory is reported in step with it (a guest's RAM would move alongside).
+    const memoryProcessed = Math.floor((memoryTotal * p.percent) / 100);
+    return updateMigration(s.cell, s.migration.uuid, {
+      diskTotal: p.totalBytes,
+      diskProcessed: p.processedBytes,
+      diskRemaining: p.totalBytes - p.processedBytes,
+      memoryTotal,
+      memoryProcessed,
+      memoryRemaining: memoryTotal - memoryProcessed,
+    }).then(
+      () => undefined,
+      (e: unknown) => logger.warn('live migration progress not recorded', { error: e as Error }),
+    );
+  });
   return {
     onProgress: (p) => {
-      if (p.percent < lastWritten + 10 && p.phase !== 'complete') return;
-      lastWritten = p.percent;
-      // The local driver copies the disk only; memory is reported in step with it (a guest's RAM would move alongside).
-      const memoryProcessed = Math.floor((memoryTotal * p.percent) / 100);
-      chain = chain
-        .then(() =>
-          updateMigration(s.cell, s.migration.uuid, {
-            diskTotal: p.totalBytes,
-            diskProcessed: p.processedBytes,
-            diskRemaining: p.totalBytes - p.processedBytes,
-            memoryTotal,
-            memoryProcessed,
-            memoryRemaining: memoryTotal - memoryProcessed,
-          }),
-        )
-        .catch((e: unknown) => logger.warn('live migration progress not recorded', { error: e as Error }));
+      if (p.percent < lastOffered + 10 && p.phase !== 'complete') return;
+      lastOffered = p.percent;
+      writer.offer(p);
     },
-    flush: () => chain.then(() => undefined),
+    flush: () => writer.flush(),
   };
 }
 
