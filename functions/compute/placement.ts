@@ -121,20 +121,23 @@ async function getAllocation(nodeUuid: string, consumer: string): Promise<Alloca
   return out.Item ? fromItem<Allocation>(out.Item) : undefined;
 }
 
-/** Claims on the node for the consumer; true if claimed now or held already with the same amounts, false if the node lacks room. */
+/**
+ * Claims on the node for the consumer; true if claimed now or held already with the same amounts,
+ * false if the node lacks room. The claim is tried first: only a refused one reads what is held (a
+ * retried step's own claim, or another allocation of the consumer there), so a claim is one write.
+ */
 export async function claim(a: Allocation): Promise<boolean> {
-  const held = await getAllocation(a.nodeUuid, a.consumer);
-  if (held) {
-    if (held.vcpus === a.vcpus && held.memoryMb === a.memoryMb && held.diskGb === a.diskGb) return true;
-    throw new Conflict(`Consumer ${a.consumer} already holds a different allocation on node ${a.nodeUuid}.`);
-  }
   try {
     await withRetries(() => transact(claimItems(a)));
     return true;
   } catch (e) {
-    const codes = cancellationCodes(e);
-    if (codes[1] === 'ConditionalCheckFailed') return (await getAllocation(a.nodeUuid, a.consumer)) !== undefined; // a concurrent retry of ours
-    if (codes[0] === 'ConditionalCheckFailed') return false; // no room
+    if (!isConditionFailure(e)) throw e;
+    const held = await getAllocation(a.nodeUuid, a.consumer);
+    if (held) {
+      if (held.vcpus === a.vcpus && held.memoryMb === a.memoryMb && held.diskGb === a.diskGb) return true;
+      throw new Conflict(`Consumer ${a.consumer} already holds a different allocation on node ${a.nodeUuid}.`);
+    }
+    if (cancellationCodes(e)[0] === 'ConditionalCheckFailed') return false; // no room
     throw e;
   }
 }
@@ -174,11 +177,18 @@ export async function moveAllocations(from: string, to: string): Promise<void> {
 
 /**
  * Moves the consumer's allocation on one node to another consumer (idempotent: nothing to move is
- * done). @throws Conflict when `to` holds on that node already (never two allocations merged).
+ * done). @throws Conflict when `to` holds on that node already (never two allocations merged): the
+ * move's put refuses it, so only the allocation moved is read.
  */
 export async function moveAllocationOn(nodeUuid: string, from: string, to: string): Promise<void> {
   const a = await getAllocation(nodeUuid, from);
   if (!a) return;
-  if (await getAllocation(nodeUuid, to)) throw new Conflict(`Consumer ${to} already holds an allocation on node ${nodeUuid}.`);
-  await transact(moveItems(a, to));
+  try {
+    await transact(moveItems(a, to));
+  } catch (e) {
+    const codes = cancellationCodes(e);
+    if (codes[1] === 'ConditionalCheckFailed') throw new Conflict(`Consumer ${to} already holds an allocation on node ${nodeUuid}.`);
+    if (codes[0] === 'ConditionalCheckFailed') return; // moved meanwhile by a concurrent retry
+    throw e;
+  }
 }
