@@ -111,6 +111,8 @@ function instrument(): void {
         const ev = e as { type: string; state?: { name: string } };
         if (ev.type === 'StateEntered') mark({ at: performance.now(), kind: 'state-in', name: ev.state!.name });
         if (ev.type === 'StateExited' || ev.type === 'StateFailed') mark({ at: performance.now(), kind: 'state-out', name: ev.state!.name });
+        // A Task retried by its Retry (after its IntervalSeconds) or failed: shown among the driver calls with its error.
+        if (ev.type === 'StateRetried' || ev.type === 'StateFailed') mark({ at: performance.now(), kind: 'driver', name: `${ev.type} ${ev.state!.name}: ${JSON.stringify((e as { Error?: unknown }).Error ?? '')}`, ms: 0 });
         yield e;
       }
     })();
