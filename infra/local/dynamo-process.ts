@@ -21,6 +21,7 @@ import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process'
 import { existsSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { delimiter, dirname, join } from 'node:path';
+import { exerciseForArchive, planClassArchive, type ClassArchivePlan, type ClassArchiveState } from './dynamo-cds.js';
 import { freePort } from './ports.js';
 
 const require = createRequire(import.meta.url);
@@ -58,6 +59,8 @@ export interface DynamoProcessOptions {
   port?: number;
   /** Options for the JVM before `-jar`; default FAST_START_JVM_OPTIONS. */
   jvmOptions?: readonly string[];
+  /** Where the class archive lives (dynamo-cds.ts); default node_modules/.cache/ferry/dynamodb-cds. */
+  classArchiveDir?: string;
 }
 
 /** A launched DynamoDB Local: the process, not yet known to answer (dynamo.ts `waitForDynamo`). */
@@ -65,6 +68,8 @@ export interface DynamoProcess {
   endpoint: string;
   port: number;
   pid: number | undefined;
+  /** Whether this JVM maps the class archive, writes it at exit, or runs without one (dynamo-cds.ts). */
+  classArchive: ClassArchiveState;
   /** True once the JVM has exited (a crash while starting, or a stop). */
   exited(): boolean;
   /** Resolves when the JVM has exited, with its code or signal, or with why it could not be spawned. */
@@ -97,8 +102,13 @@ export async function launchDynamo(options: DynamoProcessOptions = {}): Promise<
   // A process group of its own: Ctrl-C in a terminal signals the whole foreground group, and the
   // JVM would die at once, under executions still writing to it; the stack stops it last, in order.
   // (Its parent's death still ends it: the parent-death signal does not care about groups.)
-  const spawnJvm: SpawnFn = (command, args, spawnOptions) => spawn(...withParentDeathSignal(command, [...jvmOptions, ...args]), { ...spawnOptions, detached: true });
+  let archive: ClassArchivePlan | undefined;
+  const spawnJvm: SpawnFn = (command, args, spawnOptions) => {
+    archive = planClassArchive(args, String(spawnOptions.cwd ?? packageDir), jvmOptions, { cacheDir: options.classArchiveDir });
+    return spawn(...withParentDeathSignal(command, [...jvmOptions, ...archive.args]), { ...spawnOptions, detached: true });
+  };
   const child = createSpawn(packageDir, spawnJvm)({ port, sharedDb: true, stdio: 'ignore', ...(options.dataDir ? { path: options.dataDir } : {}) });
+  if (archive?.writer) await writeClassArchive(archive.writer, createSpawn(packageDir, spawnArchiveWriter(jvmOptions, archive.writer)));
 
   let exited = false;
   const exit = new Promise<DynamoExit>((resolve) => {
@@ -117,6 +127,7 @@ export async function launchDynamo(options: DynamoProcessOptions = {}): Promise<
     endpoint: `http://127.0.0.1:${port}`,
     port,
     pid: child.pid,
+    classArchive: archive?.archive ?? { state: 'off', reason: 'the JVM was not spawned' },
     exited: () => exited,
     exit,
     stop: async () => {
@@ -128,6 +139,37 @@ export async function launchDynamo(options: DynamoProcessOptions = {}): Promise<
       clearTimeout(killer);
     },
   };
+}
+
+type ArchiveWriter = NonNullable<ClassArchivePlan['writer']>;
+
+/** Spawns the JVM that writes the class archive: at the lowest priority, so it takes only CPU the stack leaves idle. */
+function spawnArchiveWriter(jvmOptions: readonly string[], writer: ArchiveWriter): SpawnFn {
+  return (command, args, spawnOptions) => spawn(...withParentDeathSignal('nice', ['-n', '19', command, ...jvmOptions, ...writer.args(args)]), { ...spawnOptions, detached: true });
+}
+
+/** How long the archive's writer may take to answer before it is stopped without an archive. */
+const ARCHIVE_WRITER_DEADLINE_MS = 120_000;
+
+/**
+ * Starts, beside the stack's own, a JVM in memory that serves a few requests and writes the class
+ * archive as it exits on SIGTERM (dynamo-cds.ts). It runs on its own and ends by itself; it never
+ * delays or fails a start: whatever goes wrong only leaves the archive unwritten, for the next start.
+ */
+async function writeClassArchive(writer: ArchiveWriter, spawnWriter: ReturnType<DynamoDbLocalSpawnFactory['createSpawn']>): Promise<void> {
+  const port = await freePort();
+  const child = spawnWriter({ port, sharedDb: true, stdio: 'ignore' });
+  child.unref();
+  child.once('error', () => writer.settle({ code: null, signal: null }));
+  child.once('exit', (code, signal) => writer.settle({ code, signal }));
+  exerciseForArchive(`http://127.0.0.1:${port}`, ARCHIVE_WRITER_DEADLINE_MS).then(
+    // SIGTERM: the JVM writes the archive as it exits. One that never answered is ended without.
+    (answered) => child.kill(answered ? 'SIGTERM' : 'SIGKILL'),
+    (e: unknown) => {
+      process.emitWarning(`DynamoDB Local's class archive: its writer failed (${(e as Error).message})`, { code: 'FERRY_DYNAMO_CDS' });
+      child.kill('SIGKILL');
+    },
+  );
 }
 
 /** `command args`, run so that the kernel sends it SIGTERM when this process dies (under setpriv, where there is one). */

@@ -20,6 +20,7 @@ import { FUNCTIONS, type FunctionWiring, type StateMachineWiring } from '../../f
 import { acquireDataDirLock, removeOwnStackFile, writeStackFile, type DataDirLock } from './data-dir-lock.js';
 import { createTables, startDynamo, waitForDynamo, type DynamoProcess, type LocalDynamo } from './dynamo.js';
 import { DYNAMO_SUBDIR } from './dynamo-process.js';
+import type { ClassArchiveState } from './dynamo-cds.js';
 import { NO_STAGES, type StartStages } from './start-stages.js';
 import { STEP_FUNCTIONS_PATH, startHttpServer } from './http.js';
 import { startReplicationLoop } from './replicator.js';
@@ -213,13 +214,20 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
 
 /** A DynamoDB Local the caller launched: answering, with Ferry's tables (one stage each). */
 async function dynamoAnswering(dynamo: DynamoProcess, stages: StartStages): Promise<LocalDynamo> {
-  const client = await stages.run('DynamoDB Local', () => waitForDynamo(dynamo));
+  const client = await stages.run('DynamoDB Local', () => waitForDynamo(dynamo), () => classArchiveNote(dynamo.classArchive));
   try {
     await stages.run('tables', () => createTables(client), (created) => (created.length === 0 ? 'all there' : `${created.length} created`));
   } finally {
     client.destroy();
   }
   return { endpoint: dynamo.endpoint, port: dynamo.port, stop: () => dynamo.stop() };
+}
+
+/** What the DynamoDB Local line says of its class archive (dynamo-cds.ts). */
+function classArchiveNote(archive: ClassArchiveState): string {
+  if (archive.state === 'used') return 'class archive mapped';
+  if (archive.state === 'writing') return 'no class archive yet: one is being written beside it';
+  return `no class archive: ${archive.reason}`;
 }
 
 /** DynamoDB Local started here (tests, benches): what a previous holder left running is stopped first. */

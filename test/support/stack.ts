@@ -92,6 +92,7 @@ function sharedDynamoProcess(endpoint: string): DynamoProcess {
     endpoint,
     port: Number(new URL(endpoint).port),
     pid: undefined,
+    classArchive: { state: 'off', reason: "the integration tier's shared DynamoDB Local" },
     exited: () => false,
     exit: new Promise(() => {}),
     stop: async () => {},
