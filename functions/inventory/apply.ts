@@ -19,6 +19,7 @@ import { KINDS, planInventory, type Change, type Kind, type LiveView, type Plan,
 import { canonical, flavorFields, hostConfig, hasShareRoot, shareBackendConfig, typeFields, volumeBackendConfig } from './records.js';
 import { parseInventory, resolveRoots, type Inventory, type InventoryTarget } from './schema.js';
 import * as storage from './storage.js';
+import { applyInWaves } from './waves.js';
 
 const RECORD_KEY = { pk: 'INVENTORY', sk: 'APPLIED' };
 
@@ -78,7 +79,7 @@ export function managedKeys(inv: Inventory | undefined): Map<Kind, Set<string>> 
 export interface ApplyResult {
   plan: Plan;
   applied: boolean;
-  /** The changes made, in order (all of the plan's when applied). */
+  /** The changes made, in the order they were made (all of the plan's when applied; waves.ts). */
   done: Change[];
 }
 
@@ -113,11 +114,8 @@ export async function applyInventory(document: unknown, options: ApplyOptions): 
         'apply this inventory with `cdk deploy -c inventory=FILE` (nothing was written)',
     );
   }
-  const done: Change[] = [];
-  for (const change of plan.changes) {
-    await execute(change, inv);
-    done.push(change);
-  }
+  // Independent changes side by side (waves.ts); a failure reports what was made and records nothing.
+  const done = await applyInWaves(plan.changes, (change) => execute(change, inv));
   if (plan.changes.length > 0 || !record || canonical(record.document) !== canonical(inv)) await recordApplied(inv, record?.version);
   return { plan, applied: true, done };
 }

@@ -33,13 +33,14 @@ export async function liveCells(): Promise<LiveView> {
 }
 
 export async function liveHosts(): Promise<LiveView> {
-  const out: LiveView = new Map();
-  for (const { value: node } of await listComputeNodes()) {
-    const free = await freeOf(node.uuid);
-    const whole = free && free.vcpus === node.vcpus && free.memoryMb === node.memoryMb && free.diskGb === node.localGb;
-    out.set(node.host, { fields: canonical(node.config), inUse: whole ? undefined : 'capacity is allocated on it (instances or migrations)' });
-  }
-  return out;
+  const hosts = await Promise.all(
+    (await listComputeNodes()).map(async ({ value: node }) => {
+      const free = await freeOf(node.uuid);
+      const whole = free && free.vcpus === node.vcpus && free.memoryMb === node.memoryMb && free.diskGb === node.localGb;
+      return [node.host, { fields: canonical(node.config), inUse: whole ? undefined : 'capacity is allocated on it (instances or migrations)' }] as const;
+    }),
+  );
+  return new Map(hosts);
 }
 
 export async function liveFlavors(): Promise<LiveView> {
@@ -53,8 +54,8 @@ export async function liveNetworks(): Promise<LiveView> {
 /** The images among `names` that exist (by their derived id), with their size. */
 export async function liveImages(names: Iterable<string>): Promise<LiveView> {
   const out: LiveView = new Map();
-  for (const name of new Set(names)) {
-    const image = await findImage(imageUuid(name));
+  const images = await Promise.all([...new Set(names)].map(async (name) => [name, await findImage(imageUuid(name))] as const));
+  for (const [name, image] of images) {
     // One not yet active (a crash between record and upload) counts as absent: adding it finishes it.
     if (image?.status === 'active') out.set(name, { fields: canonical({ sizeBytes: image.sizeBytes }) });
   }
@@ -62,12 +63,10 @@ export async function liveImages(names: Iterable<string>): Promise<LiveView> {
 }
 
 export async function liveProjects(names: Iterable<string>): Promise<LiveView> {
-  const out: LiveView = new Map();
-  for (const name of new Set(names)) {
-    const item = (await db().send(new GetCommand({ TableName: tableName('volume'), Key: { pk: `PROJECT#${name}`, sk: 'PROJECT' } }))).Item;
-    if (item) out.set(name, { fields: canonical({}) });
-  }
-  return out;
+  const found = await Promise.all(
+    [...new Set(names)].map(async (name) => [name, (await db().send(new GetCommand({ TableName: tableName('volume'), Key: { pk: `PROJECT#${name}`, sk: 'PROJECT' } }))).Item] as const),
+  );
+  return new Map(found.filter(([, item]) => item).map(([name]) => [name, { fields: canonical({}) }]));
 }
 
 // ---- writes ----------------------------------------------------------------------------------

@@ -31,15 +31,16 @@ const backendKey = (host: string) => ({ pk: `BACKEND#${host}`, sk: 'BACKEND' });
 // ---- what is there ---------------------------------------------------------------------------
 
 export async function liveVolumeBackends(): Promise<LiveView> {
-  const out: LiveView = new Map();
-  for (const { config } of await listBackendRecords()) {
-    const claims = await listClaims(config.host);
-    let allocated = 0;
-    for (const p of config.pools) allocated += await allocatedOn(`${config.host}#${p.name}`);
-    const inUse = claims.size > 0 || allocated > 0 ? `holds ${claims.size} volume(s), ${allocated} GiB allocated` : undefined;
-    out.set(config.host, { fields: canonical(config), inUse });
-  }
-  return out;
+  // Every backend's reads side by side (an apply at every start waits for them).
+  const backends = await Promise.all(
+    (await listBackendRecords()).map(async ({ config }) => {
+      const [claims, pools] = await Promise.all([listClaims(config.host), Promise.all(config.pools.map((p) => allocatedOn(`${config.host}#${p.name}`)))]);
+      const allocated = pools.reduce((a, b) => a + b, 0);
+      const inUse = claims.size > 0 || allocated > 0 ? `holds ${claims.size} volume(s), ${allocated} GiB allocated` : undefined;
+      return [config.host, { fields: canonical(config), inUse }] as const;
+    }),
+  );
+  return new Map(backends);
 }
 
 /** Types with the count of volumes (or shares) of each, which the type's own delete is conditional on. */
@@ -57,15 +58,15 @@ async function liveTypes(table: 'volume' | 'share', gsi: string, counter: string
 export const liveVolumeTypes = () => liveTypes('volume', 'VTYPES', 'volumeCount', 'volume');
 
 export async function liveShareBackends(): Promise<LiveView> {
-  const shares = await listShares();
-  const out: LiveView = new Map();
-  for (const config of await listShareBackends()) {
-    const on = shares.filter((s) => s.host === config.host || s.host?.startsWith(`${config.host}#`)).length;
-    let allocated = 0;
-    for (const p of config.pools) allocated += await allocatedOnSharePool(`${config.host}#${p.name}`);
-    out.set(config.host, { fields: canonical(config), inUse: on > 0 || allocated > 0 ? `holds ${on} share(s), ${allocated} GiB allocated` : undefined });
-  }
-  return out;
+  const [shares, configs] = await Promise.all([listShares(), listShareBackends()]);
+  const backends = await Promise.all(
+    configs.map(async (config) => {
+      const on = shares.filter((s) => s.host === config.host || s.host?.startsWith(`${config.host}#`)).length;
+      const allocated = (await Promise.all(config.pools.map((p) => allocatedOnSharePool(`${config.host}#${p.name}`)))).reduce((a, b) => a + b, 0);
+      return [config.host, { fields: canonical(config), inUse: on > 0 || allocated > 0 ? `holds ${on} share(s), ${allocated} GiB allocated` : undefined }] as const;
+    }),
+  );
+  return new Map(backends);
 }
 
 export const liveShareTypes = () => liveTypes('share', 'STYPES', 'shareCount', 'share');
