@@ -64,12 +64,18 @@ export interface EnsureUserOptions {
    * @default true
    */
   resetPassword?: boolean;
+  /**
+   * A stored hash the caller knows to be of `password` (it made or checked it before): while the
+   * user's hash is still this one, the slow check (scrypt, a few hundred ms) is skipped. Any other
+   * hash is checked as always.
+   */
+  knownHash?: string;
 }
 
-/** The user, with this password, its default project and these roles on it. Returns the ids. */
-export async function ensureUser(u: SeedUser, options: EnsureUserOptions = {}): Promise<{ userId: string; projectId: string }> {
-  for (const r of DEFAULT_ROLES) await ensureRole(r);
-  const projectId = await ensureProject(u.project);
+/** The user, with this password, its default project and these roles on it. Returns the ids and the stored hash. */
+export async function ensureUser(u: SeedUser, options: EnsureUserOptions = {}): Promise<{ userId: string; projectId: string; passwordHash: string | undefined }> {
+  // Reads, and conditional writes where missing: independent of each other, so side by side.
+  const [, projectId] = await Promise.all([Promise.all(DEFAULT_ROLES.map((r) => ensureRole(r))), ensureProject(u.project)]);
   const userId = await ensure(
     () => store.userIdByName(DEFAULT_DOMAIN.id, u.name),
     async () => {
@@ -78,14 +84,18 @@ export async function ensureUser(u: SeedUser, options: EnsureUserOptions = {}): 
       return id;
     },
   );
-  if (options.resetPassword ?? true) {
-    const user = await store.mustUser(userId);
-    if (!(await verifySecret(u.password, user.passwordHash))) await store.updateUser(userId, { passwordHash: await hashSecret(u.password) });
+  let { passwordHash } = await store.mustUser(userId);
+  const known = options.knownHash !== undefined && passwordHash === options.knownHash;
+  if ((options.resetPassword ?? true) && !known && !(await verifySecret(u.password, passwordHash))) {
+    passwordHash = await hashSecret(u.password);
+    await store.updateUser(userId, { passwordHash });
   }
-  for (const roleName of u.roles) {
-    const roleId = await ensureRole(roleName);
-    // A grant is one item put under a condition that all three exist: putting it again changes nothing.
-    await store.createAssignment({ projectId, userId, roleId });
-  }
-  return { userId, projectId };
+  await Promise.all(
+    u.roles.map(async (roleName) => {
+      const roleId = await ensureRole(roleName);
+      // A grant is one item put under a condition that all three exist: putting it again changes nothing.
+      await store.createAssignment({ projectId, userId, roleId });
+    }),
+  );
+  return { userId, projectId, passwordHash };
 }

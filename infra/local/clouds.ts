@@ -10,7 +10,7 @@
  */
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { parse, stringify } from 'yaml';
 import { ensureUser, type SeedUser } from '../../functions/identity/seed.js';
 
@@ -37,15 +37,58 @@ function previousPasswords(file: string): Map<string, string> {
   return out;
 }
 
-/** Seeds the users and writes clouds.yaml for a stack answering on `url`; returns the file's path. */
-export async function seedIdentity(dataDir: string, url: string): Promise<string> {
-  const file = join(dataDir, CLOUDS_FILE);
-  const passwords = previousPasswords(file);
-  const clouds: Record<string, unknown> = {};
+/** The seeded users with their passwords (from clouds.yaml when it has them): what writeCloudsYaml names. */
+export type SeededUsers = readonly (SeedUser & { cloud: string })[];
+
+/**
+ * `<data dir>/identity-hashes.json`: per cloud, the stored hash last seen for its password, with a
+ * digest binding the two. A restart whose password (clouds.yaml) and stored hash (the table) are
+ * both unchanged skips the slow scrypt check (issue 16); a changed clouds.yaml or table is
+ * checked as always.
+ */
+const KNOWN_HASHES_FILE = 'identity-hashes.json';
+type KnownHashes = Record<string, { hash: string; digest: string }>;
+const bind = (password: string, hash: string) => createHash('sha256').update(`${password}\n${hash}`).digest('hex');
+
+function knownHashes(file: string): KnownHashes {
+  if (!existsSync(file)) return {};
+  try {
+    return JSON.parse(readFileSync(file, 'utf8')) as KnownHashes;
+  } catch {
+    // Unreadable: every password is checked the slow way, and the file written anew.
+    return {};
+  }
+}
+
+/** The admin and demo users exist with clouds.yaml's passwords (new ones when it has none). */
+export async function seedUsers(dataDir: string): Promise<SeededUsers> {
+  const passwords = previousPasswords(join(dataDir, CLOUDS_FILE));
+  const hashesFile = join(dataDir, KNOWN_HASHES_FILE);
+  const known = knownHashes(hashesFile);
   const seeded = SEEDED.map((s) => ({ ...s, password: passwords.get(s.cloud) ?? randomBytes(18).toString('base64url') }));
   // Side by side: each is a few reads (and a slow hash to check the password); two starts of one role meet in a conditional write.
-  await Promise.all(seeded.map((s) => ensureUser(s)));
-  for (const { password, ...s } of seeded) {
+  const hashes = await Promise.all(
+    seeded.map(async (s) => {
+      const was = known[s.cloud];
+      const knownHash = was && was.digest === bind(s.password, was.hash) ? was.hash : undefined;
+      return (await ensureUser(s, { knownHash })).passwordHash;
+    }),
+  );
+  const next: KnownHashes = {};
+  seeded.forEach((s, i) => {
+    const hash = hashes[i];
+    if (hash) next[s.cloud] = { hash, digest: bind(s.password, hash) };
+  });
+  writeFileSync(`${hashesFile}.tmp`, JSON.stringify(next), { mode: 0o600 });
+  renameSync(`${hashesFile}.tmp`, hashesFile);
+  return seeded;
+}
+
+/** Writes clouds.yaml naming `users` for a stack answering on `url`; returns the file's path. */
+export function writeCloudsYaml(dataDir: string, url: string, users: SeededUsers): string {
+  const file = join(dataDir, CLOUDS_FILE);
+  const clouds: Record<string, unknown> = {};
+  for (const { password, ...s } of users) {
     clouds[s.cloud] = {
       auth: {
         auth_url: `${url}/identity/v3`,
@@ -64,4 +107,9 @@ export async function seedIdentity(dataDir: string, url: string): Promise<string
   writeFileSync(`${file}.tmp`, stringify({ clouds }), { mode: 0o600 });
   renameSync(`${file}.tmp`, file);
   return file;
+}
+
+/** Seeds the users and writes clouds.yaml for a stack answering on `url`; returns the file's path. */
+export async function seedIdentity(dataDir: string, url: string): Promise<string> {
+  return writeCloudsYaml(dataDir, url, await seedUsers(dataDir));
 }

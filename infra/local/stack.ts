@@ -25,7 +25,7 @@ import { NO_STAGES, type StartStages } from './start-stages.js';
 import { STEP_FUNCTIONS_PATH, startHttpServer } from './http.js';
 import { startReplicationLoop } from './replicator.js';
 import { seedSandbox } from './sandbox.js';
-import { seedIdentity } from './clouds.js';
+import { seedUsers, writeCloudsYaml } from './clouds.js';
 import { ECS_RUN_TASK_SYNC, LocalStepFunctions, type TaskIntegration } from './stepfunctions.js';
 import { copyTaskIntegration } from './copy-task.js';
 import { stopOrphanedDynamo } from './orphaned-dynamo.js';
@@ -160,6 +160,12 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     setS3(undefined);
     setSfn(undefined);
 
+    // The admin and demo users (the token table: nothing the inventory or the reconcile touches),
+    // seeded beside them; awaited before the stack answers, with clouds.yaml written once the
+    // server's URL is known. Caught here so a start failing elsewhere first leaves no unhandled rejection.
+    const users = stages.run('identity', () => seedUsers(dataDir));
+    users.catch(() => undefined);
+
     await stages.run('inventory', () => seedSandbox(dataDir, { file: options.inventory, log: options.quiet ? undefined : (line) => console.log(line) }));
 
     // What the previous process left half done (it is gone: we hold the lock), repaired before its
@@ -174,8 +180,8 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     process.env.FERRY_SFN_ENDPOINT = server.url + STEP_FUNCTIONS_PATH;
     setSfn(undefined);
 
-    // The admin and demo users and the clouds.yaml naming them (its URLs need the server's port).
-    const cloudsYaml = await stages.run('identity', () => seedIdentity(dataDir, server.url));
+    // The clouds.yaml naming the users (its URLs need the server's port).
+    const cloudsYaml = writeCloudsYaml(dataDir, server.url, await users);
 
     stepFunctions.resumeRunning();
 
