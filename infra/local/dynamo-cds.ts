@@ -149,8 +149,8 @@ export const ARCHIVE_WORKLOAD: readonly { target: string; body: unknown }[] = [
   { target: 'DeleteItem', body: { TableName: 't', Key: { pk: { S: 'b' } } } },
 ];
 
-/** Sends ARCHIVE_WORKLOAD to DynamoDB Local at `endpoint` once it answers; false if it never does within `deadlineMs`. */
-export async function exerciseForArchive(endpoint: string, deadlineMs: number): Promise<boolean> {
+/** Sends ARCHIVE_WORKLOAD to DynamoDB Local at `endpoint` once it answers; false if it never does within `deadlineMs` or exits first. */
+export async function exerciseForArchive(endpoint: string, deadlineMs: number, exited: () => boolean = () => false): Promise<boolean> {
   const call = (target: string, body: unknown) =>
     fetch(endpoint, {
       method: 'POST',
@@ -169,8 +169,9 @@ export async function exerciseForArchive(endpoint: string, deadlineMs: number): 
     } catch {
       // Not listening yet: asked again below, until the deadline.
     }
-    if (Date.now() > deadline) return false;
-    await new Promise((r) => setTimeout(r, 200));
+    if (exited() || Date.now() > deadline) return false;
+    // Unref'd: a process with nothing else to do ends rather than wait on this archive.
+    await new Promise((r) => setTimeout(r, 200).unref());
   }
   for (const { target, body } of ARCHIVE_WORKLOAD) await (await call(target, body)).arrayBuffer();
   return true;

@@ -160,9 +160,16 @@ async function writeClassArchive(writer: ArchiveWriter, spawnWriter: ReturnType<
   const port = await freePort();
   const child = spawnWriter({ port, sharedDb: true, stdio: 'ignore' });
   child.unref();
-  child.once('error', () => writer.settle({ code: null, signal: null }));
-  child.once('exit', (code, signal) => writer.settle({ code, signal }));
-  exerciseForArchive(`http://127.0.0.1:${port}`, ARCHIVE_WRITER_DEADLINE_MS).then(
+  let exited = false;
+  child.once('error', () => {
+    exited = true;
+    writer.settle({ code: null, signal: null });
+  });
+  child.once('exit', (code, signal) => {
+    exited = true;
+    writer.settle({ code, signal });
+  });
+  exerciseForArchive(`http://127.0.0.1:${port}`, ARCHIVE_WRITER_DEADLINE_MS, () => exited).then(
     // SIGTERM: the JVM writes the archive as it exits. One that never answered is ended without.
     (answered) => child.kill(answered ? 'SIGTERM' : 'SIGKILL'),
     (e: unknown) => {
