@@ -65,6 +65,13 @@ export interface FunctionWiring {
    * the task role and the stack's VPC (`FERRY_COPY_TASK_ROLE`, `FERRY_COPY_VPC_ID`).
    */
   registersCopyTasks?: boolean;
+  /**
+   * With `mountsShareStorage`: lists the migrations' copy task definition families and deregisters
+   * those no migration holds (functions/audit/copy-task-repairs.ts): its role gets
+   * ecs:ListTaskDefinitionFamilies, DescribeTaskDefinition, ListTaskDefinitions and
+   * DeregisterTaskDefinition, nothing else of ECS.
+   */
+  auditsCopyTasks?: boolean;
   /** Runs volume drivers (its bundle contains them): its role gets the aws-ebs driver's EC2 permissions (infra/aws/driver-permissions.ts); test/infra/permissions.test.ts checks the flag against the bundle, both ways. */
   callsVolumeDrivers?: boolean;
   /** Runs share drivers, likewise: the aws-efs driver's EFS and EC2 (security groups, mount targets' network interfaces) permissions. */
@@ -241,6 +248,8 @@ export const FUNCTIONS: FunctionWiring[] = [
     usesBucket: true,
     bucketPrefix: 'images/',
     mountsShareStorage: true,
+    // Deregisters the copy task definitions of migrations that ended or are gone (functions/audit/copy-task-repairs.ts).
+    auditsCopyTasks: true,
     scheduleRateMinutes: 5,
     // Under the rate, so two passes do not overlap (overlapping ones would still be safe: every repair is conditional).
     timeoutSeconds: 280,

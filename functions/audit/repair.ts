@@ -19,6 +19,9 @@
  * - `share-quota-unenforced`, `stray-share-replication`: an aws-efs share's writes withheld or
  *   given back by its size, a replication no migration holds deleted with its replica; each behind
  *   a recorded intent, re-checked against the share records (share-backend-repairs.ts says why).
+ * - `stray-copy-task-definition`: the copy task definition family of a migration that ended or is
+ *   gone, deregistered once older than the grace period, behind a recorded intent
+ *   (copy-task-repairs.ts says why).
  *
  * The rest (a missing backend object, a capacity count, a guest, a mapping...) is reported: the
  * audit sees two records that disagree but cannot prove which one is right.

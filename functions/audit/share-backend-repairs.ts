@@ -15,6 +15,8 @@
  *   that is a Ferry share no record holds: a copy of a share that still has its data. Ferry's file
  *   systems are known by their `ferry:backend` tag only: two stacks whose inventories name the same
  *   backend hosts in one account and region would take each other's replications for strays.
+ * - `stray-copy-task-definition`: a migration's own copy task definition family whose migration
+ *   ended or is gone (copy-task-repairs.ts, which says why it is safe).
  *
  * BackendNotReady (EFS still deleting, throttled) leaves the intent: the next pass finishes it
  * (recoverShareRepairs, in the reconciler's first step).
@@ -27,12 +29,14 @@ import { shareDriverFor } from '../drivers/share/registry.js';
 import { sourceRules } from '../migration/access.js';
 import { backendShareName, shareBackendOf, shareKey, type Share } from '../shares/model.js';
 import { getShare, getShareBackend, listShares } from '../shares/repo.js';
+import { COPY_TASK_REPAIRS, finishStrayCopyTask, removeStrayCopyTaskDefinition } from './copy-task-repairs.js';
 import { heldReplicationPairs, heldShareNames } from './share-backends.js';
 import { recordShareRepair, SHARE_REPAIR_SK, type ShareRepairRecord } from './share-repair-record.js';
 
 export const SHARE_BACKEND_REPAIRS: Readonly<Record<string, string>> = {
   'share-quota-unenforced': 'withholds writes from a share over its size, or gives them back, by pushing its rules with the quota block (an intent recorded first)',
   'stray-share-replication': 'deletes a replication no migration holds, then its replica when no share record holds that (an intent recorded first)',
+  ...COPY_TASK_REPAIRS,
 };
 
 /** What one repair saw and did (repair.ts RepairRecord without its kind and resource). */
@@ -52,6 +56,7 @@ async function driverOf(host: string): Promise<ShareDriver> {
 export async function repairShareBackendFinding(kind: string, ref: Record<string, string>, before: Date): Promise<Outcome | undefined> {
   if (kind === 'share-quota-unenforced') return enforceQuota(ref, before);
   if (kind === 'stray-share-replication') return removeStrayReplication(ref, before);
+  if (kind === 'stray-copy-task-definition') return removeStrayCopyTaskDefinition(ref, before);
   return undefined;
 }
 
@@ -143,8 +148,7 @@ export async function recoverShareRepairs(options: { before: Date }): Promise<(S
     const { pk: _pk, sk: _sk, ...rest } = item;
     const intent = rest as unknown as ShareRepairRecord;
     if (Date.parse(intent.intendedAt) >= options.before.getTime()) continue;
-    const kind = intent.kind === 'quota' ? 'share-quota-unenforced' : 'stray-share-replication';
-    const resource = intent.kind === 'quota' ? `share ${intent.target.shareId}` : `${intent.target.host} ${intent.target.name}`;
+    const { kind, resource } = describeIntent(intent);
     try {
       out.push({ kind, resource, ...(await finishIntent(intent)) });
     } catch (e) {
@@ -154,8 +158,16 @@ export async function recoverShareRepairs(options: { before: Date }): Promise<(S
   return out;
 }
 
+/** The finding kind and resource an intent stands for, as the pass that recorded it reported them. */
+function describeIntent(intent: ShareRepairRecord): { kind: string; resource: string } {
+  if (intent.kind === 'quota') return { kind: 'share-quota-unenforced', resource: `share ${intent.target.shareId}` };
+  if (intent.kind === 'copy-task-definition') return { kind: 'stray-copy-task-definition', resource: `copy task definition ${intent.target.family}` };
+  return { kind: 'stray-share-replication', resource: `${intent.target.host} ${intent.target.name}` };
+}
+
 async function finishIntent(intent: ShareRepairRecord): Promise<Outcome> {
   if (intent.kind === 'stray-replication') return finishStray(intent);
+  if (intent.kind === 'copy-task-definition') return finishStrayCopyTask(intent);
   const s = await getShare(intent.target.shareId!);
   const refusal = quotaRefusal(s, intent.target);
   if (refusal) {

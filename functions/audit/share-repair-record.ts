@@ -16,8 +16,12 @@ import type { TransactItem } from '../shares/repo.js';
 
 export const SHARE_REPAIR_SK = 'SREPAIR';
 
-/** `quota`: a share's writes withheld or given back by its size; `stray-replication`: a replication no migration holds, and its replica, deleted. */
-export type ShareRepairKind = 'quota' | 'stray-replication';
+/**
+ * `quota`: a share's writes withheld or given back by its size; `stray-replication`: a replication no
+ * migration holds, and its replica, deleted; `copy-task-definition`: a copy task definition family of a
+ * migration that ended or is gone, deregistered (copy-task-repairs.ts).
+ */
+export type ShareRepairKind = 'quota' | 'stray-replication' | 'copy-task-definition';
 
 export interface ShareRepairRecord {
   id: string;

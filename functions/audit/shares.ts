@@ -7,6 +7,7 @@ import { heldByMigration } from '../migration/transitions.js';
 import { backendShareName, BUSY_TASK_STATES, shareBackendOf, type HeldShareCapacity, type Share } from '../shares/model.js';
 import { toShare } from '../shares/repo.js';
 import type { Find } from './findings.js';
+import { auditCopyTaskDefinitions } from './copy-task-repairs.js';
 import { auditShareBackends } from './share-backends.js';
 
 /**
@@ -116,6 +117,6 @@ export async function auditShares(now: number, stuckMs: number, find: Find): Pro
     }
   }
   // Sizes and replications of the backends that keep them (aws-efs): share-backends.ts.
-  const extra = await auditShareBackends(shares, readable, find);
+  const extra = { ...(await auditShareBackends(shares, readable, find)), ...(await auditCopyTaskDefinitions(shares, find)) };
   return { shares: shares.length, 'share backends': backends.length, 'backend shares': backendShares, 'share migrations': shares.filter((s) => s.migration).length, ...extra };
 }

@@ -5,36 +5,22 @@
  * fixed by its task definition: per migration, a revision of a family named by the migration
  * (copyTaskFamily) is registered from the stack's copy worker task definition (same image, roles,
  * size, logs), its volumes replaced by the migration's file systems, and deregistered when the
- * migration ends. The calls, against the ECS API reference:
+ * migration ends (deregisterCopyTaskDefinitions; the listing, the deregistration and the mapping of
+ * ECS's errors are copy-task-ecs.ts's, which the reconciler shares). The calls, against the ECS API
+ * reference:
  * - DescribeTaskDefinition(family) answers the latest ACTIVE revision, or ClientException
  *   ("Unable to describe task definition.") when the family has none: how a retry after a lost
  *   RegisterTaskDefinition reply finds the revision that call made;
  * - RegisterTaskDefinition makes a new revision (it is not idempotent: a second call makes a
- *   second revision, which deregisterCopyTaskDefinitions removes with the first);
- * - ListTaskDefinitions(familyPrefix, ACTIVE) + DeregisterTaskDefinition per revision: the undo
- *   (an INACTIVE revision cannot run new tasks; a task already running keeps running).
- * ClientException, InvalidParameterException and AccessDeniedException are a request ECS refuses
- * (a family or volume it does not take, a permission missing): a ShareMigrationFailed, which no
- * retry would change. Anything else (throttling, which the SDK retries first, ServerException, a
- * reply lost on the way) answers BackendNotReady: the machine's Task runs the step again after its
- * wait, and the step finds what the first call made.
+ *   second revision, which deregisterCopyTaskDefinitions removes with the first).
  */
-import type { ContainerDefinition, ECSClient, RegisterTaskDefinitionCommandInput, TaskDefinition, Volume } from '@aws-sdk/client-ecs';
-import { BackendNotReady } from '../core/errors.js';
+import type { ContainerDefinition, RegisterTaskDefinitionCommandInput, TaskDefinition, Volume } from '@aws-sdk/client-ecs';
+import { ecs, ecsCall as call, ecsSdk, familyOf, MIGRATION_FAMILY_INFIX, NO_SUCH_TASK_DEFINITION } from './copy-task-ecs.js';
 import { errorCode } from '../drivers/volume/aws-ebs-ec2.js';
 import { ShareMigrationFailed } from './flow.js';
 
-/** The ECS SDK: loaded on the first ECS call, so a step that never registers a task definition never imports it. */
-let sdk: Promise<typeof import('@aws-sdk/client-ecs')> | undefined;
-const ecsSdk = () => (sdk ??= import('@aws-sdk/client-ecs'));
-let client: ECSClient | undefined;
-async function ecs(): Promise<ECSClient> {
-  return (client ??= new (await ecsSdk()).ECSClient({}));
-}
+export { deregisterCopyTaskDefinitions, familyOf } from './copy-task-ecs.js';
 
-const REFUSED = new Set(['ClientException', 'InvalidParameterException', 'AccessDeniedException']);
-/** DescribeTaskDefinition's answer for a family with no ACTIVE revision. */
-const NO_SUCH_TASK_DEFINITION = /unable to describe task definition/i;
 /** ECS's family: up to 255 letters, digits, hyphens and underscores. */
 const FAMILY_RE = /^[A-Za-z0-9_-]{1,255}$/;
 
@@ -48,25 +34,9 @@ export interface CopyVolume {
   readOnly: boolean;
 }
 
-async function call<T>(operation: string, context: Record<string, unknown>, send: () => Promise<T>): Promise<T> {
-  try {
-    return await send();
-  } catch (e) {
-    const code = errorCode(e);
-    const message = `ECS ${operation} (${JSON.stringify(context)}): ${code}: ${(e as Error).message}`;
-    if (REFUSED.has(code)) throw Object.assign(new ShareMigrationFailed(message), { cause: e });
-    throw new BackendNotReady(message, { cause: e, context });
-  }
-}
-
-/** The family of a task definition given as an ARN (`…:task-definition/<family>:<revision>`), `family:revision` or `family`. */
-export function familyOf(taskDefinition: string): string {
-  return taskDefinition.replace(/^arn:[^:]+:ecs:[^:]*:[^:]*:task-definition\//, '').replace(/:\d+$/, '');
-}
-
 /** The family registered for one migration: the stack's copy family (RunTask is allowed on `<family>-m-*`) and the migration id. */
 export function copyTaskFamily(baseTaskDefinition: string, migrationId: string): string {
-  const family = `${familyOf(baseTaskDefinition)}-m-${migrationId}`;
+  const family = `${familyOf(baseTaskDefinition)}${MIGRATION_FAMILY_INFIX}${migrationId}`;
   if (!FAMILY_RE.test(family)) throw new ShareMigrationFailed(`the copy task family ${JSON.stringify(family)} is not one ECS takes (up to 255 letters, digits, - and _)`);
   return family;
 }
@@ -126,19 +96,4 @@ export async function registerCopyTaskDefinition(baseTaskDefinition: string, fam
   const arn = made.taskDefinition?.taskDefinitionArn;
   if (!arn) throw new ShareMigrationFailed(`ECS RegisterTaskDefinition answered no task definition for ${family}`);
   return arn;
-}
-
-/** Deregisters every ACTIVE revision of `family` (none is success): the undo of registerCopyTaskDefinition. */
-export async function deregisterCopyTaskDefinitions(family: string): Promise<string[]> {
-  const { ListTaskDefinitionsCommand, DeregisterTaskDefinitionCommand } = await ecsSdk();
-  const arns: string[] = [];
-  let nextToken: string | undefined;
-  do {
-    const page = await call('ListTaskDefinitions', { family }, async () => (await ecs()).send(new ListTaskDefinitionsCommand({ familyPrefix: family, status: 'ACTIVE', ...(nextToken ? { nextToken } : {}) })));
-    // familyPrefix is a prefix: only this family's revisions are this migration's.
-    arns.push(...(page.taskDefinitionArns ?? []).filter((arn) => familyOf(arn) === family));
-    nextToken = page.nextToken;
-  } while (nextToken);
-  for (const arn of arns) await call('DeregisterTaskDefinition', { taskDefinition: arn }, async () => (await ecs()).send(new DeregisterTaskDefinitionCommand({ taskDefinition: arn })));
-  return arns;
 }

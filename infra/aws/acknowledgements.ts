@@ -9,6 +9,7 @@ import type { StateMachine } from 'aws-cdk-lib/aws-stepfunctions';
 import type { Construct } from 'constructs';
 import { GSI1, type TableKey } from '../../functions/core/tables.js';
 import type { FunctionWiring } from '../../functions/wiring.js';
+import { COPY_TASK_WILDCARD_REASON } from './copy-task-grants.js';
 import { CopyWorker } from './copy-worker.js';
 
 /** What the acknowledgements name: resources by logical id, machines by deployed name. */
@@ -45,11 +46,8 @@ export function acknowledgeFunction(scope: AcknowledgementScope, fn: IFunction, 
   if (f.mountsShareStorage && fn.isBoundToVpc) {
     // Replaces the Resource::* reason above: a mounting function also has the EFS ClientMount grant.
     for (const [id, reason] of Object.entries(CopyWorker.FUNCTION_ACKNOWLEDGEMENTS)) v.acknowledge({ id, reason });
-    if (f.registersCopyTasks) {
-      v.acknowledge({
-        id: 'AwsSolutions-IAM5[Resource::*]',
-        reason: `${CopyWorker.FUNCTION_ACKNOWLEDGEMENTS['AwsSolutions-IAM5[Resource::*]']} ecs:DescribeTaskDefinition, ListTaskDefinitions and DeregisterTaskDefinition take no resource (the service authorization reference lists none): a migration's own copy task definition, looked up, listed and deregistered when the migration ends.`,
-      });
+    if (f.registersCopyTasks || f.auditsCopyTasks) {
+      v.acknowledge({ id: 'AwsSolutions-IAM5[Resource::*]', reason: `${CopyWorker.FUNCTION_ACKNOWLEDGEMENTS['AwsSolutions-IAM5[Resource::*]']} ${COPY_TASK_WILDCARD_REASON}` });
     }
   }
   for (const key of f.tables) {

@@ -305,32 +305,6 @@ export class CopyWorker extends Construct {
   registrarEnvironment = (): Record<string, string> => ({ [COPY_REGISTRAR_ENV.taskRole]: this.taskDefinition.taskRole.roleArn, [COPY_REGISTRAR_ENV.vpcId]: this.vpc.vpcId });
 
   /**
-   * A migration's own copy task definition (functions/migration/copy-task-definition.ts): registered
-   * from this one, in the migrations' families only (RegisterTaskDefinition is authorized on the
-   * task definition); looked up, listed and deregistered, which the service authorization reference
-   * lets name no resource (`*`); registering a definition that names the task's two roles passes
-   * them, to ECS tasks only.
-   */
-  grantRegisterCopyTasks(grantee: IGrantable & Construct): void {
-    const migrations = Stack.of(this).formatArn({ service: 'ecs', resource: 'task-definition', resourceName: `${this.taskDefinition.family}${MIGRATION_FAMILY_SUFFIX}*`, arnFormat: ArnFormat.SLASH_RESOURCE_NAME });
-    grantee.grantPrincipal.addToPrincipalPolicy(new PolicyStatement({ actions: ['ecs:RegisterTaskDefinition'], resources: [migrations] }));
-    grantee.grantPrincipal.addToPrincipalPolicy(
-      new PolicyStatement({ actions: ['ecs:DescribeTaskDefinition', 'ecs:ListTaskDefinitions', 'ecs:DeregisterTaskDefinition'], resources: ['*'] }),
-    );
-    Validations.of(grantee).acknowledge({
-      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task-definition/${this.taskDefinition.family}${MIGRATION_FAMILY_SUFFIX}*]`,
-      reason: 'ecs:RegisterTaskDefinition in the copy task families made per migration (<copy family>-m-<migration id>, named at run time), each with the mounts of that migration\'s EFS shares.',
-    });
-    grantee.grantPrincipal.addToPrincipalPolicy(
-      new PolicyStatement({
-        actions: ['iam:PassRole'],
-        resources: [this.taskDefinition.taskRole.roleArn, this.taskDefinition.obtainExecutionRole().roleArn],
-        conditions: { StringEquals: { 'iam:PassedToService': 'ecs-tasks.amazonaws.com' } },
-      }),
-    );
-  }
-
-  /**
    * Mount, write and act as root on the share file system, through the access point only.
    * (lambda.FileSystem.fromEfsAccessPoint grants mount and write; the access point's uid 0 also
    * needs ClientRootAccess.)

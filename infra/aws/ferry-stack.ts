@@ -27,6 +27,7 @@ import { DefinitionBody, LogLevel, StateMachine } from 'aws-cdk-lib/aws-stepfunc
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { Construct } from 'constructs';
 import { acknowledgeFunction, acknowledgeStateMachine, type AcknowledgementScope } from './acknowledgements.js';
+import { grantAuditCopyTasks, grantRegisterCopyTasks } from './copy-task-grants.js';
 import { CopyWorker, RUN_TASK_SYNC, shareBackendsFromContext } from './copy-worker.js';
 import { grantDriverPermissions } from './share-driver-permissions.js';
 import { addInventoryResource, inventoryForDeploy, shareBackendsFor } from './inventory-resource.js';
@@ -240,7 +241,8 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     for (const key of f.tables) grantTable(this.table(key, f.name));
     if (f.usesBucket) this.bucket.grantReadWrite(fn, f.bucketPrefix ? `${f.bucketPrefix}*` : '*');
     copyWorker?.grantMount(fn);
-    if (f.registersCopyTasks) copyWorker?.grantRegisterCopyTasks(fn);
+    if (copyWorker && f.registersCopyTasks) grantRegisterCopyTasks(copyWorker, fn);
+    if (copyWorker && f.auditsCopyTasks) grantAuditCopyTasks(fn);
     grantDriverPermissions(fn, f);
     const starts = f.starts ?? [];
     if (starts.length) {

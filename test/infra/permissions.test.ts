@@ -208,10 +208,14 @@ describe('the check can fail', () => {
  * copy task definition (functions/migration/copy-task-definition.ts) and the machine runs it: each
  * ECS call of that path, against the mocked ECS, becomes its IAM requests (ecsRequests), simulated
  * against the role of every function whose bundle contains the module, and RunTask of the
- * registered revision against the phase 1 machine's role.
+ * registered revision against the phase 1 machine's role. The reconciler's repair of families no
+ * migration holds (functions/audit/copy-task-repairs.ts) bundles only copy-task-ecs.ts: its path's
+ * requests against its role (wiring `auditsCopyTasks`), and none of the registration's.
  */
 describe('the copy task definitions of host-assisted migrations to and from aws-efs', () => {
   const MODULE = 'functions/migration/copy-task-definition.ts';
+  const ECS_MODULE = 'functions/migration/copy-task-ecs.ts';
+  let reconcilerRequests: IamRequest[] = [];
   const TASK_ROLE = 'arn:aws:iam::111122223333:role/ferry-copy-task';
   const EXECUTION_ROLE = 'arn:aws:iam::111122223333:role/ferry-copy-execution';
   let requests: IamRequest[] = [];
@@ -221,6 +225,7 @@ describe('the copy task definitions of host-assisted migrations to and from aws-
   beforeAll(async () => {
     const { mockedEcs } = await import('../support/fake-ecs.js');
     const { activeCopyTaskDefinition, copyTaskFamily, deregisterCopyTaskDefinitions, registerCopyTaskDefinition } = await import('../../functions/migration/copy-task-definition.js');
+    const { activeFamilies, familyOf, latestActiveRevision } = await import('../../functions/migration/copy-task-ecs.js');
     const ecs = mockedEcs();
     const base = ecs.fake.baseArn.replace('ferry-copy-worker', `${stack.copyWorker!.taskDefinition.family}`);
     ecs.fake.definitions[0]!.family = stack.copyWorker!.taskDefinition.family;
@@ -230,13 +235,27 @@ describe('the copy task definitions of host-assisted migrations to and from aws-
       await activeCopyTaskDefinition(family);
       registered = await registerCopyTaskDefinition(base, family, [{ name: 'destination', fileSystemId: 'fs-0123', readOnly: false }], true);
       await deregisterCopyTaskDefinitions(family);
+      // The reconciler's path (copy-task-repairs.ts): a stray family listed, looked up, deregistered.
+      await registerCopyTaskDefinition(base, family, [{ name: 'destination', fileSystemId: 'fs-0123', readOnly: false }], true);
+      ecs.fake.calls.push({ command: '--reconciler--', input: {} });
+      for (const f of await activeFamilies(`${familyOf(base)}-m-`)) {
+        await latestActiveRevision(f);
+        await deregisterCopyTaskDefinitions(f);
+      }
     } finally {
       ecs.restore();
     }
-    commands = new Set(ecs.fake.calls.map((c) => c.command));
+    const split = ecs.fake.calls.findIndex((c) => c.command === '--reconciler--');
+    const [migration, reconciler] = [ecs.fake.calls.slice(0, split), ecs.fake.calls.slice(split + 1)];
+    commands = new Set([...migration, ...reconciler].map((c) => c.command));
     // ECS is called in the stack's region (the functions' default).
-    for (const c of ecs.fake.calls) requests.push(...(await ecsRequests(STACK_REGION, c.command, c.input)));
-    requests = [...new Map(requests.map((r) => [JSON.stringify(r), r])).values()];
+    const requestsOf = async (calls: typeof migration) => {
+      const out: IamRequest[] = [];
+      for (const c of calls) out.push(...(await ecsRequests(STACK_REGION, c.command, c.input)));
+      return [...new Map(out.map((r) => [JSON.stringify(r), r])).values()];
+    };
+    requests = await requestsOf(migration);
+    reconcilerRequests = await requestsOf(reconciler);
   }, 60_000);
 
   const arns = () => Object.fromEntries([[stack.copyWorker!.taskDefinition.taskRole, TASK_ROLE], [stack.copyWorker!.taskDefinition.obtainExecutionRole(), EXECUTION_ROLE]].map(([r, arn]) => [stack.resolve(stack.getLogicalId((r as IRole).node.defaultChild as never)) as string, arn as string]));
@@ -246,8 +265,22 @@ describe('the copy task definitions of host-assisted migrations to and from aws-
     return out;
   };
 
-  test('the path makes every ECS command the module can send', () => {
-    expect(commands).toEqual(new Set([...readFileSync(resolve(REPO_ROOT, MODULE), 'utf8').matchAll(/(\w+)Command\b/g)].map((m) => m[1]!)));
+  test('the two paths make every ECS command the modules can send', () => {
+    expect(commands).toEqual(new Set([MODULE, ECS_MODULE].flatMap((file) => [...readFileSync(resolve(REPO_ROOT, file), 'utf8').matchAll(/(\w+)Command\b/g)].map((m) => m[1]!))));
+    expect(reconcilerRequests.map((r) => r.action).sort()).toEqual(['ecs:DeregisterTaskDefinition', 'ecs:DescribeTaskDefinition', 'ecs:ListTaskDefinitionFamilies', 'ecs:ListTaskDefinitions']);
+  });
+
+  test.each(FUNCTIONS.map((f) => f.name))('%s: auditsCopyTasks is whether its bundle contains only the listing module; then its role allows the reconciler\'s requests and no registration', async (name) => {
+    const f = FUNCTIONS.find((x) => x.name === name)!;
+    const inputs = Object.keys((await lambdaBundle(f.entry, '/tmp/ferry-permissions-bundle')).inputs);
+    expect(Boolean(f.auditsCopyTasks)).toBe(inputs.some((i) => i.endsWith(ECS_MODULE)) && !inputs.some((i) => i.endsWith(MODULE)));
+    if (!f.auditsCopyTasks) return;
+    const statements = roleStatements(name, arns());
+    expect(await denied(statements, reconcilerRequests)).toEqual([]);
+    // Exactly these: the registration's requests (RegisterTaskDefinition, iam:PassRole) are denied.
+    const registration = requests.filter((r) => r.action === 'ecs:RegisterTaskDefinition' || r.action === 'iam:PassRole');
+    expect(registration.length).toBeGreaterThan(0);
+    expect(await denied(statements, registration)).toEqual(registration.map((r) => `${r.action} ${r.resource}`));
   });
 
   test.each(FUNCTIONS.map((f) => f.name))('%s: registersCopyTasks is whether its bundle contains the module; then its role allows every request', async (name) => {
@@ -259,6 +292,7 @@ describe('the copy task definitions of host-assisted migrations to and from aws-
 
   test('the check can fail: a role without the grant, a role passed to another service, a family not a migration\'s', async () => {
     expect(await denied(roleStatements('share-steps', arns()))).toEqual(requests.map((r) => `${r.action} ${r.resource}`));
+    expect(await denied(roleStatements('share-steps', arns()), reconcilerRequests)).toEqual(reconcilerRequests.map((r) => `${r.action} ${r.resource}`));
     const statements = roleStatements('migration-steps', arns());
     const pass = requests.find((r) => r.action === 'iam:PassRole')!;
     expect((await simulate(statements, { ...pass, context: { 'iam:PassedToService': 'lambda.amazonaws.com' } })).allowed).toBe(false);

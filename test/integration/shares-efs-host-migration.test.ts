@@ -17,10 +17,9 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { claimCopyOperation, finishCopyOperation } from '../../functions/copy/progress.js';
 import { getShare } from '../../functions/shares/repo.js';
 import { runAudit } from '../../functions/audit/audit.js';
-import { ECS_RUN_TASK_SYNC } from '../../infra/local/stepfunctions-runner.js';
-import { startEfsStack, type EfsStack } from '../support/efs-stack.js';
+import { startEfsStackWithEcs, type EfsStack } from '../support/efs-stack.js';
 import { awsError } from '../support/fake-ec2.js';
-import { COPY_TASK_ROLE, FAKE_ECS_REGION, mockedEcs, type FakeEcs } from '../support/fake-ecs.js';
+import { COPY_TASK_ROLE, FAKE_ECS_REGION, type FakeEcs } from '../support/fake-ecs.js';
 import { FAKE_EFS_VPC, type FakeEfs } from '../support/fake-efs.js';
 import { migrationStartBody } from '../support/manila.js';
 import { eventually } from '../support/poll.js';
@@ -34,10 +33,8 @@ const ENV = {
   FERRY_COPY_SECURITY_GROUPS: TASK_GROUP,
 };
 
-let efs: EfsStack;
+let efs: EfsStack & { ecs: FakeEcs };
 let fake: FakeEfs;
-let ecs: { fake: FakeEcs; restore: () => void };
-const saved: Record<string, string | undefined> = {};
 /** What each RunTask asked, and how the stand-in task ends: copy (the default) or fail. */
 const runs: Record<string, any>[] = [];
 let taskOutcome: 'copy' | 'fail' = 'copy';
@@ -77,21 +74,13 @@ async function fargate(input: unknown): Promise<any> {
   return { LastStatus: 'STOPPED', TaskDefinitionArn: params.TaskDefinition, Containers: [{ Name: 'copy-worker', ExitCode: 0 }] };
 }
 
+let ecs: { fake: FakeEcs };
 beforeAll(async () => {
-  ecs = mockedEcs();
-  for (const [k, v] of Object.entries({ ...ENV, FERRY_COPY_TASK_DEFINITION: ecs.fake.baseArn })) {
-    saved[k] = process.env[k];
-    process.env[k] = v;
-  }
-  efs = await startEfsStack({ [ECS_RUN_TASK_SYNC]: fargate });
-  fake = efs.fake;
+  efs = await startEfsStackWithEcs(ENV, fargate);
+  ({ fake } = efs);
+  ecs = { fake: efs.ecs };
 }, 180_000);
-afterAll(async () => {
-  await efs?.stop();
-  ecs?.restore();
-  for (const [k, v] of Object.entries(saved)) if (v === undefined) delete process.env[k];
-  else process.env[k] = v;
-});
+afterAll(async () => efs?.stop());
 
 const m = () => efs.manila;
 const nameOf = async (id: string) => `share-${(await getShare(id))!.instanceId}`;

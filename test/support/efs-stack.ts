@@ -14,6 +14,8 @@ import { manilaClient } from './manila.js';
 import { useSandboxStackWith } from './sandbox-stack.js';
 import type { TestLocalStack } from './stack.js';
 import type { TaskIntegration } from '../../infra/local/stepfunctions.js';
+import { ECS_RUN_TASK_SYNC } from '../../infra/local/stepfunctions-runner.js';
+import { mockedEcs, type FakeEcs } from './fake-ecs.js';
 
 export const EFS_BACKENDS: Inventory['shareBackends'] = [
   { host: 'ferry@efs-a', driver: 'aws-efs', region: FAKE_EFS_REGION, vpcId: FAKE_EFS_VPC, subnetIds: ['subnet-0a1', 'subnet-0b2'], shareBackendName: 'efs-a', protocols: ['NFS'], pools: [{ name: 'pool0', totalCapacityGb: 100 }] },
@@ -52,4 +54,30 @@ export function useEfsStack(): () => EfsStack {
   beforeAll(async () => void (started = await startEfsStack()), 180_000);
   afterAll(async () => started?.stop());
   return () => started!;
+}
+
+/**
+ * The EFS stack with ECS mocked too (test/support/fake-ecs.ts) and the copy worker's FERRY_COPY_*
+ * set (`env`, and the task definition the fake starts with): host-assisted migrations of aws-efs
+ * shares run their copy task through `fargate`, a test's stand-in for `ecs:runTask.sync`. `stop`
+ * stops the stack, restores ECS and the environment.
+ */
+export async function startEfsStackWithEcs(env: Record<string, string>, fargate: TaskIntegration): Promise<EfsStack & { ecs: FakeEcs }> {
+  const ecs = mockedEcs();
+  const saved: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries({ ...env, FERRY_COPY_TASK_DEFINITION: ecs.fake.baseArn })) {
+    saved[k] = process.env[k];
+    process.env[k] = v;
+  }
+  const efs = await startEfsStack({ [ECS_RUN_TASK_SYNC]: fargate });
+  return {
+    ...efs,
+    ecs: ecs.fake,
+    async stop() {
+      await efs.stop();
+      ecs.restore();
+      for (const [k, v] of Object.entries(saved)) if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    },
+  };
 }

@@ -6,11 +6,13 @@
  * family answers its latest ACTIVE revision and ClientException "Unable to describe task
  * definition." when it has none (an INACTIVE revision by family:revision is still described);
  * ListTaskDefinitions filters by familyPrefix (a prefix) and status, in revision order, paged;
+ * ListTaskDefinitionFamilies filters by familyPrefix and status (ACTIVE: families with an ACTIVE
+ * revision; INACTIVE: families with none; neither: all), in order of first registration, paged;
  * DeregisterTaskDefinition needs family:revision (ClientException otherwise), marks it INACTIVE,
  * and answers it again for one already INACTIVE. Any call can fail before its effect or after it
  * (a lost reply), once (`failNext`). The stack's copy worker task definition is there at start.
  */
-import { DeregisterTaskDefinitionCommand, DescribeTaskDefinitionCommand, ECSClient, ListTaskDefinitionsCommand, RegisterTaskDefinitionCommand, type TaskDefinition } from '@aws-sdk/client-ecs';
+import { DeregisterTaskDefinitionCommand, DescribeTaskDefinitionCommand, ECSClient, ListTaskDefinitionFamiliesCommand, ListTaskDefinitionsCommand, RegisterTaskDefinitionCommand, type TaskDefinition } from '@aws-sdk/client-ecs';
 import { mockClient } from 'aws-sdk-client-mock';
 import { awsError } from './fake-ec2.js';
 
@@ -56,6 +58,11 @@ export class FakeEcs {
   /** The next `command` fails with `error`: before its effect, or (`after`) with its effect made and the reply lost. */
   failNext(command: string, error: Error, after = false): void {
     this.failures.push({ command, error, after });
+  }
+
+  /** Drops the failures failNext queued that no call met. */
+  clearFailures(): void {
+    this.failures = [];
   }
 
   active(family: string): TaskDefinition[] {
@@ -105,6 +112,14 @@ export class FakeEcs {
     return { taskDefinitionArns: arns.slice(from, from + PAGE), ...(next ? { nextToken: next } : {}) };
   }
 
+  families(i: { familyPrefix?: string; status?: string; nextToken?: string }) {
+    const all = [...new Set(this.definitions.map((d) => d.family!))].filter((f) => !i.familyPrefix || f.startsWith(i.familyPrefix));
+    const families = all.filter((f) => (i.status === 'ACTIVE' ? this.active(f).length > 0 : i.status === 'INACTIVE' ? this.active(f).length === 0 : true));
+    const from = i.nextToken ? Number(i.nextToken) : 0;
+    const next = from + PAGE < families.length ? String(from + PAGE) : undefined;
+    return { families: families.slice(from, from + PAGE), ...(next ? { nextToken: next } : {}) };
+  }
+
   deregister(i: { taskDefinition: string }) {
     if (!/:\d+$/.test(i.taskDefinition)) throw awsError('ClientException', 'Revision must be specified to deregister a task definition.');
     const found = this.find(i.taskDefinition);
@@ -122,6 +137,7 @@ export function mockedEcs(): { fake: FakeEcs; restore: () => void } {
   mock.on(RegisterTaskDefinitionCommand).callsFake((i) => fake.call('RegisterTaskDefinition', i, () => fake.register(i)));
   mock.on(DescribeTaskDefinitionCommand).callsFake((i) => fake.call('DescribeTaskDefinition', i, () => fake.describe(i)));
   mock.on(ListTaskDefinitionsCommand).callsFake((i) => fake.call('ListTaskDefinitions', i, () => fake.list(i)));
+  mock.on(ListTaskDefinitionFamiliesCommand).callsFake((i) => fake.call('ListTaskDefinitionFamilies', i, () => fake.families(i)));
   mock.on(DeregisterTaskDefinitionCommand).callsFake((i) => fake.call('DeregisterTaskDefinition', i, () => fake.deregister(i)));
   return { fake, restore: () => mock.restore() };
 }
