@@ -119,7 +119,7 @@ async function copyReach(s: Share): Promise<CopyReach> {
     if (region && x.mount.region !== region) throw new ShareMigrationFailed(`the copy task runs in ${region} and cannot mount ${where(x)}`);
     if (x.mount.vpcId !== own[0]!.mount.vpcId) throw new ShareMigrationFailed(`one copy task cannot mount both ${where(own[0]!)} and ${where(x)}: EFS is mounted into a task from its own VPC only`);
     if (usesShareStorage && x.mount.vpcId !== stackVpc) {
-      throw new ShareMigrationFailed(`the copy task mounts the share storage in VPC ${stackVpc ?? '(none: this deployment has no copy worker)'} and cannot mount ${where(x)}: give that backend subnets of the stack's VPC`);
+      throw new ShareMigrationFailed(`the copy task mounts the share storage in VPC ${stackVpc ?? '(none: this deployment has no share storage)'} and cannot mount ${where(x)}: give that backend subnets of the stack's VPC`);
     }
   }
   const subnetSets = [...own.map((x) => x.mount.subnetIds), ...(usesShareStorage ? [list(process.env.FERRY_COPY_SUBNETS)] : [])];

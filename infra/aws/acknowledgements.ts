@@ -26,6 +26,8 @@ export function logicalIdOf(c: Construct): string {
   return stack.resolve(stack.getLogicalId(child)) as string;
 }
 
+const XRAY_WILDCARD_REASON = 'X-Ray tracing (xray:PutTraceSegments, xray:PutTelemetryRecords) has no resource-level permissions.';
+
 /** Wildcards the least-privilege grants of one function still contain, each with its reason. */
 export function acknowledgeFunction(scope: AcknowledgementScope, fn: IFunction, f: FunctionWiring): void {
   const v = Validations.of(fn);
@@ -35,7 +37,7 @@ export function acknowledgeFunction(scope: AcknowledgementScope, fn: IFunction, 
   });
   v.acknowledge({
     id: 'AwsSolutions-IAM5[Resource::*]',
-    reason: 'X-Ray tracing (xray:PutTraceSegments, xray:PutTelemetryRecords) has no resource-level permissions.',
+    reason: XRAY_WILDCARD_REASON,
   });
   v.acknowledge({
     id: 'AwsSolutions-L1',
@@ -46,9 +48,11 @@ export function acknowledgeFunction(scope: AcknowledgementScope, fn: IFunction, 
   if (f.mountsShareStorage && fn.isBoundToVpc) {
     // Replaces the Resource::* reason above: a mounting function also has the EFS ClientMount grant.
     for (const [id, reason] of Object.entries(CopyWorker.FUNCTION_ACKNOWLEDGEMENTS)) v.acknowledge({ id, reason });
-    if (f.registersCopyTasks || f.auditsCopyTasks) {
-      v.acknowledge({ id: 'AwsSolutions-IAM5[Resource::*]', reason: `${CopyWorker.FUNCTION_ACKNOWLEDGEMENTS['AwsSolutions-IAM5[Resource::*]']} ${COPY_TASK_WILDCARD_REASON}` });
-    }
+  }
+  // In or out of the VPC (aws-efs backends only: a copy worker without share storage).
+  if (f.registersCopyTasks || f.auditsCopyTasks) {
+    const base = f.mountsShareStorage && fn.isBoundToVpc ? CopyWorker.FUNCTION_ACKNOWLEDGEMENTS['AwsSolutions-IAM5[Resource::*]'] : XRAY_WILDCARD_REASON;
+    v.acknowledge({ id: 'AwsSolutions-IAM5[Resource::*]', reason: `${base} ${COPY_TASK_WILDCARD_REASON}` });
   }
   for (const key of f.tables) {
     v.acknowledge({

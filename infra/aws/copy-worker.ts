@@ -21,6 +21,9 @@
  *   Dockerfile.copy-worker, the access point mounted at SHARE_MOUNT_PATH (TLS + IAM), logs to
  *   CloudWatch.
  *
+ * Without share backends of a local kind (`shareStorage` false: aws-efs backends only) it is the
+ * cluster and the task definition alone, with no volume: no VPC, endpoints or EFS.
+ *
  * The state machines start the task with `arn:aws:states:::ecs:runTask.sync`; a step function
  * with `mountsShareStorage` (migration-steps) hands them the RunTask parameters, built from the
  * FERRY_COPY_* environment (`functionEnvironment()`).
@@ -42,6 +45,7 @@ import {
 } from 'aws-cdk-lib/aws-ec2';
 import { Platform } from 'aws-cdk-lib/aws-ecr-assets';
 import {
+  CfnCluster,
   Cluster,
   ContainerImage,
   ContainerInsights,
@@ -118,10 +122,19 @@ export interface CopyWorkerProps {
   readonly family: string;
   /** For the share file system, as for the tables and buckets. */
   readonly removalPolicy: RemovalPolicy;
+  /**
+   * Whether the deployment has share backends of a local kind, whose shares are directories on the
+   * share storage: the VPC, its endpoints, the EFS file system, mounted by the functions and the
+   * task. Without it (aws-efs backends only) the construct is the cluster and the task definition
+   * alone: a migration's own revision mounts its file systems and runs in its backends' subnets.
+   * @default true
+   */
+  readonly shareStorage?: boolean;
   readonly logRetention: RetentionDays;
 }
 
-export class CopyWorker extends Construct {
+/** The share storage: what only share backends of a local kind need (CopyWorkerProps.shareStorage). */
+export interface ShareStorage {
   readonly vpc: Vpc;
   readonly fileSystem: FileSystem;
   readonly accessPoint: AccessPoint;
@@ -129,7 +142,13 @@ export class CopyWorker extends Construct {
   readonly functionSecurityGroup: SecurityGroup;
   /** The group of the copy task's ENI (RunTask passes it). */
   readonly taskSecurityGroup: SecurityGroup;
-  readonly cluster: Cluster;
+}
+
+export class CopyWorker extends Construct {
+  /** Undefined when the deployment has no share backend of a local kind. */
+  readonly storage?: ShareStorage;
+  readonly cluster: Cluster | CfnCluster;
+  readonly clusterArn: string;
   readonly taskDefinition: FargateTaskDefinition;
   readonly container: ContainerDefinition;
   /** Where the functions and the task run: the isolated subnets. */
@@ -138,9 +157,22 @@ export class CopyWorker extends Construct {
   constructor(scope: Construct, id: string, props: CopyWorkerProps) {
     super(scope, id);
     const stack = Stack.of(this);
+    this.storage = (props.shareStorage ?? true) ? this.addShareStorage(props) : undefined;
 
+    // --- the task ------------------------------------------------------------------------------
+    // Per-task CPU, memory and network: what sizing the task needs; a few metrics per task. Without
+    // the VPC the cluster is the bare resource (ecs.Cluster would make a VPC of its own, with NAT).
+    this.cluster = this.storage
+      ? new Cluster(this, 'Cluster', { vpc: this.storage.vpc, containerInsightsV2: ContainerInsights.ENABLED })
+      : new CfnCluster(this, 'Cluster', { clusterSettings: [{ name: 'containerInsights', value: 'enabled' }] });
+    this.clusterArn = this.cluster instanceof Cluster ? this.cluster.clusterArn : this.cluster.attrArn;
+    ({ taskDefinition: this.taskDefinition, container: this.container } = this.addTaskDefinition(props, stack));
+    this.acknowledge();
+  }
+
+  private addShareStorage(props: CopyWorkerProps): ShareStorage {
     // --- network -------------------------------------------------------------------------------
-    this.vpc = new Vpc(this, 'Vpc', {
+    const vpc = new Vpc(this, 'Vpc', {
       ipAddresses: IpAddresses.cidr('10.42.0.0/16'),
       maxAzs: 2,
       natGateways: 0,
@@ -157,44 +189,44 @@ export class CopyWorker extends Construct {
         },
       },
     });
-    this.vpc.addGatewayEndpoint('DynamoDb', { service: GatewayVpcEndpointAwsService.DYNAMODB });
-    this.vpc.addGatewayEndpoint('S3', { service: GatewayVpcEndpointAwsService.S3 });
+    vpc.addGatewayEndpoint('DynamoDb', { service: GatewayVpcEndpointAwsService.DYNAMODB });
+    vpc.addGatewayEndpoint('S3', { service: GatewayVpcEndpointAwsService.S3 });
 
     // Egress is explicit: HTTPS to AWS APIs (the subnets have no internet route, so 443 reaches
     // only the endpoints: interface endpoints by address, DynamoDB and S3 by gateway prefix
     // list, whose ids are not known at synth without a lookup) and NFS to the file system.
     const clientGroup = (id: string, description: string) => {
-      const sg = new SecurityGroup(this, id, { vpc: this.vpc, description, allowAllOutbound: false });
+      const sg = new SecurityGroup(this, id, { vpc, description, allowAllOutbound: false });
       sg.addEgressRule(Peer.anyIpv4(), Port.tcp(443), 'HTTPS to AWS APIs through the VPC endpoints (no internet route)');
       return sg;
     };
-    this.functionSecurityGroup = clientGroup('FunctionSg', 'Ferry functions that mount the share file system');
-    this.taskSecurityGroup = clientGroup('TaskSg', 'Ferry copy worker tasks');
-    const clients = [this.functionSecurityGroup, this.taskSecurityGroup];
+    const functionSecurityGroup = clientGroup('FunctionSg', 'Ferry functions that mount the share file system');
+    const taskSecurityGroup = clientGroup('TaskSg', 'Ferry copy worker tasks');
+    const clients = [functionSecurityGroup, taskSecurityGroup];
 
     // Each interface endpoint admits HTTPS only from the clients that call it. The functions call
     // Step Functions (the share API starts machines); their logs and X-Ray segments leave through
     // the Lambda service, not the VPC. The task pulls its image (ECR api + dkr, layers from S3) and
     // ships its logs (awslogs) through its own ENI.
     const endpoints: [string, InterfaceVpcEndpointAwsService, SecurityGroup[]][] = [
-      ['States', InterfaceVpcEndpointAwsService.STEP_FUNCTIONS, [this.functionSecurityGroup]],
-      ['Logs', InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS, [this.taskSecurityGroup]],
-      ['EcrApi', InterfaceVpcEndpointAwsService.ECR, [this.taskSecurityGroup]],
-      ['EcrDkr', InterfaceVpcEndpointAwsService.ECR_DOCKER, [this.taskSecurityGroup]],
+      ['States', InterfaceVpcEndpointAwsService.STEP_FUNCTIONS, [functionSecurityGroup]],
+      ['Logs', InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS, [taskSecurityGroup]],
+      ['EcrApi', InterfaceVpcEndpointAwsService.ECR, [taskSecurityGroup]],
+      ['EcrDkr', InterfaceVpcEndpointAwsService.ECR_DOCKER, [taskSecurityGroup]],
     ];
     for (const [name, service, callers] of endpoints) {
-      const endpoint = this.vpc.addInterfaceEndpoint(name, { service, subnets: this.subnets, privateDnsEnabled: true, open: false });
+      const endpoint = vpc.addInterfaceEndpoint(name, { service, subnets: this.subnets, privateDnsEnabled: true, open: false });
       for (const sg of callers) endpoint.connections.allowDefaultPortFrom(sg, `HTTPS from ${sg.node.id}`);
     }
 
     // --- share storage -------------------------------------------------------------------------
     const fileSystemSecurityGroup = new SecurityGroup(this, 'FileSystemSg', {
-      vpc: this.vpc,
+      vpc,
       description: 'Ferry share file system (NFS from the functions and the copy task only)',
       allowAllOutbound: false,
     });
-    this.fileSystem = new FileSystem(this, 'Shares', {
-      vpc: this.vpc,
+    const fileSystem = new FileSystem(this, 'Shares', {
+      vpc,
       vpcSubnets: this.subnets,
       securityGroup: fileSystemSecurityGroup,
       encrypted: true,
@@ -205,9 +237,9 @@ export class CopyWorker extends Construct {
       enableAutomaticBackups: true,
       removalPolicy: props.removalPolicy,
     });
-    for (const sg of clients) this.fileSystem.connections.allowDefaultPortFrom(sg, `NFS from ${sg.node.id}`);
+    for (const sg of clients) fileSystem.connections.allowDefaultPortFrom(sg, `NFS from ${sg.node.id}`);
 
-    this.accessPoint = this.fileSystem.addAccessPoint('SharesAccessPoint', {
+    const accessPoint = fileSystem.addAccessPoint('SharesAccessPoint', {
       path: SHARE_ACCESS_POINT_PATH,
       // Root: the worker keeps the owners of copied files (fchown), and the functions (which run
       // as an unprivileged user) can still remove and re-mode what the worker wrote. Needs
@@ -216,14 +248,11 @@ export class CopyWorker extends Construct {
       createAcl: { ownerUid: '0', ownerGid: '0', permissions: '755' },
     });
 
-    // --- the task ------------------------------------------------------------------------------
-    this.cluster = new Cluster(this, 'Cluster', {
-      vpc: this.vpc,
-      // Per-task CPU, memory and network: what sizing the task needs; a few metrics per task.
-      containerInsightsV2: ContainerInsights.ENABLED,
-    });
+    return { vpc, fileSystem, accessPoint, functionSecurityGroup, taskSecurityGroup };
+  }
 
-    this.taskDefinition = new FargateTaskDefinition(this, 'TaskDefinition', {
+  private addTaskDefinition(props: CopyWorkerProps, stack: Stack): { taskDefinition: FargateTaskDefinition; container: ContainerDefinition } {
+    const taskDefinition = new FargateTaskDefinition(this, 'TaskDefinition', {
       family: props.family,
       cpu: COPY_TASK_CPU,
       memoryLimitMiB: COPY_TASK_MEMORY_MIB,
@@ -231,17 +260,7 @@ export class CopyWorker extends Construct {
       // only copies it into the arm64 stage, so an x86 machine builds it without emulation.
       runtimePlatform: { cpuArchitecture: CpuArchitecture.ARM64, operatingSystemFamily: OperatingSystemFamily.LINUX },
     });
-    const volumeName = 'shares';
-    this.taskDefinition.addVolume({
-      name: volumeName,
-      efsVolumeConfiguration: {
-        fileSystemId: this.fileSystem.fileSystemId,
-        transitEncryption: 'ENABLED',
-        authorizationConfig: { accessPointId: this.accessPoint.accessPointId, iam: 'ENABLED' },
-      },
-    });
-
-    this.container = this.taskDefinition.addContainer('Container', {
+    const container = taskDefinition.addContainer('Container', {
       containerName: COPY_CONTAINER_NAME,
       // Only copies the build context into cdk.out at synth; Docker builds it at deploy.
       image: ContainerImage.fromAsset(props.assetDirectory, { file: COPY_DOCKERFILE, platform: Platform.LINUX_ARM64 }),
@@ -260,16 +279,20 @@ export class CopyWorker extends Construct {
         logGroup: new LogGroup(this, 'TaskLogs', { retention: props.logRetention, removalPolicy: RemovalPolicy.DESTROY }),
       }),
     });
-    this.container.addMountPoints({ sourceVolume: volumeName, containerPath: SHARE_MOUNT_PATH, readOnly: false });
+    if (this.storage) {
+      // The share storage at SHARE_MOUNT_PATH, through the access point (TLS + IAM).
+      const { fileSystem, accessPoint } = this.storage;
+      taskDefinition.addVolume({ name: 'shares', efsVolumeConfiguration: { fileSystemId: fileSystem.fileSystemId, transitEncryption: 'ENABLED', authorizationConfig: { accessPointId: accessPoint.accessPointId, iam: 'ENABLED' } } });
+      container.addMountPoints({ sourceVolume: 'shares', containerPath: SHARE_MOUNT_PATH, readOnly: false });
+    }
 
     // The worker reads and conditionally updates its operation record (GetItem, UpdateItem), in
     // the share table only; no index, no scan, no delete.
-    this.taskDefinition.taskRole.addToPrincipalPolicy(
+    taskDefinition.taskRole.addToPrincipalPolicy(
       new PolicyStatement({ actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'], resources: [props.shareTable.tableArn] }),
     );
-    this.grantMount(this.taskDefinition.taskRole);
-
-    this.acknowledge();
+    if (this.storage) this.grantMount(taskDefinition.taskRole);
+    return { taskDefinition, container };
   }
 
   /** The cdk-nag acknowledgements a function that mounts the share storage needs (FerryStack adds them). */
@@ -280,29 +303,32 @@ export class CopyWorker extends Construct {
       'X-Ray tracing (xray:PutTraceSegments, xray:PutTelemetryRecords) has no resource-level permissions; elasticfilesystem:ClientMount is written with `*` by lambda.FileSystem.fromEfsAccessPoint but conditioned on the share access point ARN.',
   };
 
-  /** What a function that mounts the share file system gives its Lambda (VPC, group, mount). */
-  functionProps(): { vpc: Vpc; vpcSubnets: SubnetSelection; securityGroups: SecurityGroup[]; filesystem: LambdaFileSystem } {
+  /** What a function that mounts the share file system gives its Lambda (VPC, group, mount); nothing without the share storage. */
+  functionProps(): { vpc: Vpc; vpcSubnets: SubnetSelection; securityGroups: SecurityGroup[]; filesystem: LambdaFileSystem } | Record<string, never> {
+    if (!this.storage) return {};
     return {
-      vpc: this.vpc,
+      vpc: this.storage.vpc,
       vpcSubnets: this.subnets,
-      securityGroups: [this.functionSecurityGroup],
-      filesystem: LambdaFileSystem.fromEfsAccessPoint(this.accessPoint, SHARE_MOUNT_PATH),
+      securityGroups: [this.storage.functionSecurityGroup],
+      filesystem: LambdaFileSystem.fromEfsAccessPoint(this.storage.accessPoint, SHARE_MOUNT_PATH),
     };
   }
 
   /** The FERRY_COPY_* variables: what the share-steps function needs to build RunTask parameters. */
   functionEnvironment(): Record<string, string> {
     return {
-      [COPY_ENV.cluster]: this.cluster.clusterArn,
+      [COPY_ENV.cluster]: this.clusterArn,
       [COPY_ENV.taskDefinition]: this.taskDefinition.taskDefinitionArn,
-      [COPY_ENV.subnets]: Fn.join(',', this.vpc.selectSubnets(this.subnets).subnetIds),
-      [COPY_ENV.securityGroups]: Fn.join(',', [this.taskSecurityGroup.securityGroupId]),
       [COPY_ENV.container]: COPY_CONTAINER_NAME,
+      // Where a task that mounts the share storage runs; a migration's own revision runs in its backends' subnets.
+      ...(this.storage
+        ? { [COPY_ENV.subnets]: Fn.join(',', this.storage.vpc.selectSubnets(this.subnets).subnetIds), [COPY_ENV.securityGroups]: Fn.join(',', [this.storage.taskSecurityGroup.securityGroupId]) }
+        : {}),
     };
   }
 
   /** What a function with `registersCopyTasks` adds to functionEnvironment(). */
-  registrarEnvironment = (): Record<string, string> => ({ [COPY_REGISTRAR_ENV.taskRole]: this.taskDefinition.taskRole.roleArn, [COPY_REGISTRAR_ENV.vpcId]: this.vpc.vpcId });
+  registrarEnvironment = (): Record<string, string> => ({ [COPY_REGISTRAR_ENV.taskRole]: this.taskDefinition.taskRole.roleArn, ...(this.storage ? { [COPY_REGISTRAR_ENV.vpcId]: this.storage.vpc.vpcId } : {}) });
 
   /**
    * Mount, write and act as root on the share file system, through the access point only.
@@ -310,11 +336,12 @@ export class CopyWorker extends Construct {
    * needs ClientRootAccess.)
    */
   grantMount(grantee: IGrantable): void {
+    if (!this.storage) throw new Error('the copy worker has no share storage to mount (CopyWorkerProps.shareStorage is false)');
     grantee.grantPrincipal.addToPrincipalPolicy(
       new PolicyStatement({
         actions: EFS_CLIENT_ACTIONS,
-        resources: [this.fileSystem.fileSystemArn],
-        conditions: { StringEquals: { 'elasticfilesystem:AccessPointArn': this.accessPoint.accessPointArn } },
+        resources: [this.storage.fileSystem.fileSystemArn],
+        conditions: { StringEquals: { 'elasticfilesystem:AccessPointArn': this.storage.accessPoint.accessPointArn } },
       }),
     );
   }

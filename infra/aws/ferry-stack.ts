@@ -102,6 +102,8 @@ export interface FerryStackProps extends StackProps {
    * @default context `shareBackends`, else true
    */
   readonly shareBackends?: boolean;
+  /** Whether a share backend can take part in a host-assisted migration (the copy worker; without `shareBackends` no share storage). @default `shareBackends` */
+  readonly hostAssistedMigration?: boolean;
 }
 
 /** What the stack is generated from: the wiring table, or a test's fixture of the same shape. */
@@ -121,6 +123,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
   /** The share storage (VPC, EFS) and the copy task; only when a function or a machine needs them. */
   readonly copyWorker?: CopyWorker;
   readonly shareBackends: boolean;
+  readonly hostAssistedMigration: boolean;
   /** What `cdk deploy -c inventory=FILE` applies at deploy time, as validated. */
   readonly inventory?: Inventory;
   readonly wiring: FerryWiring;
@@ -130,6 +133,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
     this.wiring = props.wiring ?? { functions: FUNCTIONS, stateMachines: STATE_MACHINES };
     this.shareBackends = props.shareBackends ?? shareBackendsFromContext(this);
+    this.hostAssistedMigration = props.hostAssistedMigration ?? this.shareBackends;
 
     for (const t of TABLES) this.tables.set(t.key, this.addTable(t.key, removalPolicy));
     this.bucket = this.addBucket(removalPolicy);
@@ -146,8 +150,8 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     for (const [key, table] of this.tables) new CfnOutput(this, `TableName${pascal(key)}`, { value: table.tableName, description: tableEnvName(key) });
     new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName, description: BUCKET_ENV });
     if (this.copyWorker) {
-      new CfnOutput(this, 'ShareFileSystemId', { value: this.copyWorker.fileSystem.fileSystemId, description: 'EFS file system of the share backends (mounted at /mnt/ferry-shares)' });
-      new CfnOutput(this, 'CopyClusterArn', { value: this.copyWorker.cluster.clusterArn, description: 'ECS cluster of the copy worker (FERRY_COPY_CLUSTER)' });
+      if (this.copyWorker.storage) new CfnOutput(this, 'ShareFileSystemId', { value: this.copyWorker.storage.fileSystem.fileSystemId, description: 'EFS file system of the share backends (mounted at /mnt/ferry-shares)' });
+      new CfnOutput(this, 'CopyClusterArn', { value: this.copyWorker.clusterArn, description: 'ECS cluster of the copy worker (FERRY_COPY_CLUSTER)' });
       new CfnOutput(this, 'CopyTaskDefinitionArn', { value: this.copyWorker.taskDefinition.taskDefinitionArn, description: 'Fargate task definition of the copy worker (FERRY_COPY_TASK_DEFINITION)' });
     }
     addMonitoring(this);
@@ -163,11 +167,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
       timeToLiveAttribute: TTL_ATTRIBUTE,
       removalPolicy,
     });
-    table.addGlobalSecondaryIndex({
-      indexName: GSI1,
-      partitionKey: { name: 'gsi1pk', type: AttributeType.STRING },
-      sortKey: { name: 'gsi1sk', type: AttributeType.STRING },
-    });
+    table.addGlobalSecondaryIndex({ indexName: GSI1, partitionKey: { name: 'gsi1pk', type: AttributeType.STRING }, sortKey: { name: 'gsi1sk', type: AttributeType.STRING } });
     return table;
   }
 
@@ -181,10 +181,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
       removalPolicy,
     };
     // cdk-nag's S1 (access logging) does not apply to a bucket that is itself a log destination.
-    const logBucket = new Bucket(this, 'AccessLogBucket', {
-      ...common,
-      lifecycleRules: [{ id: 'expire-access-logs', expiration: Duration.days(365) }],
-    });
+    const logBucket = new Bucket(this, 'AccessLogBucket', { ...common, lifecycleRules: [{ id: 'expire-access-logs', expiration: Duration.days(365) }] });
     return new Bucket(this, 'Bucket', {
       ...common,
       versioned: true,
@@ -215,7 +212,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     if (f.usesBucket) environment[BUCKET_ENV] = this.bucket.bucketName;
     if (f.kind === 'authorizer') environment[AUTH_MODE_ENV] = 'token';
     // Without share backends there is nothing to mount: the function deploys outside any VPC.
-    const copyWorker = f.mountsShareStorage && this.shareBackends ? this.requireCopyWorker(`function ${f.name} has mountsShareStorage`) : undefined;
+    const copyWorker = f.mountsShareStorage && this.hostAssistedMigration ? this.requireCopyWorker(`function ${f.name} has mountsShareStorage`) : undefined;
     if (copyWorker) Object.assign(environment, copyWorker.functionEnvironment(), f.registersCopyTasks ? copyWorker.registrarEnvironment() : {});
 
     const id = `Fn${pascal(f.name)}`;
@@ -240,7 +237,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     const grantTable = f.readsTablesOnly ? (t: Table) => t.grantReadData(fn) : (t: Table) => t.grantReadWriteData(fn);
     for (const key of f.tables) grantTable(this.table(key, f.name));
     if (f.usesBucket) this.bucket.grantReadWrite(fn, f.bucketPrefix ? `${f.bucketPrefix}*` : '*');
-    copyWorker?.grantMount(fn);
+    if (copyWorker?.storage) copyWorker.grantMount(fn);
     if (copyWorker && f.registersCopyTasks) grantRegisterCopyTasks(copyWorker, fn);
     if (copyWorker && f.auditsCopyTasks) grantAuditCopyTasks(fn);
     grantDriverPermissions(fn, f);
@@ -308,7 +305,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     });
     for (const fn of invoked) fn.grantInvoke(machine);
     // Without share backends no migration can reach the copy step, so the machine gets no RunTask rights.
-    if (this.shareBackends && readFileSync(file, 'utf8').includes(RUN_TASK_SYNC)) {
+    if (this.hostAssistedMigration && readFileSync(file, 'utf8').includes(RUN_TASK_SYNC)) {
       this.requireCopyWorker(`state machine ${m.name} uses ${RUN_TASK_SYNC}`).grantRunTaskSync(machine);
     }
     acknowledgeStateMachine(machine, invoked);
@@ -324,13 +321,8 @@ export class FerryStack extends Stack implements AcknowledgementScope {
    * copies the build context at synth, so synth stays Docker-free; Docker builds the image at deploy.
    */
   private addCopyWorker(removalPolicy: RemovalPolicy): CopyWorker | undefined {
-    const needed =
-      this.shareBackends &&
-      (this.wiring.functions.some((f) => f.mountsShareStorage) ||
-      this.wiring.stateMachines.some((m) => {
-        const file = resolve(REPO_ROOT, m.file);
-        return existsSync(file) && readFileSync(file, 'utf8').includes(RUN_TASK_SYNC);
-      }));
+    const runsTask = (file: string) => existsSync(file) && readFileSync(file, 'utf8').includes(RUN_TASK_SYNC);
+    const needed = this.hostAssistedMigration && (this.wiring.functions.some((f) => f.mountsShareStorage) || this.wiring.stateMachines.some((m) => runsTask(resolve(REPO_ROOT, m.file))));
     if (!needed) return undefined;
     return new CopyWorker(this, 'CopyWorker', {
       shareTable: this.table('share', 'copy-worker'),
@@ -339,6 +331,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
       family: `${this.stackName}-copy-worker`,
       removalPolicy,
       logRetention: LOG_RETENTION,
+      shareStorage: this.shareBackends,
     });
   }
 
@@ -394,7 +387,8 @@ export function buildFerryApp(app: App = new App(), options: BuildOptions = {}):
     description: 'Ferry: Cinder/Manila/Nova move operations as serverless functions',
     removalPolicy: policy === 'destroy' ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
     wiring: options.wiring,
-    ...(inventory ? { inventory, shareBackends: shareBackendsFor(app, inventory) } : {}),
+    // Every share backend kind takes part in host-assisted migration (to or from another kind, or forced).
+    ...(inventory ? { inventory, shareBackends: shareBackendsFor(app, inventory), hostAssistedMigration: inventory.shareBackends.length > 0 } : {}),
   });
   if (options.nag ?? true) Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
   return { app, stack };

@@ -91,7 +91,7 @@ describe('share file system', () => {
 
   test('NFS (2049) reaches the file system from the functions and the task only', () => {
     const copy = real.stack.copyWorker!;
-    const fsSg = real.id(copy.fileSystem.connections.securityGroups[0]!);
+    const fsSg = real.id(copy.storage!.fileSystem.connections.securityGroups[0]!);
     const ingress = real
       .ofType('AWS::EC2::SecurityGroupIngress')
       .map(([, r]) => r.Properties)
@@ -101,7 +101,7 @@ describe('share file system', () => {
       [2049, 2049, 'tcp'],
     ]);
     expect(ingress.map((p) => p.SourceSecurityGroupId['Fn::GetAtt'][0]).sort()).toEqual(
-      [real.id(copy.functionSecurityGroup), real.id(copy.taskSecurityGroup)].sort(),
+      [real.id(copy.storage!.functionSecurityGroup), real.id(copy.storage!.taskSecurityGroup)].sort(),
     );
     // And no inline ingress on the group itself.
     expect(real.resources[fsSg]!.Properties.SecurityGroupIngress).toBeUndefined();
@@ -118,11 +118,11 @@ describe('functions that mount the share storage', () => {
   test.each(mounting.map((f) => [f.name] as const))('%s runs in the isolated subnets with the access point at /mnt/ferry-shares', (name) => {
     const copy = real.stack.copyWorker!;
     const props = fn(name);
-    expect(props.VpcConfig.SecurityGroupIds).toEqual([{ 'Fn::GetAtt': [real.id(copy.functionSecurityGroup), 'GroupId'] }]);
-    expect(props.VpcConfig.SubnetIds).toEqual(copy.vpc.isolatedSubnets.map((s) => ({ Ref: real.id(s.node.defaultChild as IConstruct) })));
+    expect(props.VpcConfig.SecurityGroupIds).toEqual([{ 'Fn::GetAtt': [real.id(copy.storage!.functionSecurityGroup), 'GroupId'] }]);
+    expect(props.VpcConfig.SubnetIds).toEqual(copy.storage!.vpc.isolatedSubnets.map((s) => ({ Ref: real.id(s.node.defaultChild as IConstruct) })));
     expect(props.FileSystemConfigs).toHaveLength(1);
     expect(props.FileSystemConfigs[0].LocalMountPath).toBe(SHARE_MOUNT_PATH);
-    expect(JSON.stringify(props.FileSystemConfigs[0].Arn)).toContain(`"${real.id(copy.accessPoint)}"`);
+    expect(JSON.stringify(props.FileSystemConfigs[0].Arn)).toContain(`"${real.id(copy.storage!.accessPoint)}"`);
   });
 
   test.each(mounting.map((f) => [f.name] as const))('%s gets the RunTask parameters in FERRY_COPY_*', (name) => {
@@ -130,14 +130,14 @@ describe('functions that mount the share storage', () => {
     const vars = fn(name).Environment.Variables as Record<string, unknown>;
     expect(vars[COPY_ENV.cluster]).toEqual({ 'Fn::GetAtt': [real.id(copy.cluster), 'Arn'] });
     expect(vars[COPY_ENV.taskDefinition]).toEqual({ Ref: real.id(copy.taskDefinition) });
-    expect(vars[COPY_ENV.subnets]).toEqual({ 'Fn::Join': [',', copy.vpc.isolatedSubnets.map((s) => ({ Ref: real.id(s.node.defaultChild as IConstruct) }))] });
+    expect(vars[COPY_ENV.subnets]).toEqual({ 'Fn::Join': [',', copy.storage!.vpc.isolatedSubnets.map((s) => ({ Ref: real.id(s.node.defaultChild as IConstruct) }))] });
     // One group: CDK folds the join of one element into the element itself.
-    expect(vars[COPY_ENV.securityGroups]).toEqual({ 'Fn::GetAtt': [real.id(copy.taskSecurityGroup), 'GroupId'] });
+    expect(vars[COPY_ENV.securityGroups]).toEqual({ 'Fn::GetAtt': [real.id(copy.storage!.taskSecurityGroup), 'GroupId'] });
     expect(vars[COPY_ENV.container]).toBe(COPY_CONTAINER_NAME);
     // The one that registers a migration's own copy task definition: who the task is to an EFS share's policy, and the stack's VPC.
     const registers = FUNCTIONS.find((f) => f.name === name)!.registersCopyTasks;
     expect(vars[COPY_REGISTRAR_ENV.taskRole]).toEqual(registers ? { 'Fn::GetAtt': [real.id(copy.taskDefinition.taskRole), 'Arn'] } : undefined);
-    expect(vars[COPY_REGISTRAR_ENV.vpcId]).toEqual(registers ? { Ref: real.id(copy.vpc) } : undefined);
+    expect(vars[COPY_REGISTRAR_ENV.vpcId]).toEqual(registers ? { Ref: real.id(copy.storage!.vpc) } : undefined);
   });
 
   test.each(mounting.map((f) => [f.name] as const))('%s may mount, write and act as root through the access point only', (name) => {
@@ -145,8 +145,8 @@ describe('functions that mount the share storage', () => {
     const statements = real.statementsOf(real.id(real.stack.functions.get(name)!.role!));
     const root = withAction(statements, 'elasticfilesystem:ClientRootAccess');
     expect(root).toHaveLength(1);
-    expect(root[0]!.Resource).toEqual({ 'Fn::GetAtt': [real.id(copy.fileSystem), 'Arn'] });
-    expect(JSON.stringify(root[0]!.Condition)).toContain(`"${real.id(copy.accessPoint)}"`);
+    expect(root[0]!.Resource).toEqual({ 'Fn::GetAtt': [real.id(copy.storage!.fileSystem), 'Arn'] });
+    expect(JSON.stringify(root[0]!.Condition)).toContain(`"${real.id(copy.storage!.accessPoint)}"`);
     for (const s of withAction(statements, 'elasticfilesystem:ClientMount')) expect(s.Condition ?? root[0]!.Condition).toBeDefined();
   });
 
@@ -187,9 +187,9 @@ describe('the copy task', () => {
       {
         Name: 'shares',
         EFSVolumeConfiguration: {
-          FilesystemId: { Ref: real.id(copy.fileSystem) },
+          FilesystemId: { Ref: real.id(copy.storage!.fileSystem) },
           TransitEncryption: 'ENABLED',
-          AuthorizationConfig: { AccessPointId: { Ref: real.id(copy.accessPoint) }, IAM: 'ENABLED' },
+          AuthorizationConfig: { AccessPointId: { Ref: real.id(copy.storage!.accessPoint) }, IAM: 'ENABLED' },
         },
       },
     ]);
@@ -216,7 +216,7 @@ describe('the copy task', () => {
     const efs = withAction(statements, 'elasticfilesystem:ClientWrite');
     expect(efs).toHaveLength(1);
     expect(actionsOf(efs[0]!).sort()).toEqual(['elasticfilesystem:ClientMount', 'elasticfilesystem:ClientRootAccess', 'elasticfilesystem:ClientWrite']);
-    expect(JSON.stringify(efs[0]!.Condition)).toContain(`"${real.id(copy.accessPoint)}"`);
+    expect(JSON.stringify(efs[0]!.Condition)).toContain(`"${real.id(copy.storage!.accessPoint)}"`);
   });
 
   test('the image is built at deploy from Dockerfile.copy-worker for linux/arm64; synth only stages a small context', () => {

@@ -2,7 +2,8 @@
  * `cdk deploy -c inventory=FILE`: the example AWS inventory synthesizes into one custom resource
  * run by the wiring's deploy function, carrying the validated document; cdk-nag has nothing to say
  * about it; an inventory with a local driver fails synth with the reason. Its share backends are
- * aws-efs ones, which need no share storage of the stack's own.
+ * aws-efs ones, which need no share storage of the stack's own, but the copy worker all the same
+ * (a forced host-assisted migration between them): the cluster and the task definition, no VPC.
  */
 import { resolve } from 'node:path';
 import type { App } from 'aws-cdk-lib';
@@ -42,15 +43,38 @@ test('one inventory resource, applied by the deploy function through the provide
   expect(JSON.stringify(provider![1].Properties.Environment)).toContain(stack.resolve(stack.getLogicalId(stack.functions.get('inventory-apply')!.node.defaultChild as never)));
 });
 
-test('with only aws-efs share backends the stack has no share storage: the deploy function runs outside any VPC, nothing mounted', () => {
+const idOf = (c: { node: { defaultChild?: unknown } }) => stack.resolve(stack.getLogicalId(c.node.defaultChild as never)) as string;
+const types = () => Object.values(resources).map((r) => r.Type);
+
+test('with only aws-efs share backends the stack has no share storage: no VPC, no endpoints, no EFS; every function outside any VPC, nothing mounted', () => {
   // An aws-efs backend has no root to make (a file system per share, made by the driver through the EFS API).
-  const id = stack.resolve(stack.getLogicalId(stack.functions.get('inventory-apply')!.node.defaultChild as never)) as string;
-  const fn = resources[id]!.Properties;
-  expect(fn.VpcConfig).toBeUndefined();
-  expect(fn.FileSystemConfigs).toBeUndefined();
-  expect(stack.copyWorker).toBeUndefined();
-  expect(Object.values(resources).map((r) => r.Type)).not.toEqual(expect.arrayContaining(['AWS::EFS::FileSystem']));
-  expect(Object.values(resources).map((r) => r.Type)).not.toEqual(expect.arrayContaining(['AWS::EC2::VPC']));
+  for (const name of ['inventory-apply', 'migration-steps', 'share-api', 'reconciler']) {
+    const fn = resources[idOf(stack.functions.get(name)!)]!.Properties;
+    expect(fn.VpcConfig, name).toBeUndefined();
+    expect(fn.FileSystemConfigs, name).toBeUndefined();
+  }
+  expect(stack.copyWorker?.storage).toBeUndefined();
+  for (const t of ['AWS::EFS::FileSystem', 'AWS::EFS::AccessPoint', 'AWS::EC2::VPC', 'AWS::EC2::VPCEndpoint', 'AWS::EC2::NatGateway']) expect(types(), t).not.toContain(t);
+});
+
+test('with only aws-efs share backends the copy worker still deploys (host-assisted migration of an aws-efs share): the cluster, a task definition with no volume, the step function\'s FERRY_COPY_*, RunTask for the phase 1 machine', () => {
+  const worker = stack.copyWorker!;
+  expect(types().filter((t) => t === 'AWS::ECS::Cluster')).toHaveLength(1);
+  const task = resources[idOf(worker.taskDefinition)]!.Properties;
+  expect(task).toMatchObject({ Family: worker.taskDefinition.family, Cpu: '2048', Memory: '4096', RequiresCompatibilities: ['FARGATE'], NetworkMode: 'awsvpc' });
+  expect(task.Volumes ?? []).toEqual([]);
+  expect(task.ContainerDefinitions[0].MountPoints ?? []).toEqual([]);
+  // The step function gets the cluster, the task definition and the task role; no subnets, groups or VPC (a migration's own revision runs in its backends' subnets).
+  const vars = resources[idOf(stack.functions.get('migration-steps')!)]!.Properties.Environment.Variables as Record<string, unknown>;
+  expect(Object.keys(vars).filter((k) => k.startsWith('FERRY_COPY_')).sort()).toEqual(['FERRY_COPY_CLUSTER', 'FERRY_COPY_CONTAINER', 'FERRY_COPY_TASK_DEFINITION', 'FERRY_COPY_TASK_ROLE']);
+  expect(vars.FERRY_COPY_TASK_DEFINITION).toEqual({ Ref: idOf(worker.taskDefinition) });
+  // The phase 1 machine may run the task (and the migrations' own revisions).
+  const machineRole = idOf(stack.stateMachines.get('share-migration-start')!.role);
+  const policies = Object.values(resources).filter((r) => r.Type === 'AWS::IAM::Policy' && JSON.stringify(r.Properties.Roles).includes(`"${machineRole}"`));
+  expect(JSON.stringify(policies)).toContain('"ecs:RunTask"');
+  // The task role: the copy record only, no mount of a share storage.
+  const taskPolicies = Object.values(resources).filter((r) => r.Type === 'AWS::IAM::Policy' && JSON.stringify(r.Properties.Roles).includes(`"${idOf(worker.taskDefinition.taskRole)}"`));
+  expect(JSON.stringify(taskPolicies)).not.toContain('elasticfilesystem:');
 });
 
 test('cdk-nag reports nothing unacknowledged on the inventory resource', () => {
