@@ -9,134 +9,29 @@
  * share: one is accepted, one execution runs, and the migration completes. Every test ends with a
  * clean audit and no share left busy.
  *
- * Rows of §1.3 Ferry cannot reach, so they have no test here:
- *  - 3 (soft-deleted share): Ferry has no soft delete (2.69); no share is ever soft-deleted.
- *  - 7b (share network not `active`): share networks are records only and always `active`.
- *  - 10 (replicas): Ferry's shares have no replicas.
- *  - 11 (share groups): share groups are not built (create refuses share_group_id).
- *  - 15 (host-assisted with snapshots): Ferry's shares have no snapshots.
- *  - 16b (destination service down): a share backend's service is always up (no daemons).
- *  - 21 (HostBinaryNotFound): row 16 already found the backend's one `manila-share` service;
- *    the second lookup cannot fail.
+ * The stack, the helpers, the refusal tables and the rows of §1.3 Ferry cannot reach are in
+ * test/support/share-migration-api.ts.
  */
-import { randomUUID } from 'node:crypto';
-import { DescribeExecutionCommand, ListExecutionsCommand } from '@aws-sdk/client-sfn';
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
-import { sfn, stateMachineArn } from '../../functions/core/executions.js';
-import { clearFault, clearFaults, faultCalls, injectFault } from '../../functions/core/faults.js';
-import type { StateMachineName } from '../../functions/wiring.js';
+import { clearFault, faultCalls, injectFault } from '../../functions/core/faults.js';
 import { getShare } from '../../functions/shares/repo.js';
-import { manilaClient, migrationStartBody, type ManilaResponse, useFastMigrationEnv } from '../support/manila.js';
 import { eventually } from '../support/poll.js';
-import { useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { A, ACTION_BODIES, ACTION_REFUSAL_ROWS, ACTIONS, B, BARE_404, cancelRefusals, completeRefusals, executionsFor, NO_SUCH, PROGRESS_0, PROGRESS_100, RESETTABLE, start, startRefusalRows, useShareMigrationApiStack, type RefusalRow } from '../support/share-migration-api.js';
 
-let stack: TestLocalStack;
-const m = manilaClient(() => stack.url);
-let restoreEnv: (() => void) | undefined;
-
-const A = 'ferry@nfs-a#pool0';
-const B = 'ferry@nfs-b#pool0';
-const NO_SUCH = '3f1c2b7e-0000-4000-8000-00000000dead';
-const BARE_404 = { itemNotFound: { code: 404, message: 'The resource could not be found.' } };
-const FAULTS: Record<number, string> = { 400: 'badRequest', 403: 'forbidden', 404: 'itemNotFound', 409: 'conflictingRequest' };
-const ACTIONS = ['migration_start', 'migration_complete', 'migration_cancel', 'migration_get_progress', 'reset_task_state'] as const;
-/** constants.TASK_STATE_STATUSES without None (reference §1.4): every §1.6 value but migration_driver_starting and migration_cancel_in_progress. */
-const RESETTABLE = [
-  'migration_starting',
-  'migration_in_progress',
-  'migration_driver_in_progress',
-  'migration_driver_phase1_done',
-  'data_copying_starting',
-  'data_copying_in_progress',
-  'data_copying_completing',
-  'data_copying_completed',
-  'data_copying_cancelled',
-  'data_copying_error',
-  'migration_completing',
-  'migration_success',
-  'migration_error',
-  'migration_cancelled',
-];
-const PROGRESS_100 = ['migration_success', 'data_copying_error', 'migration_cancelled', 'migration_completing', 'migration_driver_phase1_done', 'data_copying_completed', 'data_copying_completing', 'data_copying_cancelled', 'migration_error'];
-const PROGRESS_0 = ['migration_starting', 'data_copying_starting', 'migration_in_progress'];
-
+const { m, shares, refused, resetTaskState, makeType, raw } = useShareMigrationApiStack();
 /** The share every refusal is tried on (an available share on nfs-a); refusals leave it as it is. */
 let base: string;
-
-beforeAll(async () => {
-  restoreEnv = useFastMigrationEnv([]);
-  stack = await useLocalStack();
-  base = (await m.availableShare('nfs-a', { name: 'base' })).id;
-}, 120_000);
-afterAll(async () => {
-  await stack?.stop();
-  restoreEnv?.();
-});
-afterEach(async () => {
-  clearFaults();
-  const b = await getShare(base);
-  expect(b).toMatchObject({ status: 'available', taskState: null, migration: null });
-  expect((await runAudit()).findings).toEqual([]);
+beforeAll(() => {
+  base = shares.base;
 });
 
-// ---- helpers ---------------------------------------------------------------------------------
-
-const start = (host: string, extra: Record<string, unknown> = {}, flags: Parameters<typeof migrationStartBody>[1] = {}) => migrationStartBody(host, flags, extra);
-
-/** Sends the action, expects the fault and message, and that the share record did not change at all (version included). */
-async function refused(id: string, body: unknown, status: number, message: string | RegExp, opts?: Parameters<typeof m.action>[2]): Promise<ManilaResponse> {
-  const before = await getShare(id);
-  const res = await m.action(id, body, opts);
-  expect({ status: res.status, body: res.body }).toMatchObject({ status, body: { [FAULTS[status]!]: { code: status } } });
-  expect(Object.keys(res.body)).toEqual([FAULTS[status]]);
-  const msg = res.body[FAULTS[status]!].message;
-  if (typeof message === 'string') expect(msg).toBe(message);
-  else expect(msg).toMatch(message);
-  expect(await getShare(id)).toEqual(before);
-  return res;
-}
-
-async function resetTaskState(id: string, state: string | null): Promise<void> {
-  const res = await m.action(id, { reset_task_state: { task_state: state } });
-  expect(res.status).toBe(202);
-  expect((await getShare(id))!.taskState).toBe(state);
-}
-
-async function makeType(extraSpecs: Record<string, string>): Promise<{ id: string; name: string }> {
-  const name = `t-${randomUUID().slice(0, 8)}`;
-  const res = await m.api('POST', '/types', { share_type: { name, extra_specs: { driver_handles_share_servers: 'False', ...extraSpecs } } });
-  expect(res.status).toBe(200);
-  return { id: res.body.share_type.id, name };
-}
-
-/** A raw request, for headers the client helper does not vary. */
-async function raw(path: string, body: unknown, headers: Record<string, string>): Promise<ManilaResponse> {
-  const res = await fetch(`${stack.url}/share/v2${path}`, {
-    method: 'POST',
-    headers: { 'X-Auth-Token': 'admin:admin', 'Content-Type': 'application/json', Accept: 'application/json', ...headers },
-    body: JSON.stringify(body),
+/** One test per row of a refusal table, each refusal expected as `refused` does. */
+function refusalTests(rows: RefusalRow[]): void {
+  for (const row of rows) test(row.title, async () => {
+    for (const [id, body, status, message, opts] of await row.refusals(base, { m, makeType })) await refused(id, body, status, message, opts);
   });
-  const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : undefined, headers: res.headers };
 }
-
-/** Executions of a machine whose input names this share. */
-async function executionsFor(machine: StateMachineName, shareId: string): Promise<string[]> {
-  const out: string[] = [];
-  let nextToken: string | undefined;
-  do {
-    const page = await (await sfn()).send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(machine), maxResults: 1000, nextToken }));
-    for (const e of page.executions ?? []) {
-      const d = await (await sfn()).send(new DescribeExecutionCommand({ executionArn: e.executionArn! }));
-      if (JSON.parse(d.input ?? '{}').shareId === shareId) out.push(e.name!);
-    }
-    nextToken = page.nextToken;
-  } while (nextToken);
-  return out;
-}
-
-// ---- §1.1 transport --------------------------------------------------------------------------
 
 describe('transport (§1.1)', () => {
   test('no experimental header: every migration action is a bare 404, the share unchanged', async () => {
@@ -210,16 +105,9 @@ describe('transport (§1.1)', () => {
 
 describe('policy (§1.1): admin only, checked before the share is looked up', () => {
   test('demo:demo gets 403 for every migration action, on an existing share and on one that does not exist', async () => {
-    const bodies: Record<(typeof ACTIONS)[number], unknown> = {
-      migration_start: start(B),
-      migration_complete: { migration_complete: null },
-      migration_cancel: { migration_cancel: null },
-      migration_get_progress: { migration_get_progress: null },
-      reset_task_state: { reset_task_state: { task_state: 'migration_error' } },
-    };
     for (const action of ACTIONS) {
       for (const id of [base, NO_SUCH]) {
-        const res = await refused(id, bodies[action], 403, /./, { token: 'demo:demo' });
+        const res = await refused(id, ACTION_BODIES[action], 403, /./, { token: 'demo:demo' });
         expect(res.body.forbidden.code).toBe(403);
       }
     }
@@ -240,58 +128,11 @@ describe('policy (§1.1): admin only, checked before the share is looked up', ()
 // ---- §1.3 migration_start --------------------------------------------------------------------
 
 describe('migration_start validation (§1.3), in order', () => {
-  test('row 2: share not found -> 404 Share <id> not found.', async () => {
-    await refused(NO_SUCH, start(B), 404, `Share ${NO_SUCH} not found.`);
-    // Before any body validation.
-    await refused(NO_SUCH, { migration_start: null }, 404, `Share ${NO_SUCH} not found.`);
-  });
-
-  test('row 4: body missing or empty -> 400 Request is missing body.', async () => {
-    for (const value of [null, {}, false, '', 0]) await refused(base, { migration_start: value }, 400, 'Request is missing body.');
-  });
-
-  test('row 5: any mandatory parameter missing -> 400 Must specify all mandatory parameters', async () => {
-    const msg = "Must specify all mandatory parameters: ['preserve_metadata', 'writable', 'nondisruptive', 'preserve_snapshots', 'host']";
-    for (const key of ['preserve_metadata', 'writable', 'nondisruptive', 'preserve_snapshots', 'host']) {
-      const body = start(B);
-      delete (body.migration_start as Record<string, unknown>)[key];
-      await refused(base, body, 400, msg);
-    }
-    // Row 5 before row 6: a missing flag wins over an invalid one.
-    await refused(base, { migration_start: { host: B, writable: 'maybe' } }, 400, msg);
-  });
-
-  test('row 6: a flag that is not a boolean -> 400 Invalid value X for <key>. Expecting a boolean.', async () => {
-    for (const key of ['preserve_metadata', 'writable', 'nondisruptive', 'preserve_snapshots', 'force_host_assisted_migration']) {
-      await refused(base, start(B, { [key]: 'maybe' }), 400, `Invalid value maybe for ${key}. Expecting a boolean.`);
-    }
-    await refused(base, start(B, { writable: 2 }), 400, 'Invalid value 2 for writable. Expecting a boolean.');
-    await refused(base, start(B, { writable: null }), 400, 'Invalid value None for writable. Expecting a boolean.');
-    // Row 6 before row 7.
-    await refused(base, start(B, { nondisruptive: 'sure', new_share_network_id: NO_SUCH }), 400, 'Invalid value sure for nondisruptive. Expecting a boolean.');
-  });
-
-  test('row 7: new_share_network_id not found -> 400 Share network <id> not found.', async () => {
-    await refused(base, start(B, { new_share_network_id: NO_SUCH }), 400, `Share network ${NO_SUCH} not found.`);
-    // Row 7 before row 8.
-    await refused(base, start(B, { new_share_network_id: NO_SUCH, new_share_type_id: NO_SUCH }), 400, `Share network ${NO_SUCH} not found.`);
-  });
-
-  test('row 8: new_share_type_id not found -> 400 Share type <id> not found.', async () => {
-    await refused(base, start(B, { new_share_type_id: NO_SUCH }), 400, `Share type ${NO_SUCH} not found.`);
-    // Row 8 before row 9.
-    await refused(base, start(B, { new_share_type_id: NO_SUCH }, { force_host_assisted_migration: true, writable: true }), 400, `Share type ${NO_SUCH} not found.`);
-  });
-
-  test('row 9: force_host_assisted_migration with any driver-assisted flag -> 400 Invalid parameter combination', async () => {
-    const msg =
-      'Invalid input received: Invalid parameter combination. Cannot set parameters "nondisruptive", "writable", "preserve_snapshots" or "preserve_metadata" to True when enabling the "force_host_assisted_migration" option.';
-    for (const flag of ['preserve_metadata', 'writable', 'nondisruptive', 'preserve_snapshots'] as const) {
-      await refused(base, start(B, {}, { force_host_assisted_migration: true, [flag]: true }), 400, msg);
-    }
-    // Strings as the CLI sends them ("yes" is a boolean too).
-    await refused(base, start(B, { force_host_assisted_migration: 'True', writable: 'yes' }), 400, msg);
-  });
+  for (const row of startRefusalRows()) {
+    test(row.title, async () => {
+      for (const [id, body, status, message] of await row.refusals(base, { m, makeType })) await refused(id, body, status, message);
+    });
+  }
 
   test('row 12: share instance not available -> 400 status must be available (here: creating)', async () => {
     const fault = injectFault({ kind: 'share', method: 'createShare', mode: 'hang' });
@@ -346,36 +187,6 @@ describe('migration_start validation (§1.3), in order', () => {
     await resetTaskState(base, null);
   });
 
-  test('row 17: the new type sets a size range the share is outside -> 400 InvalidInput', async () => {
-    const min = await makeType({ share_backend_name: 'nfs-b', 'provisioning:min_share_size': '5' });
-    await refused(base, start(B, { new_share_type_id: min.id }), 400, `Invalid input received: Specified share size of '1' is less than the minimum required size of '5' for share type '${min.name}'.`);
-    const { id } = await m.availableShare('nfs-a', { size: 3, name: 'big' });
-    const max = await makeType({ share_backend_name: 'nfs-b', 'provisioning:max_share_size': '2' });
-    await refused(id, start(B, { new_share_type_id: max.id }), 400, `Invalid input received: Specified share size of '3' is greater than the maximum allowable size of '2' for share type '${max.name}'.`);
-    // Row 17 after row 16.
-    await refused(base, start('ferry@nfs-z#pool0', { new_share_type_id: min.id }), 404, 'ServiceNotFound: Service ferry@nfs-z could not be found.');
-  });
-
-  test('row 18: new type with driver_handles_share_servers=True, no network anywhere -> 400 InvalidInput', async () => {
-    const dhss = await makeType({ driver_handles_share_servers: 'True' });
-    await refused(
-      base,
-      start(B, { new_share_type_id: dhss.id }),
-      400,
-      `Invalid input received: New share network must be provided when share type of given share ${base} has extra_spec 'driver_handles_share_servers' as True.`,
-    );
-  });
-
-  test('row 19: driver_handles_share_servers=False and a new share network -> 400 InvalidInput', async () => {
-    const net = await m.api('POST', '/share-networks', { share_network: { name: 'n19' } });
-    expect(net.status).toBe(200);
-    const msg = `Invalid input received: New share network must not be provided when share type of given share ${base} has extra_spec 'driver_handles_share_servers' as False.`;
-    await refused(base, start(B, { new_share_network_id: net.body.share_network.id }), 400, msg);
-    // With a new DHSS=False type too.
-    const typeB = await m.typePinnedTo('nfs-b');
-    await refused(base, start(B, { new_share_network_id: net.body.share_network.id, new_share_type_id: typeB }), 400, msg);
-  });
-
   test('row 20: destination equals the source -> 200, task_state migration_success and nothing else', async () => {
     const { id } = await m.availableShare('nfs-a', { name: 'noop' });
     const before = (await getShare(id))!;
@@ -392,11 +203,6 @@ describe('migration_start validation (§1.3), in order', () => {
     expect(after2).toEqual({ ...after, version: after2.version, updatedAt: after2.updatedAt });
     expect(await executionsFor('share-migration-start', id)).toEqual([]);
     await resetTaskState(id, null);
-  });
-
-  test('row 22: the type\'s availability_zones exclude the destination\'s zone -> 400 InvalidShare', async () => {
-    const t = await makeType({ share_backend_name: 'nfs-b', availability_zones: 'zone-x,zone-y' });
-    await refused(base, start(B, { new_share_type_id: t.id }), 400, `Invalid share: Share ${base} cannot be migrated to host ${B} because share type ${t.name}(ID: ${t.id}) is not supported within the availability zone (nova) that the host is in.`);
   });
 
   test('row 23: accepted -> 202, share migrating with a phase-1 task_state, one execution; the migration then cancels cleanly', async () => {
@@ -439,24 +245,10 @@ describe('migration_start validation (§1.3), in order', () => {
 // ---- §1.4 complete / cancel / get_progress / reset_task_state ----------------------------------
 
 describe('migration_complete (§1.4)', () => {
-  test('share not found -> 404 Share <id> not found.', async () => {
-    await refused(NO_SUCH, { migration_complete: null }, 404, `Share ${NO_SUCH} not found.`);
-  });
+  refusalTests(ACTION_REFUSAL_ROWS.complete);
 
   test('each _migration_validate_error_message, by task_state', async () => {
-    const cases: [string | null, string][] = [
-      [null, `There is no migration being performed for share ${base} at this moment.`],
-      ['migration_error', `There is no migration being performed for share ${base} at this moment.`],
-      ['migration_success', `Migration of share ${base} has already completed.`],
-      ['migration_cancelled', `Migration of share ${base} was already cancelled.`],
-      ['migration_starting', `First migration phase of share ${base} not completed yet.`],
-      ['migration_in_progress', `First migration phase of share ${base} not completed yet.`],
-      ['migration_driver_in_progress', `First migration phase of share ${base} not completed yet.`],
-      ['data_copying_in_progress', `First migration phase of share ${base} not completed yet.`],
-      ['migration_completing', `First migration phase of share ${base} not completed yet.`],
-      ['data_copying_error', `First migration phase of share ${base} not completed yet.`],
-    ];
-    for (const [state, msg] of cases) {
+    for (const [state, msg] of completeRefusals(base)) {
       await resetTaskState(base, state);
       await refused(base, { migration_complete: null }, 400, `Invalid share: ${msg}`);
       // The body's value is ignored.
@@ -476,29 +268,10 @@ describe('migration_complete (§1.4)', () => {
 });
 
 describe('migration_cancel (§1.4)', () => {
-  test('share not found -> 404 Share <id> not found.', async () => {
-    await refused(NO_SUCH, { migration_cancel: null }, 404, `Share ${NO_SUCH} not found.`);
-  });
+  refusalTests(ACTION_REFUSAL_ROWS.cancel);
 
   test('outside the cancellable states: the validate message, else cannot be cancelled at this moment', async () => {
-    const cannot = `Migration of share ${base} cannot be cancelled at this moment.`;
-    const cases: [string | null, string][] = [
-      [null, `There is no migration being performed for share ${base} at this moment.`],
-      ['migration_error', `There is no migration being performed for share ${base} at this moment.`],
-      ['migration_success', `Migration of share ${base} has already completed.`],
-      ['migration_cancelled', `Migration of share ${base} was already cancelled.`],
-      ['migration_starting', cannot],
-      ['migration_in_progress', cannot],
-      ['data_copying_starting', cannot],
-      ['data_copying_completing', cannot],
-      ['migration_completing', cannot],
-      ['data_copying_error', cannot],
-      // Cancellable states, but no migration on the share (reset_task_state): upstream's get_migrating_instances is a 500.
-      ['migration_driver_phase1_done', cannot],
-      ['migration_driver_in_progress', cannot],
-      ['data_copying_completed', cannot],
-    ];
-    for (const [state, msg] of cases) {
+    for (const [state, msg] of cancelRefusals(base)) {
       await resetTaskState(base, state);
       await refused(base, { migration_cancel: null }, 400, `Invalid share: ${msg}`);
     }
@@ -507,11 +280,7 @@ describe('migration_cancel (§1.4)', () => {
 });
 
 describe('migration_get_progress (§1.4, §1.5)', () => {
-  test('share not found -> 404; task_state null -> 400', async () => {
-    await refused(NO_SUCH, { migration_get_progress: null }, 404, `Share ${NO_SUCH} not found.`);
-    await refused(base, { migration_get_progress: null }, 400, `Invalid share: There is no migration being performed for share ${base} at this moment.`);
-    await refused(base, { migration_get_progress: null }, 400, `Invalid share: There is no migration being performed for share ${base} at this moment.`, { version: '2.59' });
-  });
+  refusalTests(ACTION_REFUSAL_ROWS.progress);
 
   test('the state table: 100 for the done/error states, 0 for the starting ones; details only from 2.59', async () => {
     for (const [states, progress] of [[PROGRESS_100, 100], [PROGRESS_0, 0]] as const) {
@@ -539,22 +308,7 @@ describe('migration_get_progress (§1.4, §1.5)', () => {
 });
 
 describe('reset_task_state (§1.4)', () => {
-  test('share not found -> 404 ShareNotFound: Share <id> could not be found.', async () => {
-    await refused(NO_SUCH, { reset_task_state: { task_state: null } }, 404, `ShareNotFound: Share ${NO_SUCH} could not be found.`);
-  });
-
-  test("no task_state -> 400 Must specify 'task_state'", async () => {
-    for (const value of [null, {}, { state: 'migration_error' }, 'migration_error', ['task_state'], 1]) {
-      await refused(base, { reset_task_state: value }, 400, "Must specify 'task_state'");
-    }
-  });
-
-  test('a value outside TASK_STATE_STATUSES -> 400 Invalid state. Valid states: ...', async () => {
-    const msg = `Invalid state. Valid states: ${[...RESETTABLE, 'None'].join(', ')}.`;
-    for (const value of ['migration_driver_starting', 'migration_cancel_in_progress', 'bogus', '', 'None', 'MIGRATION_ERROR', 3, true, { a: 1 }]) {
-      await refused(base, { reset_task_state: { task_state: value } }, 400, msg);
-    }
-  });
+  refusalTests(ACTION_REFUSAL_ROWS.reset);
 
   test('every valid state and null -> 202; only task_state changes (no side effects)', async () => {
     for (const state of [...RESETTABLE, null]) {
