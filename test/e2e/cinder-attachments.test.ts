@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { cinderCli, parseListTable, parsePropertyTable } from '../support/cli.js';
-import { eventually } from '../support/poll.js';
+import { volumeGone, volumeStatusBecomes } from '../support/volume-waits.js';
 import { useLocalStack } from '../support/stack.js';
 
 /** Each CLI call starts a Python interpreter and rediscovers versions: a scenario of ~25 calls needs minutes on a busy 2-core machine. */
@@ -22,20 +22,20 @@ const cinder = async (...args: string[]) => {
   return r.stdout;
 };
 
+/** Waits over HTTP for the volume's status, then shows the volume through the CLI. */
 async function waitForVolume(id: string, status: string): Promise<Record<string, string>> {
-  return eventually(async (note) => {
-    const v = note(parsePropertyTable(await cinder('show', id)));
-    if (v.status === status) return v;
-    if (v.status?.startsWith('error')) throw new Error(`volume ${id} went to ${v.status}`);
-    return undefined;
-  }, `volume ${id} to reach ${status}`, { timeoutMs: 40_000, intervalMs: 100 });
+  await volumeStatusBecomes(stack.url, 'demo:demo', id, status, 40_000);
+  const v = parsePropertyTable(await cinder('show', id));
+  expect(v.status, `volume ${id}`).toBe(status);
+  return v;
 }
 
+/** Waits over HTTP until the volume is gone, then checks that `cinder show` says so. */
 async function waitGone(id: string): Promise<void> {
-  await eventually(async (note) => {
-    const r = note(await cinderCli(endpoint, 'demo', 'demo', ['show', id]));
-    return (r.code !== 0 && /could not be found|No volume with a name or ID/.test(r.stderr + r.stdout)) || undefined;
-  }, `volume ${id} to be deleted`, { timeoutMs: 40_000, intervalMs: 100 });
+  await volumeGone(stack.url, 'demo:demo', id);
+  const r = await cinderCli(endpoint, 'demo', 'demo', ['show', id]);
+  expect(r.code, r.stdout).not.toBe(0);
+  expect(r.stderr + r.stdout).toMatch(/could not be found|No volume with a name or ID/);
 }
 
 beforeAll(async () => {

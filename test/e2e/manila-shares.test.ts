@@ -9,6 +9,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { clientEnv, parseListTable, parsePropertyTable } from '../support/cli.js';
+import { manilaClient } from '../support/manila.js';
 import { eventually } from '../support/poll.js';
 import { useLocalStack } from '../support/stack.js';
 
@@ -17,6 +18,8 @@ const SCENARIO_TIMEOUT_MS = 300_000;
 const run = promisify(execFile);
 
 let stack: Awaited<ReturnType<typeof useLocalStack>>;
+/** The same API over HTTP, as the admin: what the test waits through. */
+const api = manilaClient(() => stack.url);
 
 async function manilaRaw(token: string, args: string[]): Promise<{ stdout: string; stderr: string; code: number }> {
   const env = clientEnv();
@@ -41,13 +44,11 @@ async function manilaAdmin(...args: string[]): Promise<string> {
   return r.stdout;
 }
 
-async function waitForStatus(ref: string, status: string): Promise<Record<string, string>> {
-  return eventually(async (note) => {
-    const s = note(parsePropertyTable(await manila('show', ref)));
-    if (s.status === status) return s;
-    if (s.status?.startsWith('error')) throw new Error(`share ${ref} went to ${s.status}`);
-    return undefined;
-  }, `share ${ref} to reach ${status}`, { timeoutMs: 40_000, intervalMs: 200 });
+/** Waits over HTTP (a fetch, not a Python start per poll) for the share's status, then shows it through the CLI by `ref`. */
+async function waitForStatus(id: string, ref: string, status: string): Promise<Record<string, string>> {
+  const { status: seen } = await api.statusBecomes(id, [status, 'error'], 40_000);
+  expect(seen, `share ${ref}`).toBe(status);
+  return parsePropertyTable(await manila('show', ref));
 }
 
 beforeAll(async () => {
@@ -64,7 +65,7 @@ describe('manila CLI', () => {
       // Assess
       expect(created.status).toBe('creating');
       const id = created.id!;
-      const shown = await waitForStatus('x', 'available');
+      const shown = await waitForStatus(id, 'x', 'available');
       expect(shown.id).toBe(id);
       expect(shown.share_proto).toBe('NFS');
       expect(shown.task_state).toBe('None');
@@ -89,7 +90,7 @@ describe('manila CLI', () => {
       expect(parsePropertyTable(await manila('show', 'x'))).toMatchObject({ status: 'available', size: '2' });
 
       await manila('delete', 'x');
-      await eventually(async () => (await manilaRaw('demo:demo', ['show', id])).code !== 0 || undefined, `share ${id} deleted`, { timeoutMs: 40_000, intervalMs: 200 });
+      await eventually(async (note) => note((await api.api('GET', `/shares/${id}`)).status) === 404 || undefined, `share ${id} deleted`, { timeoutMs: 40_000, intervalMs: 200 });
       expect((await manilaRaw('demo:demo', ['show', id])).code).not.toBe(0);
       expect(existsSync(path)).toBe(false);
       expect((await runAudit()).findings).toEqual([]);

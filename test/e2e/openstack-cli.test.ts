@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { openstackCli } from '../support/cli.js';
-import { eventually } from '../support/poll.js';
+import { volumeGone, volumeStatusBecomes } from '../support/volume-waits.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 /** Each CLI call starts a Python interpreter and authenticates. */
@@ -51,7 +51,9 @@ describe('openstack CLI with the generated clouds.yaml', () => {
 
     const created = await json('ferry-demo', ['volume', 'create', '--size', '1', 'cli-vol']);
     expect(created).toMatchObject({ name: 'cli-vol', size: 1 });
-    await eventually(async () => (await json('ferry-demo', ['volume', 'show', created.id])).status === 'available' || undefined, 'cli-vol to be available');
+    // Waited for over HTTP (a fetch, not a CLI start per poll), then shown through the CLI.
+    await volumeStatusBecomes(stack.url, 'admin:admin', created.id, 'available');
+    expect(await json('ferry-demo', ['volume', 'show', created.id])).toMatchObject({ id: created.id, status: 'available' });
     const listed = await json('ferry-demo', ['volume', 'list']);
     expect(listed.map((v: { ID: string }) => v.ID)).toContain(created.id);
 
@@ -62,7 +64,8 @@ describe('openstack CLI with the generated clouds.yaml', () => {
     expect(hidden.stderr).toMatch(/No volume with a name or ID|could not be found/i);
 
     await openstack('ferry-demo', ['volume', 'delete', created.id]);
-    await eventually(async () => !(await json('ferry-demo', ['volume', 'list'])).some((v: { ID: string }) => v.ID === created.id) || undefined, 'cli-vol to be gone');
+    await volumeGone(stack.url, 'admin:admin', created.id);
+    expect((await json('ferry-demo', ['volume', 'list'])).map((v: { ID: string }) => v.ID)).not.toContain(created.id);
   }, SCENARIO_TIMEOUT_MS);
 
   test('ferry-admin lists the projects; ferry-demo may not list users', async () => {
