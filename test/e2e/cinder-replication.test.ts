@@ -2,12 +2,13 @@
  * The real cinder CLI (python3-cinderclient 9.1.0) drives replication v2.1 on the local stack as
  * an admin through noauth: failover-host (without and with --backend_id), failover-host back with
  * `default`, freeze-host and thaw-host, with `service-list --withreplication` and `show` checked
- * after each step (reference §2.3/§2.4, §4.2).
+ * after each step (reference §2.3/§2.4, §4.2). The waits go over HTTP (test/support/volume-waits.ts);
+ * the state waited for is then shown through the CLI.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { cinderCli, parseListTable, parsePropertyTable } from '../support/cli.js';
-import { eventually } from '../support/poll.js';
+import { serviceReplicationBecomes, volumeGone, volumeStatusBecomes } from '../support/volume-waits.js';
 import { useLocalStack } from '../support/stack.js';
 
 const HOST = 'ferry@lvm-r';
@@ -27,22 +28,20 @@ async function serviceRow(): Promise<Record<string, string>> {
   return row;
 }
 
+/** Waits over HTTP for the replication status, then shows the service row through the CLI. */
 async function waitForService(replicationStatus: string): Promise<Record<string, string>> {
-  return eventually(async (note) => {
-    const row = note(await serviceRow());
-    if (row['Replication Status'] === replicationStatus) return row;
-    if (row['Replication Status'] === 'failover-error') throw new Error(`${HOST} went to failover-error`);
-    return undefined;
-  }, `${HOST} to reach replication status ${replicationStatus}`, { timeoutMs: 60_000, intervalMs: 200 });
+  await serviceReplicationBecomes(stack.url, HOST, replicationStatus);
+  const row = await serviceRow();
+  expect(row['Replication Status'], `${HOST} in service-list`).toBe(replicationStatus);
+  return row;
 }
 
+/** Waits over HTTP for the volume's status, then shows the volume through the CLI. */
 async function waitForVolume(id: string, status: string): Promise<Record<string, string>> {
-  return eventually(async (note) => {
-    const v = note(parsePropertyTable(await cinder('show', id)));
-    if (v.status === status) return v;
-    if (v.status?.startsWith('error')) throw new Error(`volume ${id} went to ${v.status}`);
-    return undefined;
-  }, `volume ${id} to reach ${status}`, { timeoutMs: 60_000, intervalMs: 100 });
+  await volumeStatusBecomes(stack.url, 'admin:admin', id, status);
+  const v = parsePropertyTable(await cinder('show', id));
+  expect(v.status, `volume ${id}`).toBe(status);
+  return v;
 }
 
 beforeAll(async () => {
@@ -127,7 +126,8 @@ describe('cinder CLI: replication', () => {
     // Assess
     expect(await serviceRow()).toMatchObject({ Frozen: 'False', Status: 'enabled', 'Replication Status': 'enabled' });
     await cinder('delete', id);
-    await eventually(async () => (await cinderCli(endpoint, 'admin', 'admin', ['show', id])).code !== 0 || undefined, `volume ${id} deleted`, { timeoutMs: 20_000, intervalMs: 100 });
+    await volumeGone(stack.url, 'admin:admin', id, 20_000);
+    expect((await cinderCli(endpoint, 'admin', 'admin', ['show', id])).code, `cinder show ${id} after the delete`).not.toBe(0);
     expect((await runAudit()).findings).toEqual([]);
   }, 60_000);
 });

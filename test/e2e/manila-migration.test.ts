@@ -6,13 +6,15 @@
  * share's data byte-identical at the destination; migration-cancel during the copy (Ferry ends
  * in migration_cancelled, upstream in migration_success: §1.10); reset-task-state with a state
  * and with none; and how the CLI prints the server's errors. Every scenario ends with a clean audit.
+ * Waits go over HTTP (each CLI call is a Python start, ~1 CPU s); every command whose output or
+ * exit is checked, final states included, runs through the CLI.
  */
 import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
 import { getShare } from '../../functions/shares/repo.js';
 import { manilaCli, parseListTable, parsePropertyTable, type CliResult } from '../support/cli.js';
-import { fillShare, shareDigest, useFastMigrationEnv } from '../support/manila.js';
+import { fillShare, manilaClient, shareDigest, useFastMigrationEnv } from '../support/manila.js';
 import { eventually } from '../support/poll.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
@@ -22,6 +24,8 @@ const TERMINAL = ['migration_success', 'migration_error', 'migration_cancelled']
 
 let stack: TestLocalStack;
 let restoreEnv: (() => void) | undefined;
+/** The same API over HTTP, as the admin: what the tests wait through (a fetch instead of a Python start per poll). */
+const api = manilaClient(() => stack.url);
 
 const manilaAs = (token: string, ...args: string[]): Promise<CliResult> => manilaCli(`${stack.url}/share/v2`, token, args);
 
@@ -43,14 +47,13 @@ async function exportPath(id: string): Promise<string> {
   return rows[0]!.Path!;
 }
 
-/** Polls `manila show` until the share's task_state is `wanted` (fails fast on another terminal state). */
+/**
+ * Waits over HTTP (a fetch, not a Python start) until the share's task_state is `wanted` (fails
+ * fast on another terminal state), then shows it once through `manila show`: what the test checks.
+ */
 async function showTaskStateBecomes(id: string, wanted: string, timeoutMs = 120_000): Promise<Record<string, string>> {
-  return eventually(async (note) => {
-    const s = await show(id);
-    if (note(s.task_state) === wanted) return s;
-    if (TERMINAL.includes(s.task_state!)) throw new Error(`share ${id} ended in ${s.task_state}, waiting for ${wanted}: ${(await getShare(id))?.migration?.error ?? ''}`);
-    return undefined;
-  }, `share ${id} to reach task_state ${wanted}`, { timeoutMs, intervalMs: 200 });
+  await api.taskStateBecomes(id, [wanted], timeoutMs);
+  return show(id);
 }
 
 interface Progress {
@@ -58,11 +61,28 @@ interface Progress {
   out: string;
 }
 
+/** The body of migration_get_progress over HTTP (2.72: details too). */
+interface ApiProgress {
+  task_state: string;
+  total_progress: number;
+  details: Record<string, unknown>;
+}
+
 /**
- * Polls `manila migration-get-progress` until `done` accepts the printed table; returns it with
- * every task_state seen on the way.
+ * Waits over HTTP until `ready` accepts the share's migration_get_progress body (the waiting the
+ * CLI's output is not checked for), then runs `manila migration-get-progress` until `done`
+ * accepts the table it prints (the first call, unless the state moved on); returns that table
+ * with every one the CLI printed.
  */
-async function progressUntil(id: string, done: (p: Record<string, string>) => boolean, timeoutMs = 120_000): Promise<{ last: Progress; seen: Progress[] }> {
+async function progressUntil(id: string, ready: (p: ApiProgress) => boolean, done: (p: Record<string, string>) => boolean, timeoutMs = 120_000): Promise<{ last: Progress; seen: Progress[] }> {
+  await eventually(async (note) => {
+    const res = await api.action(id, { migration_get_progress: null });
+    if (res.status !== 200) throw new Error(`migration_get_progress of share ${id}: ${res.status} ${JSON.stringify(res.body)}`);
+    const p = note(res.body as ApiProgress);
+    if (ready(p)) return true;
+    if (TERMINAL.includes(p.task_state)) throw new Error(`share ${id} ended in ${p.task_state}: ${(await getShare(id))?.migration?.error ?? ''}`);
+    return undefined;
+  }, `migration_get_progress of share ${id} to be ready for the CLI`, { timeoutMs, intervalMs: 100 });
   const seen: Progress[] = [];
   return eventually(async (note) => {
     const out = note(await manila('migration-get-progress', id));
@@ -81,13 +101,11 @@ async function createShare(backend: string, opts: { token?: string; name?: strin
   const created = parsePropertyTable(r.stdout);
   expect(created.status).toBe('creating');
   const id = created.id!;
-  await eventually(async (note) => {
-    const status = note((await show(id)).status);
-    if (status?.startsWith('error')) throw new Error(`share ${id} is ${status}`);
-    return status === 'available' || undefined;
-  }, `share ${id} available`, { timeoutMs: 60_000, intervalMs: 200 });
+  // The wait is over HTTP; the share as the CLI shows it is checked once it is available.
+  const { status } = await api.statusBecomes(id, ['available', 'error'], 60_000);
+  expect(status, `share ${id}`).toBe('available');
   const s = await show(id);
-  expect(s).toMatchObject({ host: `ferry@${backend}#pool0`, share_type_name: `on-${backend}`, task_state: 'None' });
+  expect(s).toMatchObject({ status: 'available', host: `ferry@${backend}#pool0`, share_type_name: `on-${backend}`, task_state: 'None' });
   return { id, path: await exportPath(id) };
 }
 
@@ -139,7 +157,7 @@ describe('manila CLI share migration', () => {
       // Assess
       expect(started, started.stderr).toMatchObject({ code: 0, stdout: '' });
       expect((await show(id)).status).toBe('migrating');
-      const { last, seen } = await progressUntil(id, (p) => p.task_state === 'migration_driver_phase1_done');
+      const { last, seen } = await progressUntil(id, (p) => p.task_state === 'migration_driver_phase1_done', (p) => p.task_state === 'migration_driver_phase1_done');
       // The CLI prints every key of the body (2.72 > 2.59, so details too). As upstream, progress is
       // computed first and the task_state read after: the poll that sees phase1_done may carry the
       // driver's last details (its copy at 100%) or, once phase1_done was read, none.
@@ -172,8 +190,9 @@ describe('manila CLI share migration', () => {
       const { id, path } = await createShare('nfs-a', { name: 'mig-host' });
       await fillShare(path, { bigBytes: 6 * 1024 * 1024 });
       const before = shareDigest(path);
-      // Slow enough that the CLI can see the copy running (the worker inherits the stack's environment).
-      process.env.FERRY_COPY_BYTES_PER_SECOND = String(2 * 1024 * 1024);
+      // Slow enough (6 s) that the CLI, started once the copy is under way, still sees it running on
+      // a loaded machine (the worker inherits the stack's environment).
+      process.env.FERRY_COPY_BYTES_PER_SECOND = String(1024 * 1024);
       try {
         // Act
         const started = await manilaAs(
@@ -183,7 +202,13 @@ describe('manila CLI share migration', () => {
         );
         // Assess
         expect(started, started.stderr).toMatchObject({ code: 0, stdout: '' });
-        const { last, seen } = await progressUntil(id, (p) => p.task_state === 'data_copying_completed');
+        // Over HTTP until a file is being copied, then the CLI until it prints that (a sample with a
+        // current file), then over HTTP again until the copy is done and the CLI prints that.
+        const inFile = (p: ApiProgress) => p.task_state === 'data_copying_in_progress' && 'current_file_path' in p.details && p.total_progress < 20;
+        const isCompleted = (p: { task_state?: string }) => p.task_state === 'data_copying_completed';
+        const during = await progressUntil(id, inFile, (p) => isCompleted(p) || (p.task_state === 'data_copying_in_progress' && 'current_file_path' in pyDict(p.details!)));
+        const { last, seen: after } = await progressUntil(id, isCompleted, isCompleted);
+        const seen = [...during.seen, ...after];
         // As above: the poll that first sees data_copying_completed may carry the copy's last details.
         expect(last.table).toMatchObject({ total_progress: '100', task_state: 'data_copying_completed' });
         if (last.table.details !== '{}') expect(last.table.details).toContain('bytes_total');
@@ -238,7 +263,8 @@ describe('manila CLI share migration', () => {
           ...['--preserve-snapshots', 'False', '--nondisruptive', 'False', '--new-share-type', 'on-nfs-c'],
         );
         expect(started, started.stderr).toMatchObject({ code: 0, stdout: '' });
-        const { last } = await progressUntil(id, (p) => p.task_state === 'data_copying_in_progress' && Number(p.total_progress) > 0);
+        const copying = (p: ApiProgress) => p.task_state === 'data_copying_in_progress' && p.total_progress > 0 && p.total_progress < 30;
+        const { last } = await progressUntil(id, copying, (p) => p.task_state === 'data_copying_in_progress' && Number(p.total_progress) > 0);
         expect(Number(last.table.total_progress)).toBeLessThan(100);
         expect(pyDict(last.table.details!)).toMatchObject({ bytes_total: expect.any(Number), bytes_copied: expect.any(Number) });
         console.log(`manila migration-get-progress (host-assisted, before cancel):\n${last.out}`);
