@@ -19,6 +19,14 @@ export const NEEDS: Partial<Record<Kind, readonly Kind[]>> = {
   'compute host': ['cell'],
 };
 
+/**
+ * Kinds whose adds keep the plan's order among themselves, one after another within their wave: a
+ * compute host's hypervisor gets the next integer id when it is made (Nova's compute_nodes.id, the
+ * id before 2.53 and the order of os-hypervisors), so side by side the sandbox's cmp1..cmp4 came
+ * out numbered by whichever write landed first.
+ */
+export const ORDERED_KINDS: readonly Kind[] = ['compute host'];
+
 /** At most this many changes at once: enough for the sandbox's 25, polite to a deployed table. */
 export const APPLY_CONCURRENCY = 8;
 
@@ -69,20 +77,45 @@ export async function applyInWaves(changes: readonly Change[], execute: (c: Chan
   const waves = changeWaves(changes);
   for (const [i, wave] of waves.entries()) {
     const failed: { change: Change; error: unknown }[] = [];
+    const units = orderedUnits(wave);
     let next = 0;
     const worker = async () => {
-      while (next < wave.length) {
-        const change = wave[next++]!;
-        try {
-          await execute(change);
-          done.push(change);
-        } catch (error) {
-          failed.push({ change, error });
+      while (next < units.length) {
+        // A unit's changes one after another; the first that fails ends the unit (the later ones may need its id order).
+        for (const change of units[next++]!) {
+          try {
+            await execute(change);
+            done.push(change);
+          } catch (error) {
+            failed.push({ change, error });
+            break;
+          }
         }
       }
     };
-    await Promise.all(Array.from({ length: Math.min(concurrency, wave.length) }, worker));
-    if (failed.length > 0) throw new InventoryApplyIncomplete(done, failed, waves.slice(i + 1).flat());
+    await Promise.all(Array.from({ length: Math.min(concurrency, units.length) }, worker));
+    if (failed.length > 0) {
+      const attempted = new Set([...done, ...failed.map((f) => f.change)]);
+      throw new InventoryApplyIncomplete(done, failed, [...wave.filter((c) => !attempted.has(c)), ...waves.slice(i + 1).flat()]);
+    }
   }
   return done;
+}
+
+/** A wave as units of work: each ORDERED_KINDS add with the others of its kind, in plan order; every other change alone. */
+function orderedUnits(wave: readonly Change[]): Change[][] {
+  const chains = new Map<Kind, Change[]>();
+  const units: Change[][] = [];
+  for (const c of wave) {
+    if (c.action === 'add' && ORDERED_KINDS.includes(c.kind)) {
+      const chain = chains.get(c.kind);
+      if (chain) chain.push(c);
+      else {
+        const first = [c];
+        chains.set(c.kind, first);
+        units.push(first);
+      }
+    } else units.push([c]);
+  }
+  return units;
 }

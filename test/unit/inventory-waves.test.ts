@@ -9,6 +9,8 @@ import { Conflict } from '../../functions/core/errors.js';
 import type { Change, Kind } from '../../functions/inventory/plan.js';
 import { APPLY_CONCURRENCY, InventoryApplyIncomplete, applyInWaves, changeWaves } from '../../functions/inventory/waves.js';
 
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 const add = (kind: Kind, key: string): Change => ({ kind, key, action: 'add' });
 const remove = (kind: Kind, key: string): Change => ({ kind, key, action: 'remove' });
 const say = (c: Change) => `${c.action} ${c.kind} ${c.key}`;
@@ -104,5 +106,38 @@ describe('applyInWaves', () => {
     expect(failure).toBeInstanceOf(InventoryApplyIncomplete);
     expect((failure as InventoryApplyIncomplete).status).toBe(500);
     expect((failure as InventoryApplyIncomplete).cause).toBe(boom);
+  });
+});
+
+describe('applyInWaves keeps the hosts in order', () => {
+  test('compute hosts are made one after another in plan order (their hypervisor ids follow it), beside the other changes', async () => {
+    const hosts = ['cmp1', 'cmp2', 'cmp3', 'cmp4'].map((h) => add('compute host', h));
+    const made: string[] = [];
+    // The first host is the slowest: side by side, the later ones would be made before it.
+    const execute = async (c: Change) => {
+      await sleep(c.key === 'cmp1' ? 30 : c.kind === 'compute host' ? 5 : 1);
+      made.push(say(c));
+    };
+
+    await applyInWaves([add('cell', 'cell1'), ...hosts, add('flavor', 'f1'), add('volume type', 't1'), add('volume backend', 'b1')], execute);
+
+    expect(made.filter((m) => m.includes('compute host'))).toEqual(hosts.map(say));
+    // The other changes of the hosts' wave did not wait for them.
+    expect(made.indexOf(say(add('volume type', 't1')))).toBeLessThan(made.indexOf(say(hosts[0]!)));
+  });
+
+  test('a host that fails ends its chain: the later hosts are not tried and are named so', async () => {
+    const hosts = ['cmp1', 'cmp2', 'cmp3'].map((h) => add('compute host', h));
+    const execute = async (c: Change) => {
+      if (c.key === 'cmp2') throw new Conflict('cmp2 refused');
+    };
+
+    const failure = await applyInWaves([add('cell', 'cell1'), ...hosts], execute).catch((e: unknown) => e);
+
+    expect(failure).toBeInstanceOf(InventoryApplyIncomplete);
+    const incomplete = failure as InventoryApplyIncomplete;
+    expect(incomplete.done.map(say)).toEqual([say(add('cell', 'cell1')), say(hosts[0]!)]);
+    expect(incomplete.failed.map((f) => say(f.change))).toEqual([say(hosts[1]!)]);
+    expect(incomplete.notTried.map(say)).toEqual([say(hosts[2]!)]);
   });
 });
