@@ -54,6 +54,9 @@ export interface ImportRequest {
  */
 export async function beginImport(request: ImportRequest): Promise<ImageImportTask> {
   const at = now();
+  // The task's id is minted here once, as a new resource's id is, and recorded in the same write as
+  // the lock: the execution (image-import-<id>) and every later step are named from the record, so
+  // a step that runs again finds the same id.
   const task: ImageImportTask = { id: randomUUID(), status: 'processing', method: 'web-download', uri: request.uri, message: '', ownerProjectId: request.ownerProjectId, userId: request.userId, createdAt: at, updatedAt: at };
   try {
     await db().send(

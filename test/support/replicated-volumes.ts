@@ -2,7 +2,7 @@
  * Replicated volumes made directly, as POST /volumes and the create machine would leave them
  * (available, replication_status enabled, on ferry@lvm-r#pool0 of the sandbox), for what needs a
  * thousand of them quickly (bench/failover, the ferry watch test): the items with BatchWriteItem,
- * 25 per request, each with its backend-object claim (volumes/repo.ts claimKey, so the audit finds
+ * 25 per request, each with its backend-object claim (volumes/repo.ts claimItem, so the audit finds
  * nothing to report: without it the reconciler's timer pass, ~2 minutes over 10,000 volumes, ran
  * beside the bench's failover and logged 10,000 missing-claim findings), and each volume's backend
  * object as the local driver lays it out: a 1 GiB sparse file on the primary and on each
@@ -11,15 +11,14 @@
  */
 import { BatchWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { randomUUID } from 'node:crypto';
-import { mkdir, open, writeFile } from 'node:fs/promises';
-import { replicationMarkerPath } from '../../functions/drivers/volume/local-sites.js';
-import { dirname, join } from 'node:path';
+import { mkdir, open } from 'node:fs/promises';
+import { writeReplicationMarker } from '../../functions/drivers/volume/local-sites.js';
+import { join } from 'node:path';
 import { db } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
 import { getBackendItem } from '../../functions/replication/service-repo.js';
 import { defaultBackendName, volumeGsi1, volumeKey, type Volume } from '../../functions/volumes/model.js';
-import { backendOf } from '../../functions/volumes/backends.js';
-import { claimKey } from '../../functions/volumes/repo.js';
+import { claimItem } from '../../functions/volumes/repo.js';
 import { REPLICATED_BACKEND } from '../../functions/volumes/seed.js';
 import { getVolumeTypeByName } from '../../functions/volumes/types.js';
 
@@ -46,11 +45,6 @@ export function replicatedVolumeItem(id: string, on: { host: string; serviceUuid
     sharedTargets: false, availabilityZone: on.availabilityZone, metadata: {}, adminMetadata: {}, attachments: {}, instances: {}, connections: {},
     capacity: null, managed: false, ownsBackendObject: true, errorReason: null, createdAt: at, updatedAt: at, version: 1,
   };
-}
-
-/** The backend-object claim the create path writes beside the volume (volumes/repo.ts insertVolume). */
-function claimItem(host: string, backendName: string, volumeId: string): Record<string, unknown> {
-  return { ...claimKey(host, backendName), volumeId, host: backendOf(host), backendName };
 }
 
 /** Writes volume items with BatchWriteItem, 25 per request, 8 requests at a time, until none is left unprocessed. */
@@ -82,16 +76,14 @@ export async function seedReplicatedVolumes(n: number): Promise<{ ids: string[];
   const at = new Date().toISOString();
   const ids = Array.from({ length: n }, () => randomUUID());
   const on = { host: `${REPLICATED_BACKEND}#pool0`, serviceUuid: config.serviceUuid, availabilityZone: 'nova', typeId: type.id, typeName: type.name, at };
-  await putVolumeItems(ids.flatMap((id) => [replicatedVolumeItem(id, on), claimItem(on.host, defaultBackendName(id), id)]));
-  // The marker's content as the driver writes it (local-sites.ts writeReplicationMarker), without its
-  // fsync per file: a fixture needs no durability, and 10,000 fsyncs made seeding minutes longer.
+  const items = ids.map((id) => replicatedVolumeItem(id, on));
+  await putVolumeItems(items.flatMap((v) => [v, claimItem(v, on.host).Put!.Item!]));
   const enabledAt = Date.now();
-  await mkdir(dirname(replicationMarkerPath(roots[0], 'x')), { recursive: true });
   for (let i = 0; i < ids.length; i += 200) {
     await Promise.all(
       ids.slice(i, i + 200).flatMap((id) => [
         ...roots.map((r) => sparseFile(join(r, 'pool0', defaultBackendName(id)))),
-        writeFile(replicationMarkerPath(roots[0], defaultBackendName(id)), JSON.stringify({ backendName: defaultBackendName(id), enabledAt })),
+        writeReplicationMarker(roots[0], defaultBackendName(id), enabledAt),
       ]),
     );
   }
