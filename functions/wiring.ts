@@ -80,6 +80,8 @@ export interface FunctionWiring {
   deployResource?: 'inventory' | 'identity';
   timeoutSeconds?: number;
   memoryMb?: number;
+  /** Lambda's /tmp, when 512 MB is not enough. */
+  ephemeralStorageMb?: number;
 }
 
 export const FUNCTIONS: FunctionWiring[] = [
@@ -319,9 +321,10 @@ export const FUNCTIONS: FunctionWiring[] = [
     usesBucket: true,
     bucketPrefix: 'images/',
     // The download has Lambda's whole 15 minutes (its own deadline is 840 s, import-steps.ts); a body
-    // of unknown length is held in memory before its PutObject.
+    // of unknown length is spooled to /tmp before its PutObject (import-spool.ts).
     timeoutSeconds: 900,
     memoryMb: 1024,
+    ephemeralStorageMb: 10_240,
   },
   {
     name: 'network-api',

@@ -7,8 +7,8 @@
  * minutes to do it, not in the API's 29 s.
  *
  * - download: while the task holds the image, GETs the URI (every redirect hop filtered,
- *   import-source.ts), streams the body to `images/<id>` hashing it, then importing -> active.
- *   Idempotent: a run again downloads again to the same key, and an image the task already made
+ *   import-source.ts), streams the body to `images/<id>` hashing it (a body of unknown length is
+ *   spooled to a file first, import-spool.ts), then importing -> active. Idempotent: a run again downloads again to the same key, and an image the task already made
  *   active is done. A source that may answer next time (ImportSourceUnavailable) is retried by the
  *   machine; anything else goes to its Catch.
  * - import-failed: the compensation of download, right below it: the object of this import is
@@ -20,9 +20,10 @@ import { Readable } from 'node:stream';
 import type { ReadableStream } from 'node:stream/web';
 import { BadRequest, FerryError, reasonOf, type CaughtError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
-import { deleteImageObject, putImageObject, readAll } from '../servers/images.js';
+import { deleteImageObject, putImageObject } from '../servers/images.js';
 import { checkImportUri } from './import-filter.js';
 import { ImportSourceRefused, ImportSourceUnavailable, openImportSource } from './import-source.js';
+import { removeSpool, spool } from './import-spool.js';
 import { failImport, finishImport, heldImage, ImportAborted, type FailOutcome } from './import-task.js';
 
 /** The download's own deadline: under the function's 900 s, so it ends with its reason and not by Lambda's kill. */
@@ -56,11 +57,14 @@ export async function download(imageId: string, taskId: string, deadlineSeconds 
     const res = await openImportSource(url, deadline);
     const announced = res.headers.get('content-length');
     const stream = Readable.fromWeb(res.body as ReadableStream<Uint8Array>);
-    const data = announced === null ? await readAll(stream) : stream;
-    const digests = await putImageObject(imageId, data, announced === null ? (data as Buffer).byteLength : Number(announced));
+    const { data, length } = announced === null ? await spool(taskId, stream) : { data: stream, length: Number(announced) };
+    const digests = await putImageObject(imageId, data, length);
+    // Stored: the spool has done its job before the image shows active.
+    await removeSpool(taskId);
     await finishImport(imageId, taskId, digests);
     return { status: 'active', size: digests.sizeBytes };
   } catch (e) {
+    await removeSpool(taskId);
     throw sourceError(e, url, deadline, deadlineSeconds);
   }
 }
@@ -86,6 +90,8 @@ export async function importFailed(imageId: string, taskId: string, error: Caugh
   const reason = reasonOf(error);
   const held = await heldImage(imageId, taskId);
   const gone = 'reason' in held && !held.image;
+  // A run that crashed mid-spool left its file (import-spool.ts).
+  await removeSpool(taskId);
   if (!('reason' in held) || gone) await deleteImageObject(imageId);
   const outcome = gone ? 'gone' : await failImport(imageId, taskId, reason);
   logger.warn('image import failed', { imageId, taskId, reason, outcome });

@@ -13,7 +13,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { App, ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack, Validations, type StackProps } from 'aws-cdk-lib';
+import { App, ArnFormat, CfnOutput, Duration, RemovalPolicy, Size, Stack, Validations, type StackProps } from 'aws-cdk-lib';
 import type { HttpApi } from 'aws-cdk-lib/aws-apigatewayv2';
 import { AttributeType, BillingMode, Table, TableEncryption } from 'aws-cdk-lib/aws-dynamodb';
 import { Rule, Schedule } from 'aws-cdk-lib/aws-events';
@@ -224,6 +224,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
       architecture: Architecture.ARM_64,
       timeout: Duration.seconds(f.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS),
       memorySize: f.memoryMb ?? DEFAULT_MEMORY_MB,
+      ...(f.ephemeralStorageMb ? { ephemeralStorageSize: Size.mebibytes(f.ephemeralStorageMb) } : {}),
       tracing: Tracing.ACTIVE,
       environment,
       // In the VPC with the share file system mounted at /mnt/ferry-shares (see copy-worker.ts).

@@ -14,6 +14,7 @@ import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName } from '../../functions/core/
 import { FUNCTIONS, STATE_MACHINES, functionByName, stateMachineEnvName, substitutionKey, type FunctionWiring } from '../../functions/wiring.js';
 import { AUTH_HEADER, BUCKET_ENV, FerryStack, REPO_ROOT, TMP_PREFIX, buildFerryApp } from '../../infra/aws/ferry-stack.js';
 import { COPY_ENV, COPY_REGISTRAR_ENV } from '../../infra/aws/copy-worker.js';
+import { DEFAULT_SPOOL_MAX_BYTES } from '../../functions/images/import-spool.js';
 
 let stack: FerryStack;
 let template: Template;
@@ -114,6 +115,16 @@ describe('Lambda functions', () => {
       Handler: `index.${f.export}`,
       TracingConfig: { Mode: 'Active' },
     });
+  });
+
+  test.each(FUNCTIONS.map((f) => [f.name, f] as const))('%s has the /tmp its wiring entry asks for (Lambda\'s 512 MB otherwise)', (name, f) => {
+    const storage = resources()[fnId(name)]!.Properties.EphemeralStorage;
+    expect(storage).toEqual(f.ephemeralStorageMb ? { Size: f.ephemeralStorageMb } : undefined);
+  });
+
+  test('image-import-steps can spool a body of unknown length of up to 10 GiB less the runtime\'s room (import-spool.ts)', () => {
+    expect(resources()[fnId('image-import-steps')]!.Properties.EphemeralStorage).toEqual({ Size: 10_240 });
+    expect(DEFAULT_SPOOL_MAX_BYTES).toBeLessThan(10_240 * 1024 * 1024);
   });
 
   /** The FERRY_* variables a function must get, and only those. */

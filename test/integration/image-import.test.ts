@@ -8,6 +8,9 @@
  * whose machine never started.
  */
 import { createHash } from 'node:crypto';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -35,6 +38,8 @@ let gate: { open(): void; opened: Promise<void> };
 /** Slow responses that sent their whole body. */
 let slowFinished = 0;
 const savedPorts = process.env.FERRY_IMAGE_IMPORT_ALLOWED_PORTS;
+/** Where this file's downloads spool a body of unknown length (import-spool.ts). */
+const spoolDir = mkdtempSync(join(tmpdir(), 'ferry-import-spool-'));
 
 function closedGate(): typeof gate {
   let open!: () => void;
@@ -57,6 +62,11 @@ function serve(path: string, res: ServerResponse): void {
     // Every answer breaks off half-way: a source that keeps failing.
     res.writeHead(200, headers);
     res.write(IMAGE.subarray(0, IMAGE.length / 2), () => res.destroy());
+  } else if (path === '/chunked.img') {
+    // No Content-Length: Node sends the body chunked.
+    res.writeHead(200, { 'Content-Type': 'application/octet-stream' });
+    res.write(IMAGE.subarray(0, FIRST_PART));
+    res.end(IMAGE.subarray(FIRST_PART));
   } else if (path === '/gone-later.img' && n > 1) {
     res.writeHead(404).end();
   } else {
@@ -69,6 +79,7 @@ beforeAll(async () => {
   const port = (source.address() as AddressInfo).port;
   base = `http://127.0.0.1:${port}`;
   process.env.FERRY_IMAGE_IMPORT_ALLOWED_PORTS = `80,443,${port}`;
+  process.env.FERRY_IMPORT_SPOOL_DIR = spoolDir;
   stack = await useLocalStack();
 }, 120_000);
 afterAll(async () => {
@@ -78,6 +89,8 @@ afterAll(async () => {
   await new Promise((r) => source.close(r));
   if (savedPorts === undefined) delete process.env.FERRY_IMAGE_IMPORT_ALLOWED_PORTS;
   else process.env.FERRY_IMAGE_IMPORT_ALLOWED_PORTS = savedPorts;
+  delete process.env.FERRY_IMPORT_SPOOL_DIR;
+  rmSync(spoolDir, { recursive: true, force: true });
 });
 
 async function call(method: string, path: string, json?: unknown): Promise<{ status: number; body: any; text: string }> {
@@ -175,6 +188,30 @@ describe('web-download in the background', () => {
     expect(await tasks(id)).toMatchObject([{ status: 'failure', message: `web-download of ${base}/gone-later.img failed: HTTP 404` }]);
     expect(requests.get('/gone-later.img')).toBe(2);
     expect(await imageObjectExists(id)).toBe(false);
+  }, 60_000);
+
+  test('a source with no Content-Length: spooled to a file, not memory; active with the bytes, the file removed', async () => {
+    const id = await newImage('chunked');
+    expect((await importFrom(id, '/chunked.img')).status).toBe(202);
+    expect(await becomes(id, 'active')).toMatchObject({ size: IMAGE.length, checksum: createHash('md5').update(IMAGE).digest('hex') });
+    expect(readdirSync(spoolDir)).toEqual([]);
+  }, 60_000);
+
+  test('a body of no Content-Length larger than the spool may hold: refused, not retried, queued with the reason; no object, no file', async () => {
+    const id = await newImage('chunked-too-big');
+    const before = requests.get('/chunked.img') ?? 0;
+    process.env.FERRY_IMPORT_SPOOL_MAX_BYTES = String(1024 * 1024);
+    try {
+      expect((await importFrom(id, '/chunked.img')).status).toBe(202);
+      await becomes(id, 'queued');
+    } finally {
+      delete process.env.FERRY_IMPORT_SPOOL_MAX_BYTES;
+    }
+    expect(await tasks(id)).toMatchObject([{ status: 'failure', message: expect.stringContaining('more than 1048576 bytes without a Content-Length') }]);
+    // The API's look and one Download: a refusal is not retried.
+    expect((requests.get('/chunked.img') ?? 0) - before).toBe(2);
+    expect(await imageObjectExists(id)).toBe(false);
+    expect(readdirSync(spoolDir)).toEqual([]);
   }, 60_000);
 
   test('an image deleted during its download: the compensation removes what the download stored', async () => {
