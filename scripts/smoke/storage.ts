@@ -1,7 +1,8 @@
 /**
  * The smoke test's storage checks, each through the upstream CLIs: a volume's life with an
  * attachment (create, extend, attach, detach, delete), replication (failover to a target and
- * back, a drill), and a share migrated to another backend and back.
+ * back; no drill: the CLIs have no drill option and the check does not call the API for one), and
+ * a share migrated to another backend and back.
  */
 import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
