@@ -8,21 +8,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-test}
 
-# Node: package.json's engines say 22, as the dependencies do (@middy/* 7, aws-local-stepfunctions 3;
-# the AWS SDK from January 2027). Node 20.19 or later runs all of Ferry too (the test runner wants
+# Node: package.json's engines say ^22.13 || >=24, as the dependencies do (@middy/* 7,
+# aws-local-stepfunctions 3 and the AWS SDK from January 2027: 22; vite 22.12; watskeburt ^22.13 || >=24). Node 20.19 or later runs all of Ferry too (the test runner wants
 # 20.19; infra/local/polyfills.ts adds what 20 lacks), and is what Debian 12 machines here have, so
 # it gets a one-line note, once per checkout and Node version (npm's EBADENGINE warnings at install
 # say the same at length). Anything older stops here with what to do, not later with a stack trace.
 node_version=$(node -p process.versions.node)
 IFS=. read -r node_major node_minor _ <<<"$node_version"
 if [ "$node_major" -lt 20 ] || { [ "$node_major" -eq 20 ] && [ "$node_minor" -lt 19 ]; }; then
-  echo "ferry: Node $node_version is too old: Ferry needs Node 22 (Node 20.19 or later also runs it). Install Node 22 and run again." >&2
+  echo "ferry: Node $node_version is too old: Ferry needs Node 22.13 (Node 20.19 or later also runs it). Install Node 22 and run again." >&2
   exit 1
 fi
 if [ "$node_major" -lt 22 ]; then
   noted=node_modules/.cache/ferry/node-$node_version-noted
   if [ "$what" = node ] || [ ! -e "$noted" ]; then
-    echo "ferry: Node $node_version: Ferry's dependencies ask for Node 22; 20.19 and later run all of Ferry (README, \"Two commands\")."
+    echo "ferry: Node $node_version: Ferry's dependencies ask for Node 22.13; 20.19 and later run all of Ferry (README, \"Two commands\")."
     if [ "$what" != node ] && [ -d node_modules ]; then mkdir -p "$(dirname "$noted")" && touch "$noted"; fi
   fi
 fi
