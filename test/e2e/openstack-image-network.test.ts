@@ -4,16 +4,20 @@
  * overrides each service's endpoint (what a Keystone catalog will give it), and glanceclient 4.1.
  * An image's whole life (create --file, list, show, save, set, delete), network/subnet/port lists,
  * and `server create --image NAME --network NAME --flavor NAME`, which resolves each name through
- * its own API before Nova sees the request.
+ * its own API before Nova sees the request; and novaclient's `nova boot --image NAME --nic
+ * net-name=NAME` with a Keystone password login, finding Glance and Neutron in the catalog.
  */
 import { createHash } from 'node:crypto';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { parse as parseYaml } from 'yaml';
 import { createToken } from '../../functions/auth/tokens.js';
 import { SANDBOX_NETWORK } from '../../functions/compute/seed.js';
-import { glanceCli, openstackCli, parseListTable, parsePropertyTable } from '../support/cli.js';
+import { clientEnv, glanceCli, openstackCli, parseListTable, parsePropertyTable } from '../support/cli.js';
 import { eventually } from '../support/poll.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
@@ -126,5 +130,25 @@ describe('openstack and glance CLIs', () => {
     expect(ports[0]!.Status).toBe('ACTIVE');
     // Another project sees none of its ports.
     expect(parseListTable(await osc(['port', 'list'], 'other'))).toEqual([]);
+  }, SCENARIO_TIMEOUT_MS);
+
+  test('nova boot --image NAME --nic net-name=private --poll with a Keystone login (the OS_* of clouds.yaml\'s ferry-demo): Glance and Neutron through the catalog', async () => {
+    const { auth } = (parseYaml(await readFile(stack.cloudsYaml, 'utf8')) as { clouds: Record<string, { auth: Record<string, string> }> }).clouds['ferry-demo']!;
+    const env = clientEnv({
+      OS_AUTH_URL: auth.auth_url!,
+      OS_USERNAME: auth.username!,
+      OS_PASSWORD: auth.password!,
+      OS_PROJECT_NAME: auth.project_name!,
+      OS_USER_DOMAIN_NAME: auth.user_domain_name ?? 'Default',
+      OS_PROJECT_DOMAIN_NAME: auth.project_domain_name ?? 'Default',
+    });
+    const nova = async (args: string[]) => (await promisify(execFile)('nova', args, { env, timeout: 120_000 })).stdout;
+    // novaclient resolves the image by name through the catalog's image endpoint, the network through Neutron's.
+    const booted = parsePropertyTable(await nova(['boot', '--image', 'cirros-tiny', '--flavor', 'm1.small', '--nic', 'net-name=private', '--poll', 'nova-img-vm']));
+    expect(booted.image).toMatch(/^cirros-tiny \(/);
+    const shown = parsePropertyTable(await nova(['show', 'nova-img-vm']));
+    expect(shown.status).toBe('ACTIVE');
+    expect(shown['private network']).toMatch(/^10\.0\.0\.\d+$/);
+    await nova(['delete', 'nova-img-vm']);
   }, SCENARIO_TIMEOUT_MS);
 });

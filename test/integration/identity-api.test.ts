@@ -67,6 +67,20 @@ describe('version discovery (no token)', () => {
   });
 });
 
+describe('behind API Gateway', () => {
+  // An HTTP API's $default stage hands the function its own host and x-forwarded-proto https.
+  const gateway = { host: 'a1b2c3d4e5.execute-api.eu-west-1.amazonaws.com', 'x-forwarded-proto': 'https' };
+  test('version links and every catalog URL name the API Gateway endpoint over https', async () => {
+    const root = await callHandler(handler as never, { method: 'GET', path: '/identity', caller: null, headers: gateway });
+    expect(root.body.versions.values[0].links).toEqual([{ rel: 'self', href: `https://${gateway.host}/identity/v3/` }]);
+    const res = await callHandler(handler as never, { method: 'POST', path: '/identity/v3/auth/tokens', caller: null, headers: gateway, body: password(byName('demo', 'demo-pw'), projectScope('demo')) });
+    expect(res.status).toBe(201);
+    const urls = (res.body.token.catalog as { endpoints: { url: string }[] }[]).flatMap((c) => c.endpoints.map((e) => e.url));
+    expect(urls.length).toBeGreaterThanOrEqual(8 * 3);
+    for (const url of urls) expect(url).toMatch(new RegExp(`^https://${gateway.host.replaceAll('.', '\\.')}/(volume|share|compute|image|network|identity)`));
+  });
+});
+
 describe('issuing tokens', () => {
   test('password by name and domain, scoped by project name: 201, X-Subject-Token, the token body with the catalog', async () => {
     const { token, body } = await issue(password(byName('demo', 'demo-pw'), projectScope('demo')));
