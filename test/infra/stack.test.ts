@@ -233,6 +233,12 @@ describe('HTTP API', () => {
     expect(routes()).toHaveLength(guarded.length * 2 + publicKeys.size);
   });
 
+  test('the deployed API serves the operator console: GET /ferry/console open, /ferry/ops (its data) behind the authorizer', () => {
+    const byKey = new Map(routes().map((r) => [r.RouteKey, r]));
+    expect(byKey.get('GET /ferry/console')).toMatchObject({ AuthorizationType: 'NONE' });
+    expect(byKey.get('ANY /ferry/{proxy+}')?.AuthorizationType).toBe('CUSTOM');
+  });
+
   test('each route integrates the Lambda of its own function', () => {
     const integrations = Object.entries(resources()).filter(([, r]) => r.Type === 'AWS::ApiGatewayV2::Integration');
     for (const f of apiFunctions) {
