@@ -19,6 +19,7 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { APIGatewayProxyEventV2, Context } from 'aws-lambda';
 import type { FunctionWiring } from '../../functions/wiring.js';
+import { bundledHandlerModule } from './handler-modules.js';
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 export const LOCAL_ACCOUNT = '000000000000';
@@ -56,7 +57,9 @@ export function loadHandler(fn: FunctionWiring): Promise<LambdaHandler> {
   const key = `${fn.entry}#${fn.export}`;
   let loaded = handlerModules.get(key);
   if (!loaded) {
-    loaded = import(pathToFileURL(resolve(REPO_ROOT, fn.entry)).href).then((mod: Record<string, unknown>) => {
+    // From the start bundle, its own chunk of the module (handler-modules.ts); from TypeScript, the file.
+    const load = bundledHandlerModule(fn.entry) ?? (() => import(pathToFileURL(resolve(REPO_ROOT, fn.entry)).href) as Promise<Record<string, unknown>>);
+    loaded = load().then((mod) => {
       const handler = mod[fn.export];
       if (typeof handler !== 'function') throw new Error(`${fn.entry} exports no function '${fn.export}' (wiring entry '${fn.name}')`);
       return handler as LambdaHandler;

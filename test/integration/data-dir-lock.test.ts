@@ -17,7 +17,8 @@ import { dynamoProcessesOn } from '../../infra/local/orphaned-dynamo.js';
 import { freePort } from '../../infra/local/ports.js';
 import { eventually } from '../support/poll.js';
 
-const START = ['--openssl-legacy-provider', '--import', 'tsx', 'infra/local/main.ts'];
+/** package.json's start script: the start bundle's launcher (infra/local/start.mjs). */
+const START = ['--openssl-legacy-provider', 'infra/local/start.mjs'];
 const children: ChildProcess[] = [];
 let dataDir: string | undefined;
 

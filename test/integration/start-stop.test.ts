@@ -20,8 +20,8 @@ import { freePort } from '../../infra/local/ports.js';
 
 /** The promise: everything of the stack gone this long after the signal. */
 const GONE_WITHIN_MS = 5000;
-/** The stages main.ts and stack.ts print, in no particular order (some run side by side). */
-const STAGES = ['lock', 'modules', 'DynamoDB Local', 'tables', 'S3', 'state machines', 'inventory', 'reconcile', 'HTTP', 'identity'];
+/** The stages start.mjs, main.ts and stack.ts print, in no particular order (some run side by side). */
+const STAGES = ['bundle', 'lock', 'modules', 'DynamoDB Local', 'tables', 'S3', 'state machines', 'inventory', 'reconcile', 'HTTP', 'identity'];
 
 const started: ChildProcess[] = [];
 let dataDir: string | undefined;
@@ -133,12 +133,12 @@ describe('npm start, and a signal to npm', () => {
       const readyMs = Date.now() - t0;
       const running = processesOf(dataDir).map(commandOf);
       expect(running.some((c) => c.includes('DynamoDBLocal.jar')), running.join('\n')).toBe(true);
-      expect(running.some((c) => c.includes('infra/local/main.ts')), running.join('\n')).toBe(true);
+      expect(running.some((c) => c.includes('infra/local/start.mjs')), running.join('\n')).toBe(true);
       for (const stage of STAGES) expect(lines, `the stage line of "${stage}"`).toContainEqual(expect.stringMatching(new RegExp(`^ferry: ${stage} +\\d+ ms +\\(at \\d+\\.\\d\\d s\\)`)));
       expect(start.output()).not.toMatch(/NodeVersionSupportWarning|\(node:\d+\) \w*Warning/);
 
       // Act: the signal to npm alone, to the stack's node process alone, or to npm's group.
-      const node = processesOf(dataDir).find((p) => commandOf(p).includes('infra/local/main.ts'))!;
+      const node = processesOf(dataDir).find((p) => commandOf(p).includes('infra/local/start.mjs'))!;
       process.kill(to === 'npm' ? start.npm.pid! : to === 'group' ? -start.npm.pid! : node, signal);
 
       // Assess: nothing of the stack left within 5 s.

@@ -1,0 +1,209 @@
+/**
+ * The start bundle (issue 16: a fast start): `npm start` runs the local stack from one ESM bundle
+ * of its TypeScript, built by esbuild into `node_modules/.cache/ferry/start/`, instead of
+ * transpiling some 400 files through tsx at every start (about 2 s of a start on this 2-core
+ * machine, and more under load).
+ *
+ * What is in it: infra/local/main.ts and every function's handler module of the wiring table, with
+ * code splitting, so the stack's modules and each handler stay separate chunks that load when they
+ * did before (main.ts imports the stack after the lock; a handler on its first request). Packages
+ * stay outside (node_modules is resolved as ever). Each source's `import.meta.url` is its own
+ * file's URL, so paths the code finds from it (the state machines, the inventory, the copy
+ * worker's entry, createRequire) are the same as from TypeScript.
+ *
+ * When it is rebuilt: the record of the last build (`current.json`) names every source file that
+ * went into it with a hash of its contents, plus the tsconfig, this file and esbuild's version. A
+ * start hashes those files again (tens of ms) and uses the bundle only if every hash matches; any
+ * change (an edit, a pull, a file deleted) rebuilds, and a changed file that now imports a new one
+ * has itself changed. The build goes to a temporary directory and is renamed to a directory named
+ * by that hash, then the record is replaced whole, so concurrent starts never see half a bundle.
+ * A build that fails leaves the caller to run the TypeScript through tsx (start.mjs).
+ */
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const require = createRequire(import.meta.url);
+
+export const START_ENTRY = 'infra/local/main.ts';
+const HANDLER_REGISTRY = 'infra/local/handler-modules.ts';
+const WIRING = 'functions/wiring.ts';
+const RECORD = 'current.json';
+const BUNDLE_MAIN = 'start.mjs';
+/** Builds kept besides the current one: a stack still running from an older one loads its handler chunks from there. */
+const KEEP_BUILDS = 4;
+
+/** The repository this file belongs to. */
+export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+
+/**
+ * Where this checkout's bundles live: one folder per checkout (several worktrees may share one
+ * node_modules), under the cache folder npm tools share.
+ * @param {string} repoRoot
+ */
+export function startBundleDir(repoRoot = REPO_ROOT) {
+  const checkout = createHash('sha256').update(realpathSync(repoRoot)).digest('hex').slice(0, 12);
+  return join(repoRoot, 'node_modules', '.cache', 'ferry', 'start', checkout);
+}
+
+/**
+ * @typedef {{ key: string; inputs: Record<string, string>; environment: string; builtAt: string }} BuildRecord
+ * @typedef {{ file: string; state: 'current' | 'built'; ms?: number; reason?: string }} StartBundle
+ */
+
+/** @param {string} file */
+const fileHash = (file) => createHash('sha256').update(readFileSync(file)).digest('hex');
+
+/** What a bundle depends on besides its sources: esbuild's version, the compiler options, this builder. */
+function environmentHash(repoRoot) {
+  const esbuildVersion = require('esbuild').version;
+  return createHash('sha256')
+    .update(`${esbuildVersion}\n${fileHash(join(repoRoot, 'tsconfig.json'))}\n${fileHash(fileURLToPath(import.meta.url))}`)
+    .digest('hex');
+}
+
+/**
+ * The current bundle's entry when it was built from exactly the sources there now; else undefined
+ * with why (none yet, a source changed or is gone, another esbuild).
+ * @param {string} repoRoot
+ * @returns {{ file: string } | { stale: string }}
+ */
+export function currentBundle(repoRoot = REPO_ROOT, dir = startBundleDir(repoRoot)) {
+  /** @type {BuildRecord} */
+  let record;
+  try {
+    record = JSON.parse(readFileSync(join(dir, RECORD), 'utf8'));
+  } catch (e) {
+    if (e.code === 'ENOENT') return { stale: 'no bundle yet' };
+    if (e instanceof SyntaxError) return { stale: 'its record is unreadable' };
+    throw e;
+  }
+  const file = join(dir, record.key, BUNDLE_MAIN);
+  if (!existsSync(file)) return { stale: 'its files are gone' };
+  if (record.environment !== environmentHash(repoRoot)) return { stale: 'esbuild, tsconfig.json or the builder changed' };
+  for (const [input, hash] of Object.entries(record.inputs)) {
+    const path = join(repoRoot, input);
+    if (!existsSync(path)) return { stale: `${input} is gone` };
+    if (fileHash(path) !== hash) return { stale: `${input} changed` };
+  }
+  return { file };
+}
+
+/** The function entries of the wiring table (functions/wiring.ts), read through a throwaway bundle of it. */
+async function functionEntries(esbuild, repoRoot) {
+  const out = await esbuild.build({
+    entryPoints: [join(repoRoot, WIRING)],
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    write: false,
+    logLevel: 'silent',
+    packages: 'external',
+  });
+  const wiring = await import(`data:text/javascript;base64,${Buffer.from(out.outputFiles[0].text).toString('base64')}`);
+  return [...new Set(wiring.FUNCTIONS.map((f) => f.entry))].sort();
+}
+
+/**
+ * Builds the bundle of the current sources and makes it current; returns its entry.
+ * @param {string} repoRoot
+ */
+export async function buildStartBundle(repoRoot = REPO_ROOT, dir = startBundleDir(repoRoot)) {
+  const esbuild = require('esbuild');
+  const entries = await functionEntries(esbuild, repoRoot);
+  const abs = (p) => JSON.stringify(join(repoRoot, p));
+  // The registry first, then main.ts: static imports are hoisted, so main.ts is imported after the registration.
+  const entrySource = [
+    `import { registerBundledHandlerModules } from ${abs(HANDLER_REGISTRY)};`,
+    `registerBundledHandlerModules({`,
+    ...entries.map((e) => `  ${JSON.stringify(e)}: () => import(${abs(e)}),`),
+    `});`,
+    `await import(${abs(START_ENTRY)});`,
+  ].join('\n');
+  mkdirSync(dir, { recursive: true });
+  const temp = join(dir, `tmp-${process.pid}-${Date.now()}`);
+  try {
+    const result = await esbuild.build({
+      stdin: { contents: entrySource, resolveDir: repoRoot, sourcefile: 'ferry-start-entry.mjs', loader: 'js' },
+      absWorkingDir: repoRoot,
+      bundle: true,
+      splitting: true,
+      format: 'esm',
+      platform: 'node',
+      target: 'node20',
+      outdir: temp,
+      entryNames: 'start',
+      outExtension: { '.js': '.mjs' },
+      chunkNames: 'chunks/[name]-[hash]',
+      packages: 'external',
+      metafile: true,
+      sourcemap: 'linked',
+      logLevel: 'silent',
+      plugins: [ownFileUrls(repoRoot)],
+    });
+    const inputs = {};
+    for (const input of Object.keys(result.metafile.inputs).sort()) {
+      if (!existsSync(join(repoRoot, input)) || input.startsWith('node_modules/')) continue;
+      inputs[input] = fileHash(join(repoRoot, input));
+    }
+    const key = createHash('sha256').update(JSON.stringify(inputs)).update(entrySource).digest('hex').slice(0, 16);
+    const target = join(dir, key);
+    if (existsSync(target)) rmSync(temp, { recursive: true, force: true });
+    else {
+      try {
+        renameSync(temp, target);
+      } catch (e) {
+        // Another start built the same sources meanwhile: theirs is as good.
+        if (e.code !== 'ENOTEMPTY' && e.code !== 'EEXIST') throw e;
+        rmSync(temp, { recursive: true, force: true });
+      }
+    }
+    /** @type {BuildRecord} */
+    const record = { key, inputs, environment: environmentHash(repoRoot), builtAt: new Date().toISOString() };
+    const recordTemp = join(dir, `${RECORD}.${process.pid}.tmp`);
+    writeFileSync(recordTemp, JSON.stringify(record));
+    renameSync(recordTemp, join(dir, RECORD));
+    dropOldBuilds(dir, key);
+    return join(target, BUNDLE_MAIN);
+  } catch (e) {
+    rmSync(temp, { recursive: true, force: true });
+    throw e;
+  }
+}
+
+/** The bundle to run: the current one, or a new build of the sources. */
+export async function startBundle(repoRoot = REPO_ROOT, dir = startBundleDir(repoRoot)) {
+  const t0 = performance.now();
+  const current = currentBundle(repoRoot, dir);
+  if ('file' in current) return { file: current.file, state: 'current', ms: performance.now() - t0 };
+  const file = await buildStartBundle(repoRoot, dir);
+  return { file, state: 'built', reason: current.stale, ms: performance.now() - t0 };
+}
+
+/**
+ * esbuild plugin: every TypeScript source of the repository keeps its own `import.meta.url` (in a
+ * bundle it would be the bundle's), so what it finds next to itself is found as from TypeScript.
+ */
+function ownFileUrls(repoRoot) {
+  return {
+    name: 'ferry-own-file-urls',
+    setup(build) {
+      build.onLoad({ filter: /\.ts$/ }, (args) => {
+        if (relative(repoRoot, args.path).startsWith('node_modules')) return undefined;
+        const source = readFileSync(args.path, 'utf8');
+        return { contents: source.replaceAll('import.meta.url', JSON.stringify(pathToFileURL(args.path).href)), loader: 'ts' };
+      });
+    },
+  };
+}
+
+/** Removes builds other than the current one and the KEEP_BUILDS newest, and temporaries of builds that are gone. */
+function dropOldBuilds(dir, currentKey) {
+  const builds = readdirSync(dir, { withFileTypes: true })
+    .filter((d) => d.isDirectory() && d.name !== currentKey && !d.name.startsWith('tmp-'))
+    .map((d) => ({ name: d.name, time: statSync(join(dir, d.name)).mtimeMs }))
+    .sort((a, b) => b.time - a.time);
+  for (const { name } of builds.slice(KEEP_BUILDS)) rmSync(join(dir, name), { recursive: true, force: true });
+}
