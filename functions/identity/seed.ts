@@ -76,16 +76,20 @@ export interface EnsureUserOptions {
 export async function ensureUser(u: SeedUser, options: EnsureUserOptions = {}): Promise<{ userId: string; projectId: string; passwordHash: string | undefined }> {
   // Reads, and conditional writes where missing: independent of each other, so side by side.
   const [, projectId] = await Promise.all([Promise.all(DEFAULT_ROLES.map((r) => ensureRole(r))), ensureProject(u.project)]);
+  // The hash this call made for a user it created: of `password` by construction, so not checked again.
+  let createdHash: string | undefined;
   const userId = await ensure(
     () => store.userIdByName(DEFAULT_DOMAIN.id, u.name),
     async () => {
       const id = store.newId();
-      await store.createUser({ id, name: u.name, domainId: DEFAULT_DOMAIN.id, enabled: true, defaultProjectId: projectId, passwordHash: await hashSecret(u.password) });
+      const hash = await hashSecret(u.password);
+      await store.createUser({ id, name: u.name, domainId: DEFAULT_DOMAIN.id, enabled: true, defaultProjectId: projectId, passwordHash: hash });
+      createdHash = hash;
       return id;
     },
   );
   let { passwordHash } = await store.mustUser(userId);
-  const known = options.knownHash !== undefined && passwordHash === options.knownHash;
+  const known = passwordHash !== undefined && (passwordHash === options.knownHash || passwordHash === createdHash);
   if ((options.resetPassword ?? true) && !known && !(await verifySecret(u.password, passwordHash))) {
     passwordHash = await hashSecret(u.password);
     await store.updateUser(userId, { passwordHash });
