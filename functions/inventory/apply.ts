@@ -51,23 +51,33 @@ export function desiredViews(inv: Inventory): Map<Kind, View> {
   ]);
 }
 
-async function liveViews(want: Map<Kind, View>, before: Map<Kind, Set<string>>): Promise<Map<Kind, LiveView>> {
+/**
+ * What is there, kind by kind. `inUse` is read only where `usesOf` says (plan.ts consults it for a
+ * removal alone: an apply passes `removable`, so a restart with nothing to remove reads no claim,
+ * allocation, share list or host capacity, only the records its check compares).
+ */
+async function liveViews(want: Map<Kind, View>, before: Map<Kind, Set<string>>, usesOf?: (kind: Kind) => ReadonlySet<string>): Promise<Map<Kind, LiveView>> {
   const named = (kind: Kind) => [...(want.get(kind)?.keys() ?? []), ...(before.get(kind) ?? [])];
   // Reads only, independent of each other: all at once (an apply at every start waits for them).
   const reads: [Kind, Promise<LiveView>][] = [
     ['project', compute.liveProjects(named('project'))],
-    ['volume backend', storage.liveVolumeBackends()],
+    ['volume backend', storage.liveVolumeBackends(usesOf?.('volume backend'))],
     ['volume type', storage.liveVolumeTypes()],
-    ['share backend', storage.liveShareBackends()],
+    ['share backend', storage.liveShareBackends(usesOf?.('share backend'))],
     ['share type', storage.liveShareTypes()],
     ['cell', compute.liveCells()],
-    ['compute host', compute.liveHosts()],
+    ['compute host', compute.liveHosts(usesOf?.('compute host'))],
     ['flavor', compute.liveFlavors()],
     ['network', compute.liveNetworks()],
     ['image', compute.liveImages(named('image'))],
   ];
   const views = await Promise.all(reads.map(([, view]) => view));
   return new Map<Kind, LiveView>(reads.map(([kind], i) => [kind, views[i]!]));
+}
+
+/** The keys of `kind` an apply could remove: named by the last applied inventory, not by this one. */
+function removable(want: Map<Kind, View>, before: Map<Kind, Set<string>>, kind: Kind): ReadonlySet<string> {
+  return new Set([...(before.get(kind) ?? [])].filter((key) => !want.get(kind)?.has(key)));
 }
 
 /** The keys of each kind a document names (what an apply of it manages). */
@@ -103,7 +113,8 @@ export async function applyInventory(document: unknown, options: ApplyOptions): 
   if (options.dataDir) inv = resolveRoots(inv, options.dataDir);
   const record = await lastApplied();
   const before = managedKeys(record?.document);
-  const plan = planInventory(desiredViews(inv), await liveViews(desiredViews(inv), before), before);
+  const want = desiredViews(inv);
+  const plan = planInventory(want, await liveViews(want, before, (kind) => removable(want, before, kind)), before);
   if (options.dryRun || plan.refusals.length > 0) return { plan, applied: false, done: [] };
   // Only the local kinds have a root to make; an aws-efs backend's record is all there is to write.
   const rooted = new Set(inv.shareBackends.filter(hasShareRoot).map((b) => b.host));

@@ -32,9 +32,11 @@ export async function liveCells(): Promise<LiveView> {
   return new Map((await listCells()).map((c) => [c.name, { fields: canonical({ table: c.table }) }]));
 }
 
-export async function liveHosts(): Promise<LiveView> {
+/** `inUseOf`: the hosts whose use is asked (an apply: those it could remove); default all. */
+export async function liveHosts(inUseOf?: ReadonlySet<string>): Promise<LiveView> {
   const hosts = await Promise.all(
     (await listComputeNodes()).map(async ({ value: node }) => {
+      if (inUseOf && !inUseOf.has(node.host)) return [node.host, { fields: canonical(node.config) }] as const;
       const free = await freeOf(node.uuid);
       const whole = free && free.vcpus === node.vcpus && free.memoryMb === node.memoryMb && free.diskGb === node.localGb;
       return [node.host, { fields: canonical(node.config), inUse: whole ? undefined : 'capacity is allocated on it (instances or migrations)' }] as const;

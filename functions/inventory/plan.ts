@@ -26,7 +26,7 @@ const RULES: Record<Kind, { update: true | string; remove: true | string }> = {
 
 /** One kind's view: key -> canonical fields (records.ts canonical). */
 export type View = Map<string, string>;
-/** What is there: fields, and why it is in use (undefined: free to remove). */
+/** What is there: fields, and why it is in use (undefined: free to remove; an apply reads it only for what it could remove, the one place it is consulted below). */
 export type LiveView = Map<string, { fields: string; inUse?: string }>;
 
 export interface Change {

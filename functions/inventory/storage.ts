@@ -30,10 +30,15 @@ const backendKey = (host: string) => ({ pk: `BACKEND#${host}`, sk: 'BACKEND' });
 
 // ---- what is there ---------------------------------------------------------------------------
 
-export async function liveVolumeBackends(): Promise<LiveView> {
+/**
+ * `inUseOf`: the backends whose use is asked (an apply asks only of those it could remove, the
+ * only ones plan.ts consults it for); default all (`ferry inventory show`).
+ */
+export async function liveVolumeBackends(inUseOf?: ReadonlySet<string>): Promise<LiveView> {
   // Every backend's reads side by side (an apply at every start waits for them).
   const backends = await Promise.all(
     (await listBackendRecords()).map(async ({ config }) => {
+      if (inUseOf && !inUseOf.has(config.host)) return [config.host, { fields: canonical(config) }] as const;
       const [claims, pools] = await Promise.all([listClaims(config.host), Promise.all(config.pools.map((p) => allocatedOn(`${config.host}#${p.name}`)))]);
       const allocated = pools.reduce((a, b) => a + b, 0);
       const inUse = claims.size > 0 || allocated > 0 ? `holds ${claims.size} volume(s), ${allocated} GiB allocated` : undefined;
@@ -57,10 +62,14 @@ async function liveTypes(table: 'volume' | 'share', gsi: string, counter: string
 
 export const liveVolumeTypes = () => liveTypes('volume', 'VTYPES', 'volumeCount', 'volume');
 
-export async function liveShareBackends(): Promise<LiveView> {
-  const [shares, configs] = await Promise.all([listShares(), listShareBackends()]);
+/** `inUseOf` as for liveVolumeBackends: the shares are listed only when some backend's use is asked. */
+export async function liveShareBackends(inUseOf?: ReadonlySet<string>): Promise<LiveView> {
+  const configs = await listShareBackends();
+  const asked = configs.filter((c) => !inUseOf || inUseOf.has(c.host));
+  const shares = asked.length > 0 ? await listShares() : [];
   const backends = await Promise.all(
     configs.map(async (config) => {
+      if (!asked.includes(config)) return [config.host, { fields: canonical(config) }] as const;
       const on = shares.filter((s) => s.host === config.host || s.host?.startsWith(`${config.host}#`)).length;
       const allocated = (await Promise.all(config.pools.map((p) => allocatedOnSharePool(`${config.host}#${p.name}`)))).reduce((a, b) => a + b, 0);
       return [config.host, { fields: canonical(config), inUse: on > 0 || allocated > 0 ? `holds ${on} share(s), ${allocated} GiB allocated` : undefined }] as const;
