@@ -7,15 +7,16 @@
  * What is in it: infra/local/main.ts and every function's handler module of the wiring table, with
  * code splitting, so the stack's modules and each handler stay separate chunks that load when they
  * did before (main.ts imports the stack after the lock; a handler on its first request). Packages
- * stay outside (node_modules is resolved as ever). Each source's `import.meta.url` is its own
+ * stay outside (node_modules is resolved as ever), but for the Step Functions interpreter, built in
+ * with three of its imports loaded on first use (interpreterWithLazyClients). Each source's `import.meta.url` is its own
  * file's URL, so paths the code finds from it (the state machines, the inventory, the copy
  * worker's entry, createRequire) are the same as from TypeScript.
  *
  * When it is rebuilt: the record of the last build (`current.json`) names every source file that
  * went into it with a hash of its contents, plus the tsconfig, this file and esbuild's version. A
  * start hashes those files again (tens of ms) and uses the bundle only if every hash matches; any
- * change (an edit, a pull, a file deleted) rebuilds, and a changed file that now imports a new one
- * has itself changed. The build goes to a temporary directory and is renamed to a directory named
+ * change (an edit, a pull, a file deleted, a new aws-local-stepfunctions, whose file is built in)
+ * rebuilds, and a changed file that now imports a new one has itself changed. The build goes to a temporary directory and is renamed to a directory named
  * by that hash, then the record is replaced whole, so concurrent starts never see half a bundle.
  * A build that fails leaves the caller to run the TypeScript through tsx (start.mjs).
  */
@@ -58,7 +59,8 @@ const fileHash = (file) => createHash('sha256').update(readFileSync(file)).diges
 
 /** What a bundle depends on besides its sources: esbuild's version, the compiler options, this builder. */
 function environmentHash(repoRoot) {
-  const esbuildVersion = require('esbuild').version;
+  // Its package's version, read rather than loaded: the check runs at every start.
+  const esbuildVersion = JSON.parse(readFileSync(require.resolve('esbuild/package.json'), 'utf8')).version;
   return createHash('sha256')
     .update(`${esbuildVersion}\n${fileHash(join(repoRoot, 'tsconfig.json'))}\n${fileHash(fileURLToPath(import.meta.url))}`)
     .digest('hex');
@@ -141,11 +143,12 @@ export async function buildStartBundle(repoRoot = REPO_ROOT, dir = startBundleDi
       metafile: true,
       sourcemap: 'linked',
       logLevel: 'silent',
-      plugins: [ownFileUrls(repoRoot)],
+      plugins: [ownFileUrls(repoRoot), interpreterWithLazyClients()],
     });
     const inputs = {};
     for (const input of Object.keys(result.metafile.inputs).sort()) {
-      if (!existsSync(join(repoRoot, input)) || input.startsWith('node_modules/')) continue;
+      // Virtual modules (the entry, the shims) are no file; the interpreter's file in node_modules is one.
+      if (!existsSync(join(repoRoot, input))) continue;
       inputs[input] = fileHash(join(repoRoot, input));
     }
     const key = createHash('sha256').update(JSON.stringify(inputs)).update(entrySource).digest('hex').slice(0, 16);
@@ -195,6 +198,51 @@ function ownFileUrls(repoRoot) {
         const source = readFileSync(args.path, 'utf8');
         return { contents: source.replaceAll('import.meta.url', JSON.stringify(pathToFileURL(args.path).href)), loader: 'ts' };
       });
+    },
+  };
+}
+
+/**
+ * The packages aws-local-stepfunctions imports at its top only for what Ferry never does locally:
+ * invoking a real Lambda for a Task with no local handler (@aws-sdk/client-lambda and
+ * @aws-sdk/credential-providers), and validating a definition the validation cache has not seen
+ * (asl-validator, asl-validation-cache.ts). Loading them cost a third of the stack's module CPU at
+ * every start. In the bundle the interpreter is built in, its imports of these three are shims
+ * that load the real package (the one the interpreter would have loaded, resolved from its own
+ * file) the first time one is called, and behave as it then. Its other imports stay packages.
+ * @type {Record<string, string>}
+ */
+const LAZY_INTERPRETER_IMPORTS = {
+  '@aws-sdk/client-lambda': [
+    'export class LambdaClient { constructor(config) { return new (load().LambdaClient)(config); } }',
+    'export class InvokeCommand { constructor(input) { return new (load().InvokeCommand)(input); } }',
+  ].join('\n'),
+  '@aws-sdk/credential-providers': 'export const fromCognitoIdentityPool = (options) => load().fromCognitoIdentityPool(options);',
+  // A CommonJS module whose module.exports is the validator: what `import aslValidator from` gives.
+  'asl-validator': 'export default (definition, options) => load()(definition, options);',
+};
+
+function interpreterWithLazyClients() {
+  // The package's "require" entry, beside its "import" one (build/main.node.cjs, build/main.node.esm.js).
+  const interpreterDir = dirname(require.resolve('aws-local-stepfunctions'));
+  const interpreter = join(interpreterDir, 'main.node.esm.js');
+  return {
+    name: 'ferry-interpreter-with-lazy-clients',
+    setup(build) {
+      build.onResolve({ filter: /^aws-local-stepfunctions$/ }, () => ({ path: interpreter }));
+      build.onResolve({ filter: /^(@aws-sdk\/client-lambda|@aws-sdk\/credential-providers|asl-validator)$/ }, (args) =>
+        args.importer === interpreter ? { path: args.path, namespace: 'ferry-lazy-import' } : undefined,
+      );
+      build.onLoad({ filter: /.*/, namespace: 'ferry-lazy-import' }, (args) => ({
+        contents: [
+          "import { createRequire } from 'node:module';",
+          `let loaded;`,
+          `const load = () => (loaded ??= createRequire(${JSON.stringify(interpreter)})(${JSON.stringify(args.path)}));`,
+          LAZY_INTERPRETER_IMPORTS[args.path],
+        ].join('\n'),
+        loader: 'js',
+        resolveDir: interpreterDir,
+      }));
     },
   };
 }
