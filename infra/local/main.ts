@@ -1,6 +1,6 @@
 /**
- * `npm start`: the embedded local stack, data in FERRY_DATA_DIR (default `.ferry`), HTTP on
- * FERRY_PORT (default 8780). One stack per data directory: a second start on it exits at once
+ * `npm start` (through start.mjs, which runs this file from the start bundle, start-bundle.mjs):
+ * the embedded local stack, data in FERRY_DATA_DIR (default `.ferry`), HTTP on FERRY_PORT (default 8780). One stack per data directory: a second start on it exits at once
  * (code 1), naming the running one.
  *
  * Starting prints a line per stage with its time (start-stages.ts), then "ferry ready". The
