@@ -20,7 +20,7 @@ import { logger } from '../core/logger.js';
 import { authorize, registerPolicies } from '../core/policy.js';
 import { boolFromString } from '../core/strutils.js';
 import { tableName } from '../core/tables.js';
-import { ShareShrinkingPossibleDataLoss, type ShareDriver } from '../drivers/share/driver.js';
+import { isShareSizeRestorer, ShareShrinkingPossibleDataLoss, type ShareDriver } from '../drivers/share/driver.js';
 import { shareDriverFor } from '../drivers/share/registry.js';
 import { recordMessage } from '../messages/store.js';
 import { releaseItem } from '../quotas/engine.js';
@@ -157,13 +157,16 @@ function resizeCall(driver: ShareDriver, kind: 'extend' | 'shrink'): ResizeCall 
  * The compensation of a failed resize, which upstream does not make (docs/compatibility.md): the
  * driver may have failed half-way (aws-efs: the quota tag set, the policy not), so the backend is
  * put back to the size the share keeps recording; then an admin's reset_status to available is
- * true of the backend too. Both calls are idempotent at the size asked. Returns what it did, for
+ * true of the backend too: restoreShareSize where the driver has it (ShareSizeRestorer: no data-loss
+ * check, as this undoes Ferry's own change), else the opposite call. Idempotent at the size asked. Returns what it did, for
  * the share's error reason; its own failure is logged and said there, not thrown: the error state
  * is what the share gets either way.
  */
 async function putBackendBack(driver: ShareDriver, s: Share, kind: 'extend' | 'shrink'): Promise<string> {
   const r = s.resize!;
-  const back = resizeCall(driver, kind === 'extend' ? 'shrink' : 'extend');
+  // Not a shrink where the driver can restore: a shrink would refuse when the share holds more
+  // than the old size, leaving the raised size on the backend (share-size-mismatch in the audit).
+  const back = isShareSizeRestorer(driver) ? driver.restoreShareSize.bind(driver) : resizeCall(driver, kind === 'extend' ? 'shrink' : 'extend');
   if (!back) return `The backend cannot be put back to ${r.fromGb} GiB by its driver.`;
   try {
     await back(backendShareName(s.instanceId), r.fromGb);

@@ -6,7 +6,8 @@
  * policy. Checked after each call: the share's status and size, the tag, the policy (writes withheld
  * or allowed), the project's gigabytes and the pool's allocation, the user messages; an extend the
  * pool cannot hold, a shrink below what EFS meters, an extend whose tag change lost its reply, and
- * one EFS throttles past the driver's tries (extending_error at the old size, the tag put back).
+ * one EFS throttles past the driver's tries (extending_error at the old size, the tag put back), and
+ * one whose later step fails on a share EFS meters above its old size (the tag put back all the same).
  */
 import { beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
@@ -111,6 +112,25 @@ describe('extend and shrink of an aws-efs share through the API', () => {
     expect((await m().action(id, { extend: { new_size: 2 } }, member)).status).toBe(202);
     expect(await m().share(id)).toMatchObject({ status: 'available', size: 2 });
     expect(quotaTag(fsId)).toBe('2');
+  });
+
+  test('an extend whose later step fails on a share EFS meters above its old size: the undo puts the quota tag back all the same (a compensation, not a user shrink), writes stay withheld, the audit is clean', async () => {
+    // Prepare: a 1 GiB share EFS meters at 1.5 GiB, its writes withheld by the reconciler.
+    const { id, fsId, pool0, used0 } = await memberShare(1);
+    fake.setUsage(fsId, 1.5 * GIB);
+    await reconcile({ before: new Date(Date.now() + 60_000) });
+    expect(fake.replication.canWrite(REGION, fsId)).toBe(false);
+    // Act: extend 1 -> 3; the tag is raised, then lifting the Deny (PutFileSystemPolicy) fails.
+    fake.failNext('PutFileSystemPolicy', efsError('InternalServerError', 'We encountered an internal error. Please try again.', { $metadata: { httpStatusCode: 500 } }));
+    expect((await m().action(id, { extend: { new_size: 3 } }, member)).status).toBe(202);
+    // Assess: extending_error at the old size, the tag back at 1 (a shrink to 1 would refuse: 1.5 GiB metered), writes still withheld, nothing charged.
+    expect(await m().share(id)).toMatchObject({ status: 'extending_error', size: 1 });
+    expect((await getShare(id))!.errorReason).toMatch(/PutFileSystemPolicy.*InternalServerError.*The backend was put back to 1 GiB\.$/s);
+    expect(quotaTag(fsId)).toBe('1');
+    expect(fake.replication.canWrite(REGION, fsId)).toBe(false);
+    expect(await gigabytesInUse()).toBe(used0);
+    expect(await allocatedOnSharePool(POOL)).toBe(pool0);
+    expect((await runAudit()).findings).toEqual([]);
   });
 
   test('EFS throttles the tag on every try: extending_error at the old size (BackendNotReady is the driver\'s answer), nothing charged', async () => {

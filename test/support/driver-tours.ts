@@ -177,6 +177,8 @@ export async function recordEfsCalls(): Promise<Recorded[]> {
   await driver.shareUsage(name);
   // The reconciler's paths: a shrink, the quota enforced with the record's rules, the replications listed and one deleted.
   await driver.shrinkShare(name, 3);
+  // The undo of a failed extend (functions/shares/resize.ts): the quota tag set below the metered size, writes withheld.
+  await driver.restoreShareSize(name, 2);
   await driver.enforceQuota(name, [{ id: 'r1', accessType: 'ip', accessTo: '10.0.0.0/24', accessLevel: 'rw' }]);
   await driver.shareReplications();
   await driver.deleteShareReplication(name);

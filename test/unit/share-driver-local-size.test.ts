@@ -1,7 +1,8 @@
 /**
  * The local share drivers' size (functions/drivers/share/local.ts, local-size.ts): a quota recorded
  * beside the directory at create, raised by extend, lowered by shrink unless the directory holds
- * more (ShareShrinkingPossibleDataLoss, nothing changed), and the usage reported.
+ * more (ShareShrinkingPossibleDataLoss, nothing changed), put back by restoreShareSize with no such
+ * check, and the usage reported.
  */
 import { mkdtemp, rm, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -49,6 +50,17 @@ describe('local share size', () => {
     await driver.shrinkShare(NAME, 2);
     expect(await driver.shareUsage(NAME)).toMatchObject({ sizeGb: 2, usedBytes: Math.floor(1.5 * GIB), overQuota: false });
     await expect(driver.shrinkShare(NAME, 5)).rejects.toBeInstanceOf(DriverError);
+  });
+
+  test('restoreShareSize (the undo of a failed resize) puts the size back below what the directory holds: no data-loss check, the share reported over its size', async () => {
+    await writeFile(join(root, NAME, 'data'), '');
+    await truncate(join(root, NAME, 'data'), Math.floor(1.5 * GIB));
+    await driver.extendShare(NAME, 3);
+    await driver.restoreShareSize(NAME, 1);
+    await driver.restoreShareSize(NAME, 1);
+    expect(await driver.shareUsage(NAME)).toMatchObject({ sizeGb: 1, overQuota: true });
+    await expect(driver.restoreShareSize(NAME, 0)).rejects.toBeInstanceOf(DriverError);
+    await expect(driver.restoreShareSize('share-33333333-3333-4333-a333-333333333333', 1)).rejects.toBeInstanceOf(DriverError);
   });
 
   test('a share not there: extend and shrink fail, usage is undefined; delete removes the record', async () => {

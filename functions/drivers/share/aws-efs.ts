@@ -29,7 +29,7 @@
 import type { IpPermission } from '@aws-sdk/client-ec2';
 import type { FileSystemDescription, PerformanceMode, ThroughputMode } from '@aws-sdk/client-efs';
 import { BackendNotReady } from '../../core/errors.js';
-import { ShareShrinkingPossibleDataLoss, type BackendShare, type ConnectionInfo, type DataNodeMount, type DriverAccessRule, type ShareBackendConfig, type ShareDataNodeDriver, type ShareDriver, type SharePoolCapabilities, type ShareQuotaDriver, type ShareReplicationDriver, type ShareUsage } from './driver.js';
+import { ShareShrinkingPossibleDataLoss, type BackendShare, type ConnectionInfo, type DataNodeMount, type DriverAccessRule, type ShareBackendConfig, type ShareDataNodeDriver, type ShareDriver, type SharePoolCapabilities, type ShareQuotaDriver, type ShareReplicationDriver, type ShareSizeRestorer, type ShareUsage } from './driver.js';
 import { fileSystemRefOf, planAccess, readDescription, readPolicy } from './aws-efs-access.js';
 import { EfsMigrationBackend } from './aws-efs-migration.js';
 import {
@@ -72,7 +72,7 @@ const nfsRange = (cidr: string, Description?: string): IpPermission => ({
   ...(cidr.includes(':') ? { Ipv6Ranges: [{ CidrIpv6: cidr, Description }] } : { IpRanges: [{ CidrIp: cidr, Description }] }),
 });
 
-export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDriver, ShareQuotaDriver, ShareReplicationDriver, ShareDataNodeDriver {
+export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDriver, ShareQuotaDriver, ShareSizeRestorer, ShareReplicationDriver, ShareDataNodeDriver {
   readonly kind = 'aws-efs' as const;
 
   constructor(config: ShareBackendConfig, options: AwsEfsDriverOptions = {}) {
@@ -288,13 +288,22 @@ export class AwsEfsShareDriver extends EfsMigrationBackend implements ShareDrive
    * the last minutes may not be counted; a share shrunk below it is blocked by the next enforcement.
    */
   async shrinkShare(name: string, newSizeGb: number): Promise<void> {
+    await this.setQuota(name, newSizeGb, true);
+  }
+
+  /** ShareSizeRestorer: the quota put back after a failed extend or shrink, with no data-loss check (driver.ts says why); a share over it has its writes withheld at once. */
+  async restoreShareSize(name: string, sizeGb: number): Promise<void> {
+    await this.setQuota(name, sizeGb, false);
+  }
+
+  private async setQuota(name: string, newSizeGb: number, shrinkOnly: boolean): Promise<void> {
     this.checkName(name);
     const fs = await this.availableFileSystemOf(name);
     const size = this.quotaOf(fs);
     if (newSizeGb !== size) {
-      if (!Number.isInteger(newSizeGb) || newSizeGb < 1 || newSizeGb > size) throw this.fail(`cannot shrink ${name} from ${size} GiB to ${newSizeGb} GiB`, { name, sizeGb: size, newSizeGb });
+      if (!Number.isInteger(newSizeGb) || newSizeGb < 1 || (shrinkOnly && newSizeGb > size)) throw this.fail(`cannot shrink ${name} from ${size} GiB to ${newSizeGb} GiB`, { name, sizeGb: size, newSizeGb });
       const used = fs.SizeInBytes?.Value ?? 0;
-      if (used > newSizeGb * GIB) {
+      if (shrinkOnly && used > newSizeGb * GIB) {
         throw new ShareShrinkingPossibleDataLoss(`backend ${this.backendHost}: ${name} holds ${used} bytes, more than ${newSizeGb} GiB: shrinking it could lose data`, {
           context: { host: this.backendHost, name, usedBytes: used, sizeGb: size, newSizeGb },
         });

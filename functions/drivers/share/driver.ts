@@ -177,6 +177,22 @@ export interface ShareQuotaDriver {
 }
 
 /**
+ * A driver that can put a share's size back after a failed resize of its own (functions/shares/resize.ts
+ * putBackendBack): the size set to sizeGb whichever way it moves, with no data-loss check. The undo
+ * of a failed extend is not a user's shrink: what the share holds was written under the old size or
+ * under the raised one for the moments the extend ran, and a size is only a record and a write block
+ * (EFS, a directory): nothing is removed, a share left over its size has its writes withheld (by the
+ * next enforcement on aws-efs), as after any write past its size. Idempotent; a share not there: DriverError.
+ */
+export interface ShareSizeRestorer {
+  restoreShareSize(name: string, sizeGb: number): Promise<void>;
+}
+
+export function isShareSizeRestorer(driver: ShareDriver): driver is ShareDriver & ShareSizeRestorer {
+  return typeof (driver as Partial<ShareSizeRestorer>).restoreShareSize === 'function';
+}
+
+/**
  * Manila's ShareShrinkingPossibleDataLoss (M/exception.py): the size asked is below what the share
  * holds. Manila's share manager answers it by setting the share back to `available` with a user
  * message (action shrink, detail 018 DRIVER_REFUSED_SHRINK), not with an error status.

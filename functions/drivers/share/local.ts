@@ -31,6 +31,7 @@ import type {
   MigrationRequest,
   ShareBackendConfig,
   ShareDriver,
+  ShareSizeRestorer,
   ShareDriverFeatures,
   ShareDriverKind,
   SharePoolCapabilities,
@@ -79,7 +80,7 @@ function errnoCode(e: unknown): string | undefined {
   return (e as NodeJS.ErrnoException)?.code;
 }
 
-export class LocalShareDriver implements ShareDriver {
+export class LocalShareDriver implements ShareDriver, ShareSizeRestorer {
   readonly kind: ShareDriverKind;
   readonly features: ShareDriverFeatures;
   private readonly config: LocalShareBackendConfig;
@@ -356,6 +357,13 @@ export class LocalShareDriver implements ShareDriver {
       });
     }
     await writeRecordedSize(path, newSizeGb);
+  }
+
+  /** ShareSizeRestorer: the recorded size put back after a failed resize, with no data-loss check (driver.ts says why). */
+  async restoreShareSize(name: string, sizeGb: number): Promise<void> {
+    const path = await this.existingPath(name);
+    if (!Number.isInteger(sizeGb) || sizeGb < 1) throw new DriverError(`Cannot put ${name} on ${this.config.host} back to ${sizeGb} GiB.`);
+    if ((await readRecordedSize(path)) !== sizeGb) await writeRecordedSize(path, sizeGb);
   }
 
   /** The recorded size (0 when none is recorded) and what the directory holds; nothing blocks writes here. */
