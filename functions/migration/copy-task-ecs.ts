@@ -17,6 +17,7 @@
  * again later (a machine's Task retry, the reconciler's next pass) and finds what the first call did.
  */
 import type { ECSClient } from '@aws-sdk/client-ecs';
+import { awsApiClientConfig } from '../core/aws-http.js';
 import { BackendNotReady } from '../core/errors.js';
 import { errorCode } from '../drivers/volume/aws-ebs-ec2.js';
 import { ShareMigrationFailed } from './flow.js';
@@ -26,7 +27,7 @@ let sdk: Promise<typeof import('@aws-sdk/client-ecs')> | undefined;
 export const ecsSdk = () => (sdk ??= import('@aws-sdk/client-ecs'));
 let client: ECSClient | undefined;
 export async function ecs(): Promise<ECSClient> {
-  return (client ??= new (await ecsSdk()).ECSClient({}));
+  return (client ??= new (await ecsSdk()).ECSClient(awsApiClientConfig()));
 }
 
 const REFUSED = new Set(['ClientException', 'InvalidParameterException', 'AccessDeniedException']);

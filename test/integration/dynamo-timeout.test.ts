@@ -4,28 +4,13 @@
  * `requestHandler` as plain options only in recent versions; this shows ours honours them, against
  * a real socket that swallows every request.
  */
-import { createServer, type Server, type Socket } from 'node:net';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { createDocumentClient, dynamoConfigFromEnv, DYNAMO_REQUEST_TIMEOUT_MS } from '../../functions/core/db.js';
+import { useSilentServer } from '../support/silent-server.js';
 
 describe('a DynamoDB that never answers', () => {
-  let server: Server;
-  const sockets: Socket[] = [];
-  let endpoint = '';
-
-  beforeAll(async () => {
-    server = createServer((socket) => {
-      sockets.push(socket);
-      socket.on('data', () => undefined); // reads the request, answers nothing
-    });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-    endpoint = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
-  });
-  afterAll(async () => {
-    for (const s of sockets) s.destroy();
-    await new Promise<void>((r) => server.close(() => r()));
-  });
+  const silent = useSilentServer();
 
   test('the configured client carries a bounded request timeout', () => {
     const config = dynamoConfigFromEnv();
@@ -34,6 +19,7 @@ describe('a DynamoDB that never answers', () => {
   });
 
   test('a request to it fails with a timeout instead of hanging', async () => {
+    const { endpoint, sockets } = silent();
     const base = { ...dynamoConfigFromEnv(), endpoint, credentials: { accessKeyId: 'ferry', secretAccessKey: 'ferry' }, maxAttempts: 1 };
     // The same options shape as production, at a bound a test can wait for.
     const client = createDocumentClient({ ...base, requestHandler: { ...(base.requestHandler as object), requestTimeout: 300 } });

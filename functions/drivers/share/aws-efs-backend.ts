@@ -9,6 +9,7 @@
  */
 import type { EC2Client, IpPermission, SecurityGroup } from '@aws-sdk/client-ec2';
 import type { EFSClient, FileSystemDescription, MountTargetDescription } from '@aws-sdk/client-efs';
+import { awsApiClientConfig } from '../../core/aws-http.js';
 import { BackendNotReady, DriverError } from '../../core/errors.js';
 import type { AwsEfsShareBackendConfig } from './driver.js';
 import { parsePolicy, policyKey, type PolicyDocument } from './aws-efs-access.js';
@@ -58,11 +59,11 @@ export class EfsBackend {
   }
 
   protected async efs(): Promise<EFSClient> {
-    return (this.efsClient ??= new (await efsSdk()).EFSClient({ region: this.config.region }));
+    return (this.efsClient ??= new (await efsSdk()).EFSClient(awsApiClientConfig(this.config.region)));
   }
 
   protected async ec2(): Promise<EC2Client> {
-    return (this.ec2Client ??= new (await ec2Sdk()).EC2Client({ region: this.config.region }));
+    return (this.ec2Client ??= new (await ec2Sdk()).EC2Client(awsApiClientConfig(this.config.region)));
   }
 
   protected fail(message: string, context: Record<string, unknown> = {}, cause?: unknown): DriverError {

@@ -4,6 +4,7 @@
  * attachment to the EC2 instance named by `connector.host`.
  */
 import type { EC2Client, Filter, Volume, VolumeAttachment, VolumeType } from '@aws-sdk/client-ec2';
+import { awsApiClientConfig } from '../../core/aws-http.js';
 import { BackendNotReady, DriverError } from '../../core/errors.js';
 import type { BackendConfig, BackendConnection, BackendVolume, ConnectionProperties, Connector, PoolCapabilities, VolumeDriver } from './driver.js';
 import {
@@ -72,7 +73,7 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     let client = this.clients.get(region) ?? this.clientFor?.(region);
     if (!client) {
       const { EC2Client: Client } = await ec2Sdk();
-      client = new Client(region ? { region } : {});
+      client = new Client(awsApiClientConfig(region));
     }
     this.clients.set(region, client);
     return client;
