@@ -11,7 +11,8 @@
  * - Audit (auditCopyTaskDefinitions, from auditShares): the ACTIVE families with the migrations'
  *   prefix (ListTaskDefinitionFamilies, every page). A family whose migration is in flight (a share
  *   record's migration of that id, not ended) is held; any other is `stray-copy-task-definition`.
- *   Only where the deployment has a copy worker on ECS (FERRY_COPY_TASK_DEFINITION is its ARN);
+ *   Only where the deployment has a copy worker on ECS (FERRY_COPY_TASK_DEFINITION is its ARN) and
+ *   aws-efs backends (else FERRY_COPY_MIGRATION_FAMILIES is `false`: infra/aws/copy-worker.ts);
  *   the local stack has none.
  * - Repair (removeStrayCopyTaskDefinition): the share records re-read after the listing (a
  *   migration records its family before it registers, so one in flight is always seen), the
@@ -49,7 +50,8 @@ const ENDED = new Set<string | null>([null, 'migration_success', 'migration_erro
 /** The prefix of the migrations' own families, when the deployment runs its copy worker on ECS (else undefined: nothing to audit). */
 export function migrationFamilyPrefix(env: NodeJS.ProcessEnv = process.env): string | undefined {
   const base = env.FERRY_COPY_TASK_DEFINITION;
-  if (!base?.startsWith('arn:')) return undefined;
+  // `false` where no migration can register one (no aws-efs backend), and the VPC has no ECS endpoint to ask.
+  if (!base?.startsWith('arn:') || env.FERRY_COPY_MIGRATION_FAMILIES === 'false') return undefined;
   return `${familyOf(base)}${MIGRATION_FAMILY_INFIX}`;
 }
 

@@ -8,15 +8,12 @@
  * thing in both places.
  *
  * What this construct creates:
- * - a VPC with isolated subnets only (2 AZs, no NAT, no internet route): gateway endpoints for
- *   DynamoDB and S3 (free; S3 also serves ECR's image layers), interface endpoints for Step
- *   Functions (the share API starts machines from inside the VPC), CloudWatch Logs (the task's
- *   awslogs driver) and ECR api + dkr (the task's image pull);
+ * - the network (share-network.ts): a VPC with isolated subnets only, its gateway endpoints and the
+ *   interface endpoints the deployment's calls need, the functions' and the task's groups;
  * - the EFS file system (encrypted at rest, elastic throughput, automatic backups) and one access
  *   point `/ferry-shares` that acts as uid/gid 0, so the worker can keep owners and the Lambdas
  *   can manage what the worker wrote;
- * - security groups: NFS (2049) into the file system from the functions' group and the task's
- *   group only; HTTPS into the interface endpoints from the same two groups only;
+ * - NFS (2049) into the file system from the functions' group and the task's group only;
  * - the ECS cluster and the Fargate task definition: one container, `copy-worker`, built from
  *   Dockerfile.copy-worker, the access point mounted at SHARE_MOUNT_PATH (TLS + IAM), logs to
  *   CloudWatch.
@@ -30,19 +27,7 @@
  */
 import { ArnFormat, Duration, Fn, RemovalPolicy, Stack, Validations } from 'aws-cdk-lib';
 import type { ITable } from 'aws-cdk-lib/aws-dynamodb';
-import {
-  FlowLogDestination,
-  FlowLogTrafficType,
-  GatewayVpcEndpointAwsService,
-  InterfaceVpcEndpointAwsService,
-  IpAddresses,
-  Peer,
-  Port,
-  SecurityGroup,
-  SubnetType,
-  Vpc,
-  type SubnetSelection,
-} from 'aws-cdk-lib/aws-ec2';
+import { SecurityGroup, type SubnetSelection, type Vpc } from 'aws-cdk-lib/aws-ec2';
 import { Platform } from 'aws-cdk-lib/aws-ecr-assets';
 import {
   CfnCluster,
@@ -61,6 +46,7 @@ import { FileSystem as LambdaFileSystem } from 'aws-cdk-lib/aws-lambda';
 import { LogGroup, type RetentionDays } from 'aws-cdk-lib/aws-logs';
 import type { StateMachine } from 'aws-cdk-lib/aws-stepfunctions';
 import { Construct } from 'constructs';
+import { addShareNetwork, ISOLATED_SUBNETS, type ShareNetwork, type VpcApi } from './share-network.js';
 
 /** Where the share file system is mounted, in the functions and in the copy task alike. */
 export const SHARE_MOUNT_PATH = '/mnt/ferry-shares';
@@ -100,6 +86,8 @@ export const COPY_ENV = {
   subnets: 'FERRY_COPY_SUBNETS',
   securityGroups: 'FERRY_COPY_SECURITY_GROUPS',
   container: 'FERRY_COPY_CONTAINER',
+  /** `false` where the VPC has no ECS endpoint (no aws-efs backend: no migration registers a family), so the reconciler lists none (functions/audit/copy-task-repairs.ts). */
+  migrationFamilies: 'FERRY_COPY_MIGRATION_FAMILIES',
 } as const;
 
 /** What a function with `registersCopyTasks` also gets: the task role (the data node's `user` rule on an aws-efs share), the stack's VPC. */
@@ -130,18 +118,17 @@ export interface CopyWorkerProps {
    * @default true
    */
   readonly shareStorage?: boolean;
+  /** The AWS APIs the functions in the VPC call beyond the share storage's own (share-network.ts vpcApisFor); only with the share storage. @default none */
+  readonly vpcApis?: readonly VpcApi[];
   readonly logRetention: RetentionDays;
 }
 
 /** The share storage: what only share backends of a local kind need (CopyWorkerProps.shareStorage). */
-export interface ShareStorage {
-  readonly vpc: Vpc;
+export interface ShareStorage extends ShareNetwork {
   readonly fileSystem: FileSystem;
   readonly accessPoint: AccessPoint;
-  /** The group of every function that mounts the share file system. */
-  readonly functionSecurityGroup: SecurityGroup;
-  /** The group of the copy task's ENI (RunTask passes it). */
-  readonly taskSecurityGroup: SecurityGroup;
+  /** The interface endpoints beyond the share storage's own. */
+  readonly vpcApis: readonly VpcApi[];
 }
 
 export class CopyWorker extends Construct {
@@ -152,7 +139,7 @@ export class CopyWorker extends Construct {
   readonly taskDefinition: FargateTaskDefinition;
   readonly container: ContainerDefinition;
   /** Where the functions and the task run: the isolated subnets. */
-  readonly subnets: SubnetSelection = { subnetType: SubnetType.PRIVATE_ISOLATED };
+  readonly subnets: SubnetSelection = ISOLATED_SUBNETS;
 
   constructor(scope: Construct, id: string, props: CopyWorkerProps) {
     super(scope, id);
@@ -171,53 +158,9 @@ export class CopyWorker extends Construct {
   }
 
   private addShareStorage(props: CopyWorkerProps): ShareStorage {
-    // --- network -------------------------------------------------------------------------------
-    const vpc = new Vpc(this, 'Vpc', {
-      ipAddresses: IpAddresses.cidr('10.42.0.0/16'),
-      maxAzs: 2,
-      natGateways: 0,
-      subnetConfiguration: [{ name: 'isolated', subnetType: SubnetType.PRIVATE_ISOLATED, cidrMask: 20 }],
-      // Nothing is placed in the default group (every ENI here gets its own); restricting it would
-      // add a custom-resource Lambda to the stack for no gain.
-      restrictDefaultSecurityGroup: false,
-      flowLogs: {
-        all: {
-          trafficType: FlowLogTrafficType.ALL,
-          destination: FlowLogDestination.toCloudWatchLogs(
-            new LogGroup(this, 'FlowLogs', { retention: props.logRetention, removalPolicy: RemovalPolicy.DESTROY }),
-          ),
-        },
-      },
-    });
-    vpc.addGatewayEndpoint('DynamoDb', { service: GatewayVpcEndpointAwsService.DYNAMODB });
-    vpc.addGatewayEndpoint('S3', { service: GatewayVpcEndpointAwsService.S3 });
-
-    // Egress is explicit: HTTPS to AWS APIs (the subnets have no internet route, so 443 reaches
-    // only the endpoints: interface endpoints by address, DynamoDB and S3 by gateway prefix
-    // list, whose ids are not known at synth without a lookup) and NFS to the file system.
-    const clientGroup = (id: string, description: string) => {
-      const sg = new SecurityGroup(this, id, { vpc, description, allowAllOutbound: false });
-      sg.addEgressRule(Peer.anyIpv4(), Port.tcp(443), 'HTTPS to AWS APIs through the VPC endpoints (no internet route)');
-      return sg;
-    };
-    const functionSecurityGroup = clientGroup('FunctionSg', 'Ferry functions that mount the share file system');
-    const taskSecurityGroup = clientGroup('TaskSg', 'Ferry copy worker tasks');
+    const network = addShareNetwork(this, props.logRetention, props.vpcApis ?? []);
+    const { vpc, functionSecurityGroup, taskSecurityGroup } = network;
     const clients = [functionSecurityGroup, taskSecurityGroup];
-
-    // Each interface endpoint admits HTTPS only from the clients that call it. The functions call
-    // Step Functions (the share API starts machines); their logs and X-Ray segments leave through
-    // the Lambda service, not the VPC. The task pulls its image (ECR api + dkr, layers from S3) and
-    // ships its logs (awslogs) through its own ENI.
-    const endpoints: [string, InterfaceVpcEndpointAwsService, SecurityGroup[]][] = [
-      ['States', InterfaceVpcEndpointAwsService.STEP_FUNCTIONS, [functionSecurityGroup]],
-      ['Logs', InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS, [taskSecurityGroup]],
-      ['EcrApi', InterfaceVpcEndpointAwsService.ECR, [taskSecurityGroup]],
-      ['EcrDkr', InterfaceVpcEndpointAwsService.ECR_DOCKER, [taskSecurityGroup]],
-    ];
-    for (const [name, service, callers] of endpoints) {
-      const endpoint = vpc.addInterfaceEndpoint(name, { service, subnets: this.subnets, privateDnsEnabled: true, open: false });
-      for (const sg of callers) endpoint.connections.allowDefaultPortFrom(sg, `HTTPS from ${sg.node.id}`);
-    }
 
     // --- share storage -------------------------------------------------------------------------
     const fileSystemSecurityGroup = new SecurityGroup(this, 'FileSystemSg', {
@@ -248,7 +191,7 @@ export class CopyWorker extends Construct {
       createAcl: { ownerUid: '0', ownerGid: '0', permissions: '755' },
     });
 
-    return { vpc, fileSystem, accessPoint, functionSecurityGroup, taskSecurityGroup };
+    return { ...network, fileSystem, accessPoint, vpcApis: props.vpcApis ?? [] };
   }
 
   private addTaskDefinition(props: CopyWorkerProps, stack: Stack): { taskDefinition: FargateTaskDefinition; container: ContainerDefinition } {
@@ -324,6 +267,7 @@ export class CopyWorker extends Construct {
       ...(this.storage
         ? { [COPY_ENV.subnets]: Fn.join(',', this.storage.vpc.selectSubnets(this.subnets).subnetIds), [COPY_ENV.securityGroups]: Fn.join(',', [this.storage.taskSecurityGroup.securityGroupId]) }
         : {}),
+      ...(this.storage && !this.storage.vpcApis.includes('ecs') ? { [COPY_ENV.migrationFamilies]: 'false' } : {}),
     };
   }
 

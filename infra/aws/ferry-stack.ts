@@ -36,6 +36,7 @@ import { addHttpApi } from './http-api.js';
 import { addIdentityBootstrap } from './identity-bootstrap.js';
 import { deployFunction } from './deploy-resources.js';
 import { addMonitoring } from './monitoring.js';
+import { vpcApisFor } from './share-network.js';
 import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName, type TableKey } from '../../functions/core/tables.js';
 import { FUNCTIONS, STATE_MACHINES, stateMachineEnvName, substitutionKey, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
 
@@ -134,6 +135,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     this.wiring = props.wiring ?? { functions: FUNCTIONS, stateMachines: STATE_MACHINES };
     this.shareBackends = props.shareBackends ?? shareBackendsFromContext(this);
     this.hostAssistedMigration = props.hostAssistedMigration ?? this.shareBackends;
+    this.inventory = props.inventory;
 
     for (const t of TABLES) this.tables.set(t.key, this.addTable(t.key, removalPolicy));
     this.bucket = this.addBucket(removalPolicy);
@@ -142,7 +144,6 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     for (const f of this.wiring.functions) this.functions.set(f.name, this.addFunction(f));
     for (const m of this.wiring.stateMachines) this.stateMachines.set(m.name, this.addStateMachine(m));
     this.httpApi = addHttpApi(this, this.wiring.functions, this.functions, LOG_RETENTION);
-    this.inventory = props.inventory;
     if (props.inventory) addInventoryResource(this, deployFunction(this, 'inventory', 'an inventory')!, props.inventory, LOG_RETENTION);
     const identity = deployFunction(this, 'identity');
     if (identity) addIdentityBootstrap(this, identity, removalPolicy);
@@ -333,6 +334,8 @@ export class FerryStack extends Stack implements AcknowledgementScope {
       removalPolicy,
       logRetention: LOG_RETENTION,
       shareStorage: this.shareBackends,
+      // The interface endpoints the inventory's backends make the functions in the VPC call (share-network.ts).
+      vpcApis: vpcApisFor(this.inventory),
     });
   }
 
