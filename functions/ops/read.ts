@@ -21,7 +21,7 @@ import { NotFound } from '../core/errors.js';
 import type { BackendLag } from '../drivers/volume/replication-lag.js';
 import { OPS_ENDED, OPS_OPEN, type OpIndexEntry } from '../core/ops-index.js';
 import { GSI1, tableName } from '../core/tables.js';
-import { operationKey, type ReplicationOperation } from '../replication/operation-record.js';
+import { operationKey, withVolumesDone, type ReplicationOperation } from '../replication/operation-record.js';
 import { getMigration } from '../servers/migrations.js';
 import { instanceKey, SERVER_GSI, type Instance, type InstanceAction } from '../servers/model.js';
 import { findServer, loadPartition } from '../servers/repo.js';
@@ -65,7 +65,8 @@ export async function listVolumeBackends(): Promise<BackendState[]> {
 async function replicationOperations(backends: BackendState[]): Promise<ReplicationOperation[]> {
   const ids = [...new Set(backends.flatMap((b) => [b.failoverOperationId, b.drill?.operationId, b.drill?.endOperationId].filter((x): x is string => !!x)))];
   const items = await batchGetAll(tableName('volume'), ids.map(operationKey));
-  return items.map(stripOp).sort((a, b) => b.createdAt.localeCompare(a.createdAt));
+  const ops = await Promise.all(items.map(stripOp).map(withVolumesDone));
+  return ops.sort((a, b) => b.createdAt.localeCompare(a.createdAt));
 }
 
 async function indexEntries(gsi1pk: string, since?: string): Promise<OpIndexEntry[]> {
@@ -147,7 +148,7 @@ export async function listOperations(options: { since: Date; includeSuccesses?: 
 
 async function getReplicationOperation(id: string): Promise<ReplicationOperation | undefined> {
   const [item] = await batchGetAll(tableName('volume'), [operationKey(id)]);
-  return item ? stripOp(item) : undefined;
+  return item ? withVolumesDone(stripOp(item)) : undefined;
 }
 
 async function shareView(id: string): Promise<OperationView | undefined> {

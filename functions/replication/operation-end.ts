@@ -5,7 +5,7 @@
  * entry module.
  */
 import { reasonOf, type CaughtError } from '../core/errors.js';
-import { finishOperation, getOperation, getOperationOrThrow, type ReplicationOperation } from './repo.js';
+import { finishOperation, getOperationOrThrow, getOperationRecord, type ReplicationOperation } from './repo.js';
 import { finishServiceFailover, setDrillStatus } from './service-repo.js';
 
 /** Last state: the service's new state (§2.3), or the drill's; the operation succeeded. Idempotent. */
@@ -36,7 +36,7 @@ export async function finish(operationId: string): Promise<{ status: string }> {
  */
 export async function fail(operationId: string | undefined, error: CaughtError | undefined): Promise<{ status: string }> {
   if (!operationId) return { status: 'refused' };
-  const op = await getOperation(operationId);
+  const op = await getOperationRecord(operationId);
   if (!op || op.status !== 'running') return { status: op?.status ?? 'refused' };
   await failOperation(op, error?.Error === 'InvalidReplicationTarget', reasonOf(error));
   return { status: 'failed' };

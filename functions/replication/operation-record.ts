@@ -2,8 +2,51 @@
  * A replication operation's record (failover, failback, drill, drill-end) in the volume table,
  * pk `REPLOP#<id>`, sk `OP`: its shape and key, with no driver behind them, so a reader that only
  * shows operations (functions/ops) need not bundle the volume drivers. repo.ts persists it.
+ *
+ * Progress is counted per batch, beside the record: pk `REPLOP#<id>`, sk `PROGRESS#<nnnnn>`,
+ * `done` = the volumes that batch switched, added by the same transaction that switches them
+ * (steps.ts). So the count never drifts from the volumes (a crash between a volume write and a
+ * separate counter write would have left it short for good), and concurrent batches never update
+ * one hot item: every batch of a 10,000-volume failover used to wait on the record's counter.
+ * Readers add them up (readVolumesDone): one Query of up to a few thousand tiny items.
  */
+import type { TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
+import { queryAll } from '../core/db.js';
+import { tableName } from '../core/tables.js';
+
 export const operationKey = (id: string) => ({ pk: `REPLOP#${id}`, sk: 'OP' });
+
+const PROGRESS_PREFIX = 'PROGRESS#';
+export const progressKey = (id: string, batch: number) => ({ pk: `REPLOP#${id}`, sk: `${PROGRESS_PREFIX}${String(batch).padStart(5, '0')}` });
+
+/** The Update (for a TransactWriteItems) that counts `volumes` more switched by batch `batch`. */
+export function progressUpdate(id: string, batch: number, volumes: number, at: string): NonNullable<NonNullable<TransactWriteCommandInput['TransactItems']>[number]['Update']> {
+  return {
+    TableName: tableName('volume'),
+    Key: progressKey(id, batch),
+    UpdateExpression: 'ADD done :n SET updatedAt = :at',
+    ExpressionAttributeValues: { ':n': volumes, ':at': at },
+  };
+}
+
+/**
+ * The operation with `volumesDone` as its batches counted it (plus what the record itself holds:
+ * records made before the per-batch counts kept theirs there), and `updatedAt` the last count's
+ * when that is later (ferry watch's rate without samples is measured up to it).
+ */
+export async function withVolumesDone(op: ReplicationOperation): Promise<ReplicationOperation> {
+  if (op.batchCount === undefined) return op;
+  const counts = await queryAll({
+    TableName: tableName('volume'),
+    KeyConditionExpression: 'pk = :p AND begins_with(sk, :prefix)',
+    ProjectionExpression: 'done, updatedAt',
+    ExpressionAttributeValues: { ':p': operationKey(op.id).pk, ':prefix': PROGRESS_PREFIX },
+    ConsistentRead: true,
+  });
+  const volumesDone = counts.reduce((n, c) => n + Number(c.done ?? 0), op.volumesDone ?? 0);
+  const updatedAt = counts.reduce((latest, c) => (typeof c.updatedAt === 'string' && c.updatedAt > latest ? c.updatedAt : latest), op.updatedAt);
+  return { ...op, volumesDone, updatedAt };
+}
 
 /** Volumes per Map item: few enough for one step to finish well inside its timeout, many enough to keep the history small. */
 export const FAILOVER_BATCH_SIZE = 200;

@@ -5,6 +5,7 @@
  * - operation: pk `REPLOP#<id>`, sk `OP` — kind, host, target, status, batchCount, progress.
  * - batch:     pk `REPLOP#<id>`, sk `BATCH#<nnnnn>` — the volume ids of one Map item (the Map's
  *   items are batch numbers, so an execution's payload stays small whatever the backend holds).
+ * - progress:  pk `REPLOP#<id>`, sk `PROGRESS#<nnnnn>` — the volumes one batch switched (operation-record.ts).
  * - drill copies: pk `REPLOP#<drill op id>`, sk `COPIES#<nnnnn>` — what startDrill made for a batch.
  */
 import { BatchWriteCommand, DeleteCommand, GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
@@ -13,25 +14,32 @@ import { DependencyError, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import type { DrillCopy } from '../drivers/volume/driver.js';
 import { backendOf } from '../volumes/backends.js';
-import { operationKey, type ReplicationOperation } from './operation-record.js';
+import { operationKey, withVolumesDone, type ReplicationOperation } from './operation-record.js';
 
 // The operation record's shape and key live in operation-record.ts (no driver behind them: ferry ops reads them).
-export { FAILOVER_BATCH_SIZE, operationKey, type OperationKind, type ReplicationOperation } from './operation-record.js';
+export { FAILOVER_BATCH_SIZE, operationKey, progressUpdate, type OperationKind, type ReplicationOperation } from './operation-record.js';
 
 const batchKey = (id: string, n: number) => ({ pk: `REPLOP#${id}`, sk: `BATCH#${String(n).padStart(5, '0')}` });
 const copiesKey = (id: string, n: number) => ({ pk: `REPLOP#${id}`, sk: `COPIES#${String(n).padStart(5, '0')}` });
 
 // ---- operations -----------------------------------------------------------------------------------
 
-export async function getOperation(id: string): Promise<ReplicationOperation | undefined> {
+/** The operation's record as stored (what the steps decide on; `volumesDone` is not added up). */
+export async function getOperationRecord(id: string): Promise<ReplicationOperation | undefined> {
   const out = await db().send(new GetCommand({ TableName: tableName('volume'), Key: operationKey(id), ConsistentRead: true }));
   if (!out.Item) return undefined;
   const { pk: _pk, sk: _sk, ...op } = out.Item;
   return op as ReplicationOperation;
 }
 
+/** The operation with its progress added up from its batches (what the API, tests and benches show). */
+export async function getOperation(id: string): Promise<ReplicationOperation | undefined> {
+  const op = await getOperationRecord(id);
+  return op && withVolumesDone(op);
+}
+
 export async function getOperationOrThrow(id: string): Promise<ReplicationOperation> {
-  const op = await getOperation(id);
+  const op = await getOperationRecord(id);
   if (!op) throw new NotFound(`Replication operation ${id} could not be found.`);
   return op;
 }
@@ -72,18 +80,6 @@ export async function getBatch(id: string, n: number): Promise<string[]> {
   const out = await db().send(new GetCommand({ TableName: tableName('volume'), Key: batchKey(id, n), ConsistentRead: true }));
   if (!out.Item) throw new NotFound(`Batch ${n} of replication operation ${id} could not be found.`);
   return out.Item.volumeIds as string[];
-}
-
-export async function addProgress(id: string, volumes: number): Promise<void> {
-  if (volumes === 0) return;
-  await db().send(
-    new UpdateCommand({
-      TableName: tableName('volume'),
-      Key: operationKey(id),
-      UpdateExpression: 'ADD volumesDone :n SET updatedAt = :at',
-      ExpressionAttributeValues: { ':n': volumes, ':at': new Date().toISOString() },
-    }),
-  );
 }
 
 /** running -> succeeded | failed, once (a re-run finds it finished and changes nothing). */

@@ -6,13 +6,13 @@
  * nothing to report: without it the reconciler's timer pass, ~2 minutes over 10,000 volumes, ran
  * beside the bench's failover and logged 10,000 missing-claim findings), and each volume's backend
  * object as the local driver lays it out: a 1 GiB sparse file on the primary and on each
- * replication target, and the replication marker on the primary. Through the API it would cost ~3
+ * replication target, and the replication markers on the primary (writeReplicationMarkers, one fsync per 200). Through the API it would cost ~3
  * requests and an execution per volume.
  */
 import { BatchWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { randomUUID } from 'node:crypto';
 import { mkdir, open } from 'node:fs/promises';
-import { writeReplicationMarker } from '../../functions/drivers/volume/local-sites.js';
+import { writeReplicationMarkers } from '../../functions/drivers/volume/local-sites.js';
 import { join } from 'node:path';
 import { db } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
@@ -80,12 +80,8 @@ export async function seedReplicatedVolumes(n: number): Promise<{ ids: string[];
   await putVolumeItems(items.flatMap((v) => [v, claimItem(v, on.host).Put!.Item!]));
   const enabledAt = Date.now();
   for (let i = 0; i < ids.length; i += 200) {
-    await Promise.all(
-      ids.slice(i, i + 200).flatMap((id) => [
-        ...roots.map((r) => sparseFile(join(r, 'pool0', defaultBackendName(id)))),
-        writeReplicationMarker(roots[0], defaultBackendName(id), enabledAt),
-      ]),
-    );
+    const names = ids.slice(i, i + 200).map(defaultBackendName);
+    await Promise.all([...names.flatMap((name) => roots.map((r) => sparseFile(join(r, 'pool0', name)))), writeReplicationMarkers(roots[0], names, enabledAt, 32)]);
   }
   return { ids, roots };
 }

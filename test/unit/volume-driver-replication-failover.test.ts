@@ -4,7 +4,7 @@
  * failback, freeze/thaw, drills, and the registry's replication drivers. The replication itself:
  * volume-driver-replication-sync.test.ts.
  */
-import { rm, stat } from 'node:fs/promises';
+import { mkdir, rm, stat, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -12,6 +12,7 @@ import { DriverError } from '../../functions/core/errors.js';
 import { InvalidReplicationTarget, LocalVolumeDriver } from '../../functions/drivers/volume/local.js';
 import { driverFor, replicationDriverFor } from '../../functions/drivers/volume/registry.js';
 import { injectFault } from '../../functions/core/faults.js';
+import { readReplicationMarker } from '../../functions/drivers/volume/local-sites.js';
 import { readAt, writeAt } from '../support/files.js';
 import { MIB, primaryRoot, siteB, siteC, config, primary, volume, primaryFile, replicaFile, replicatedVolume, useReplicationSites } from '../support/local-replication-sites.js';
 
@@ -140,6 +141,25 @@ describe('failover', () => {
     expect(report.skipped).toBeUndefined();
     expect(await readAt(replicaFile(siteB, 'vol-1'), 0, 5)).toBe('after');
     expect(await readAt(replicaFile(siteC, 'vol-1'), 5 * MIB, 9)).toBe('new-bytes');
+  });
+
+  it('registers each failed-over volume on the target (one kept when there), and a marker a crash left empty still counts', async () => {
+    // Prepare: vol-2's marker on the target is already there, vol-3's as a crash after its create
+    // and before its bytes would leave it (writeReplicationMarkers fsyncs the directory, not each file).
+    for (const name of ['vol-1', 'vol-2', 'vol-3']) await replicatedVolume(name);
+    await mkdir(join(siteB, '.replication'), { recursive: true });
+    await writeFile(join(siteB, '.replication', 'vol-2'), JSON.stringify({ backendName: 'vol-2', enabledAt: 42 }));
+    await writeFile(join(siteB, '.replication', 'vol-3'), '');
+
+    // Act
+    const result = await primary.failoverHost(['vol-1', 'vol-2', 'vol-3'].map(volume), 'site-b');
+
+    // Assess
+    expect(result.volumeUpdates.map((u) => u.updates.replicationStatus)).toEqual(['failed-over', 'failed-over', 'failed-over']);
+    expect(await readReplicationMarker(siteB, 'vol-1')).toMatchObject({ backendName: 'vol-1', enabledAt: expect.any(Number) });
+    expect(await readReplicationMarker(siteB, 'vol-2')).toEqual({ backendName: 'vol-2', enabledAt: 42 });
+    expect(await readReplicationMarker(siteB, 'vol-3')).toEqual({});
+    expect(await readReplicationMarker(siteC, 'vol-1')).toBeUndefined();
   });
 
   it('freeze and thaw record a marker, idempotently', async () => {

@@ -27,7 +27,7 @@ import {
   readReplicaState,
   removeSiteMarker,
   replicationDevicesOf,
-  replicationMarkerPath,
+  readReplicationMarker,
   siteRoot,
   writeReplicaState,
   type ReplicaState,
@@ -324,7 +324,7 @@ export class LocalReplicationEngine {
     const primary = this.root(PRIMARY_BACKEND_ID);
     const source = await findVolumeOn(primary, this.config, backendName);
     const sourceStat = source ? await statOrUndefined(source.path) : undefined;
-    const marker = await readJson<{ enabledAt: number }>(replicationMarkerPath(primary, backendName));
+    const marker = await readReplicationMarker(primary, backendName);
     const now = this.now();
     const out: ReplicaStatus[] = [];
     for (const target of this.targets()) {

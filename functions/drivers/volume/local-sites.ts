@@ -15,7 +15,7 @@
  * the target's root from then on. This module names the paths, reads and writes the markers, and
  * mirrors a volume's connections and snapshots from one site to another.
  */
-import { lstat, mkdir, readlink, rename, rm, rmdir, symlink } from 'node:fs/promises';
+import { lstat, mkdir, open, readlink, rename, rm, rmdir, symlink, type FileHandle } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
 import { BadRequest, DriverError } from '../../core/errors.js';
 import { InvalidReplicationTarget, replicationDeviceProblems, type BackendConfig, type ReplicationDevice } from './driver.js';
@@ -65,8 +65,9 @@ export async function poolsOn(root: string, config: BackendConfig): Promise<stri
   return [...new Set([...config.pools.map((p) => p.name), ...(await listVisible(root))])];
 }
 
-export async function findVolumeOn(root: string, config: BackendConfig, backendName: string): Promise<{ pool: string; path: string; size: number } | undefined> {
-  for (const pool of await poolsOn(root, config)) {
+/** `pools`: the site's pools when the caller listed them once for many volumes (a failover batch). */
+export async function findVolumeOn(root: string, config: BackendConfig, backendName: string, pools?: string[]): Promise<{ pool: string; path: string; size: number } | undefined> {
+  for (const pool of pools ?? (await poolsOn(root, config))) {
     const path = join(root, pool, backendName);
     const st = await statOrUndefined(path);
     if (st?.isFile()) return { pool, path, size: st.size };
@@ -92,11 +93,62 @@ export async function hasSiteMarker(root: string, marker: string): Promise<boole
   return (await statOrUndefined(siteMarkerPath(root, marker))) !== undefined;
 }
 
+/** What a replication marker holds; `enabledAt` is absent from one whose body a crash lost (see writeReplicationMarkers). */
+export interface ReplicationMarker {
+  enabledAt?: number;
+}
+
+/** The volume's replication marker on a site, or undefined when it is not registered there. */
+export async function readReplicationMarker(root: string, backendName: string): Promise<ReplicationMarker | undefined> {
+  try {
+    return await readJson<ReplicationMarker>(replicationMarkerPath(root, backendName));
+  } catch (e) {
+    // Present but empty or torn (a crash before its bytes reached the disk, see
+    // writeReplicationMarkers): registered all the same; only the time is unknown.
+    if (e instanceof SyntaxError) return {};
+    throw e;
+  }
+}
+
+/** Registers one volume on a site (kept when already there: its first enabledAt stays). */
 export async function writeReplicationMarker(root: string, backendName: string, now: number): Promise<void> {
-  const path = replicationMarkerPath(root, backendName);
-  const existing = await readJson<{ enabledAt: number }>(path);
-  if (existing) return;
-  await writeFileAtomic(path, JSON.stringify({ backendName, enabledAt: now }));
+  if (await readReplicationMarker(root, backendName)) return;
+  await writeFileAtomic(replicationMarkerPath(root, backendName), JSON.stringify({ backendName, enabledAt: now }));
+}
+
+/**
+ * Registers many volumes on a site at once (a failover batch, seeding): each marker is created
+ * with O_EXCL (one already there is kept) and written, none is fsynced on its own; then the
+ * marker directory is fsynced once, so every marker's name is on disk before this returns. What
+ * a marker says is that it exists; a crash may lose the bytes of one written here (ext4 allocates
+ * them later), which readReplicationMarker reads as registered at an unknown time. So one fsync
+ * per batch keeps the guarantee the caller needs: the volumes it records as failed over are
+ * registered on the new site, whatever happens after.
+ */
+export async function writeReplicationMarkers(root: string, backendNames: string[], now: number, parallelism: number): Promise<void> {
+  const dir = join(root, REPLICATION_DIR);
+  await mkdir(dir, { recursive: true });
+  const one = async (backendName: string): Promise<void> => {
+    let fh: FileHandle;
+    try {
+      fh = await open(join(dir, backendName), 'wx');
+    } catch (e) {
+      if (isErrno(e, 'EEXIST')) return;
+      throw e;
+    }
+    try {
+      await fh.writeFile(JSON.stringify({ backendName, enabledAt: now }));
+    } finally {
+      await fh.close();
+    }
+  };
+  for (let i = 0; i < backendNames.length; i += parallelism) await Promise.all(backendNames.slice(i, i + parallelism).map(one));
+  const d = await open(dir, 'r');
+  try {
+    await d.sync();
+  } finally {
+    await d.close();
+  }
 }
 
 /** What a replica holds: the source as it was when its last completed sync started. */
@@ -123,10 +175,13 @@ export async function writeReplicaState(root: string, state: ReplicaState): Prom
 
 // ---- mirroring of connections and snapshots ----------------------------------------------------
 
-/** The hosts with a connection entry for the volume on a site (entry names, i.e. encoded hosts). */
-async function connectedHostEntries(root: string, backendName: string): Promise<string[]> {
+/** The host entries (encoded hosts) of a site's connections, connected to anything. */
+export const hostEntriesOn = (root: string): Promise<string[]> => listVisible(join(root, CONNECTIONS_DIR));
+
+/** The hosts with a connection entry for the volume on a site (entry names, i.e. encoded hosts); `hostEntries`: the site's, listed once by the caller. */
+async function connectedHostEntries(root: string, backendName: string, hostEntries?: string[]): Promise<string[]> {
   const out: string[] = [];
-  for (const hostEntry of await listVisible(join(root, CONNECTIONS_DIR))) {
+  for (const hostEntry of hostEntries ?? (await hostEntriesOn(root))) {
     try {
       if ((await lstat(join(root, CONNECTIONS_DIR, hostEntry, backendName))).isSymbolicLink()) out.push(hostEntry);
     } catch (e) {
@@ -155,11 +210,15 @@ export async function ensureConnectionEntry(root: string, hostEntry: string, bac
   }
 }
 
-/** The volume's connections on `to` become exactly those on `from` (both sites must exist). */
-export async function mirrorConnections(from: string, to: string, backendName: string, pool: string): Promise<void> {
-  const wanted = new Set(await connectedHostEntries(from, backendName));
+/**
+ * The volume's connections on `to` become exactly those on `from` (both sites must exist).
+ * `hostEntries`: both sites' host entries, listed once by a caller mirroring many volumes whose
+ * connections nothing changes meanwhile (a failover batch, inside the backend's exclusive section).
+ */
+export async function mirrorConnections(from: string, to: string, backendName: string, pool: string, hostEntries?: { from: string[]; to: string[] }): Promise<void> {
+  const wanted = new Set(await connectedHostEntries(from, backendName, hostEntries?.from));
   for (const hostEntry of wanted) await ensureConnectionEntry(to, hostEntry, backendName, pool);
-  for (const hostEntry of await connectedHostEntries(to, backendName)) {
+  for (const hostEntry of await connectedHostEntries(to, backendName, hostEntries?.to)) {
     if (!wanted.has(hostEntry)) await unlinkIfPresent(join(to, CONNECTIONS_DIR, hostEntry, backendName));
   }
 }

@@ -33,13 +33,16 @@ import {
   drillCopyPath,
   findVolumeOn,
   hasSiteMarker,
+  hostEntriesOn,
   mirrorConnections,
   mirrorSnapshots,
   removeSiteMarker,
+  poolsOn,
   removeVolumeFromSite,
   replicationMarkerPath,
   siteRoot,
   writeReplicationMarker,
+  writeReplicationMarkers,
   writeSiteMarker,
 } from './local-sites.js';
 import { LocalVolumeStore } from './local-volumes.js';
@@ -182,17 +185,25 @@ export class LocalVolumeDriver extends LocalVolumeStore implements ReplicationDr
       // smoking hole the target keeps those the replicator mirrored on its last pass.
       const oldRoot = this.root;
       const oldSiteReadable = target !== this.activeBackendId && (await isDirectory(oldRoot));
+      // What every volume of the call looks in is listed once: the target's pools, both sites'
+      // connection host entries (nothing else writes them while this runs: `exclusive`).
+      const pools = await poolsOn(targetRoot, this.config);
+      const hostEntries = oldSiteReadable ? { from: await hostEntriesOn(oldRoot), to: await hostEntriesOn(targetRoot) } : undefined;
       const one = async (v: ReplicatedVolumeRef): Promise<FailoverResult['volumeUpdates'][number]> => {
-        const replica = await findVolumeOn(targetRoot, this.config, v.backendName);
+        const replica = await findVolumeOn(targetRoot, this.config, v.backendName, pools);
         if (!replica) return { volumeId: v.volumeId, updates: { status: 'error' } };
-        await writeReplicationMarker(targetRoot, v.backendName, Date.now());
-        if (oldSiteReadable) await mirrorConnections(oldRoot, targetRoot, v.backendName, replica.pool);
+        if (hostEntries) await mirrorConnections(oldRoot, targetRoot, v.backendName, replica.pool, hostEntries);
         return { volumeId: v.volumeId, updates: { replicationStatus: 'failed-over', providerLocation: replica.path } };
       };
-      // Each volume is a few stats and small writes of its own: FAILOVER_PARALLELISM of them at a
-      // time keep libuv's threads busy instead of waiting on one file system call after another.
+      // Each volume is a few stats of its own: FAILOVER_PARALLELISM of them at a time keep
+      // libuv's threads busy instead of waiting on one file system call after another.
       const volumeUpdates: FailoverResult['volumeUpdates'] = [];
       for (let i = 0; i < volumes.length; i += FAILOVER_PARALLELISM) volumeUpdates.push(...(await Promise.all(volumes.slice(i, i + FAILOVER_PARALLELISM).map(one))));
+      // The volumes with a replica are registered on the target, their markers made durable by one
+      // fsync of the marker directory for the whole call (writeReplicationMarkers says why that is
+      // enough), before the caller records any of them failed over.
+      const found = new Set(volumeUpdates.filter((u) => u.updates.status !== 'error').map((u) => u.volumeId));
+      await writeReplicationMarkers(targetRoot, volumes.filter((v) => found.has(v.volumeId)).map((v) => v.backendName), Date.now(), FAILOVER_PARALLELISM);
       return { activeBackendId: target, volumeUpdates };
     } catch (e) {
       // Upstream: on an unrecoverable error, raise and stay on the previous backend.
