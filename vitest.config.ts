@@ -75,6 +75,12 @@ export default defineConfig({
           ...shared,
           name: 'infra',
           include: ['test/infra/**/*.test.ts'],
+          // One module registry per worker for the whole tier: aws-cdk-lib is imported once, not
+          // per file, and so is the engine of its built-in CloudFormation validation, which every
+          // synth runs (a WebAssembly module whose set-up costs ~15 CPU s; a singleton of the
+          // library). Safe here: these files set no module-level state that another reads, and
+          // what they change (PATH, FERRY_BUCKET, the presigner, mocked SDK clients) they put back.
+          isolate: false,
           sequence: { groupOrder: 1 },
         },
       },

@@ -11,7 +11,7 @@ import { resolve } from 'node:path';
 import { Stack } from 'aws-cdk-lib';
 import type { IRole } from 'aws-cdk-lib/aws-iam';
 import { testApp } from '../support/cdk-app.js';
-import { lambdaBundle } from '../support/bundle.js';
+import { lambdaBundle, lambdaBundleInputs } from '../support/bundle.js';
 import { beforeAll, describe, expect, test } from 'vitest';
 import { FUNCTIONS, type FunctionWiring } from '../../functions/wiring.js';
 import { REPO_ROOT, buildFerryApp, type FerryStack } from '../../infra/aws/ferry-stack.js';
@@ -43,11 +43,10 @@ function driverCommands(kind: Driver): Set<string> {
   return new Set(DRIVERS[kind].sources.flatMap((f) => [...readFileSync(resolve(REPO_ROOT, f), 'utf8').matchAll(/(\w+)Command\(/g)].map((m) => m[1]!)));
 }
 
-/** The drivers a function's bundle (esbuild, as CDK bundles it) contains. */
-async function bundledDrivers(entry: string): Promise<Set<Driver>> {
-  const inputs = Object.keys((await lambdaBundle(entry, '/tmp/ferry-permissions-bundle')).inputs);
-  return new Set(KINDS.filter((k) => inputs.some((input) => input.endsWith(DRIVERS[k].module))));
-}
+/** The modules each function's bundle (esbuild, as CDK bundles it) contains, by function name: one build for all (test/support/bundle.ts). */
+const bundled = new Map<string, string[]>();
+/** The drivers a function's bundle contains. */
+const bundledDrivers = (name: string) => new Set(KINDS.filter((k) => bundled.get(name)!.some((input) => input.endsWith(DRIVERS[k].module))));
 
 let stack: FerryStack;
 let resources: Record<string, { Type: string; Properties: Record<string, any> }>;
@@ -57,7 +56,9 @@ const reach = new Map<string, Set<Driver>>();
 beforeAll(async () => {
   recorded.set('aws-ebs', [...(await recordEbsCalls()), ...(await recordEbsReplicationCalls())]);
   recorded.set('aws-efs', [...(await recordEfsCalls()), ...(await recordEfsMigrationCalls())]);
-  for (const f of FUNCTIONS) reach.set(f.name, await bundledDrivers(f.entry));
+  const inputs = await lambdaBundleInputs(FUNCTIONS.map((f) => f.entry), '/tmp/ferry-permissions-bundle');
+  for (const f of FUNCTIONS) bundled.set(f.name, [...inputs.get(f.entry)!]);
+  for (const f of FUNCTIONS) reach.set(f.name, bundledDrivers(f.name));
   ({ stack } = buildFerryApp(testApp(), { nag: false }));
   resources = (await import('aws-cdk-lib/assertions')).Template.fromStack(stack).toJSON().Resources;
 }, 240_000);
@@ -107,6 +108,12 @@ describe('the check can fail', () => {
     for (const r of requestsOf([kind])) if (!(await simulate(statements, r)).allowed) out.add(`${r.action} ${r.resource.replace(/\/[^/]+$/, '/…')}`);
     return [...out].sort();
   };
+
+  test('the one build for every function lists what a build of a function alone lists (here the volume API, which bundles aws-ebs)', async () => {
+    const alone = Object.keys((await lambdaBundle('functions/api/volume.ts', '/tmp/ferry-permissions-bundle')).inputs).sort();
+    expect(alone.some((i) => i.endsWith(DRIVERS['aws-ebs'].module))).toBe(true);
+    expect([...bundled.get(FUNCTIONS.find((f) => f.entry === 'functions/api/volume.ts')!.name)!].sort()).toEqual(alone);
+  });
 
   test('all statements: nothing denied', async () => {
     expect(await deniedWith(statementsWithout('none'))).toEqual([]);
@@ -272,7 +279,7 @@ describe('the copy task definitions of host-assisted migrations to and from aws-
 
   test.each(FUNCTIONS.map((f) => f.name))('%s: auditsCopyTasks is whether its bundle contains only the listing module; then its role allows the reconciler\'s requests and no registration', async (name) => {
     const f = FUNCTIONS.find((x) => x.name === name)!;
-    const inputs = Object.keys((await lambdaBundle(f.entry, '/tmp/ferry-permissions-bundle')).inputs);
+    const inputs = bundled.get(name)!;
     expect(Boolean(f.auditsCopyTasks)).toBe(inputs.some((i) => i.endsWith(ECS_MODULE)) && !inputs.some((i) => i.endsWith(MODULE)));
     if (!f.auditsCopyTasks) return;
     const statements = roleStatements(name, arns());
@@ -285,7 +292,7 @@ describe('the copy task definitions of host-assisted migrations to and from aws-
 
   test.each(FUNCTIONS.map((f) => f.name))('%s: registersCopyTasks is whether its bundle contains the module; then its role allows every request', async (name) => {
     const f = FUNCTIONS.find((x) => x.name === name)!;
-    const inputs = Object.keys((await lambdaBundle(f.entry, '/tmp/ferry-permissions-bundle')).inputs);
+    const inputs = bundled.get(name)!;
     expect(Boolean(f.registersCopyTasks)).toBe(inputs.some((i) => i.endsWith(MODULE)));
     if (f.registersCopyTasks) expect(await denied(roleStatements(name, arns()))).toEqual([]);
   });
