@@ -31,7 +31,11 @@ test('one inventory resource, applied by the deploy function through the provide
   const custom = Object.values(resources).filter((r) => r.Type === 'Custom::FerryInventory');
   expect(custom).toHaveLength(1);
   const doc = JSON.parse(custom[0]!.Properties[INVENTORY_PROPERTY]) as Inventory;
-  expect(doc.volumeBackends.map((b) => b.host)).toEqual(['ferry@ebs-a', 'ferry@ebs-b', 'ferry@ebs-multi']);
+  expect(doc.volumeBackends.map((b) => b.host)).toEqual(['ferry@ebs-a', 'ferry@ebs-b', 'ferry@ebs-multi', 'ferry@ebs-rep']);
+  // A replicated backend with a target in another region, and a type that lands on it: what the smoke's replication check needs.
+  const replicated = doc.volumeBackends.find((b) => b.host === 'ferry@ebs-rep')!;
+  expect(replicated).toMatchObject({ driver: 'aws-ebs', availabilityZone: 'eu-west-1a', replicationDevices: [{ backend_id: 'frankfurt', availability_zone: 'eu-central-1a' }] });
+  expect(doc.volumeTypes.find((t) => t.name === 'replicated')?.extraSpecs).toEqual({ replication_enabled: '<is> True', volume_backend_name: 'ebs-rep' });
   // Validated with the AWS rules: defaults filled in, no local volume or compute driver.
   expect(doc.cells).toEqual([]);
   expect(doc.volumeBackends.every((b) => b.driver === 'aws-ebs')).toBe(true);
