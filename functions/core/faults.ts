@@ -7,7 +7,6 @@
  * through the FERRY_FAULTS environment variable, read when this module loads.
  */
 import { randomUUID } from 'node:crypto';
-import { z } from 'zod';
 import { BackendNotReady, DriverError } from './errors.js';
 
 export const FAULTS_ENV = 'FERRY_FAULTS';
@@ -15,31 +14,60 @@ export const FAULTS_ENV = 'FERRY_FAULTS';
 /** The call log is for tests and short rehearsals; a long-running stack must not grow it without bound. */
 export const MAX_LOGGED_CALLS = 10_000;
 
-export const faultSpecSchema = z.object({
-  kind: z.string().min(1),
-  /** The backend host (`host@backend`) the fault applies to; any backend when omitted. */
-  backend: z.string().min(1).optional(),
-  /** Method name, or `*` for every method. */
-  method: z.string().min(1),
-  /**
-   * fail: refused before the real call; hang: held until the fault is cleared, then the real call
-   * runs; fail-after: the real call runs, then an error; crash: the process "dies" before the real
-   * call (the call never returns, even after the fault is cleared); crash-after: the real call
-   * runs, then the process "dies" (its effect is made, nothing after it runs). The crash modes
-   * model a kill -9 at that instant: a test stops the stack after one and starts it again.
-   * not-ready-after: the real call runs (its work is started), then BackendNotReady, as a cloud
-   * backend answers while a change is still in progress (the state machine waits and calls again).
-   */
-  mode: z.enum(['fail', 'hang', 'fail-after', 'crash', 'crash-after', 'not-ready-after']),
-  /** How many calls the fault applies to; unlimited when omitted. */
-  times: z.number().int().positive().optional(),
-  /** How many matching calls pass untouched (and uncounted) before the fault applies: a crash test aims at the n-th call. */
-  skip: z.number().int().nonnegative().optional(),
-  message: z.string().optional(),
-});
+/**
+ * fail: refused before the real call; hang: held until the fault is cleared, then the real call
+ * runs; fail-after: the real call runs, then an error; crash: the process "dies" before the real
+ * call (the call never returns, even after the fault is cleared); crash-after: the real call
+ * runs, then the process "dies" (its effect is made, nothing after it runs). The crash modes
+ * model a kill -9 at that instant: a test stops the stack after one and starts it again.
+ * not-ready-after: the real call runs (its work is started), then BackendNotReady, as a cloud
+ * backend answers while a change is still in progress (the state machine waits and calls again).
+ */
+const FAULT_MODES = ['fail', 'hang', 'fail-after', 'crash', 'crash-after', 'not-ready-after'] as const;
+export type FaultMode = (typeof FAULT_MODES)[number];
 
-export type FaultSpec = z.infer<typeof faultSpecSchema>;
-export type FaultMode = FaultSpec['mode'];
+export interface FaultSpec {
+  kind: string;
+  /** The backend host (`host@backend`) the fault applies to; any backend when omitted. */
+  backend?: string;
+  /** Method name, or `*` for every method. */
+  method: string;
+  mode: FaultMode;
+  /** How many calls the fault applies to; unlimited when omitted. */
+  times?: number;
+  /** How many matching calls pass untouched (and uncounted) before the fault applies: a crash test aims at the n-th call. */
+  skip?: number;
+  message?: string;
+}
+
+/**
+ * A fault as given (a test's object, or one of FERRY_FAULTS), checked and with only its own fields.
+ * Checked by hand, not by a schema library: every function that calls a driver imports this module,
+ * and zod's import was most of what those bundles evaluated at a cold start (bench:imports).
+ */
+function checkFaultSpec(value: unknown, at: string): FaultSpec {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new TypeError(`${at}: a fault must be an object`);
+  const v = value as Record<string, unknown>;
+  const problems: string[] = [];
+  const text = (key: string, required: boolean, nonEmpty: boolean) => {
+    if (v[key] === undefined) {
+      if (required) problems.push(`${key}: required`);
+    } else if (typeof v[key] !== 'string' || (nonEmpty && v[key] === '')) problems.push(`${key}: must be a${nonEmpty ? ' non-empty' : ''} string`);
+  };
+  const count = (key: string, least: number) => {
+    if (v[key] !== undefined && !(Number.isInteger(v[key]) && (v[key] as number) >= least)) problems.push(`${key}: must be an integer >= ${least}`);
+  };
+  text('kind', true, true);
+  text('backend', false, true);
+  text('method', true, true);
+  if (!FAULT_MODES.includes(v.mode as FaultMode)) problems.push(`mode: must be one of ${FAULT_MODES.join(', ')}`);
+  count('times', 1);
+  count('skip', 0);
+  text('message', false, false);
+  if (problems.length) throw new TypeError(`${at}: ${problems.join('; ')}`);
+  const keys = ['kind', 'backend', 'method', 'mode', 'times', 'skip', 'message'] as const;
+  return Object.fromEntries(keys.filter((k) => v[k] !== undefined).map((k) => [k, v[k]])) as unknown as FaultSpec;
+}
 
 export interface Fault extends FaultSpec {
   id: string;
@@ -86,7 +114,7 @@ const calls: FaultCall[] = [];
 let nextSeq = 1;
 
 export function injectFault(spec: FaultSpec): string {
-  const parsed = faultSpecSchema.parse(spec);
+  const parsed = checkFaultSpec(spec, 'fault');
   const id = randomUUID();
   faults.push({ ...parsed, id, remaining: parsed.times, skipping: parsed.skip });
   return id;
@@ -328,9 +356,15 @@ function loadFaultsFromEnv(): void {
   } catch (e) {
     throw new Error(`${FAULTS_ENV} is not valid JSON (expected an array of faults): ${(e as Error).message}`);
   }
-  const parsed = z.array(faultSpecSchema).safeParse(specs);
-  if (!parsed.success) throw new Error(`${FAULTS_ENV} must be an array of {kind, backend?, method, mode, times?, skip?, message?}: ${parsed.error.message}`);
-  for (const spec of parsed.data) injectFault(spec);
+  const shape = `${FAULTS_ENV} must be an array of {kind, backend?, method, mode, times?, skip?, message?}`;
+  if (!Array.isArray(specs)) throw new Error(`${shape}: not an array`);
+  let checked: FaultSpec[];
+  try {
+    checked = specs.map((spec, i) => checkFaultSpec(spec, `[${i}]`));
+  } catch (e) {
+    throw new Error(`${shape}: ${(e as Error).message}`, { cause: e });
+  }
+  for (const spec of checked) injectFault(spec);
 }
 
 loadFaultsFromEnv();

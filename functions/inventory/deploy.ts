@@ -7,8 +7,6 @@
  * data: the tables are retained or deleted by their own removal policy.
  */
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
-import { applyInventory } from './apply.js';
-import { formatPlan } from './plan.js';
 
 /** The custom resource's property holding the inventory as JSON. */
 export const INVENTORY_PROPERTY = 'Inventory';
@@ -16,6 +14,9 @@ const PHYSICAL_ID = 'ferry-inventory';
 
 export async function handler(event: CloudFormationCustomResourceEvent): Promise<{ PhysicalResourceId: string; Data?: Record<string, string> }> {
   if (event.RequestType === 'Delete') return { PhysicalResourceId: event.PhysicalResourceId };
+  // Loaded on the first Create or Update, not at import: the inventory's schema (zod) and every
+  // capability's writes are most of this bundle, and a Delete needs none of them.
+  const [{ applyInventory }, { formatPlan }] = await Promise.all([import('./apply.js'), import('./plan.js')]);
   const document: unknown = JSON.parse(String(event.ResourceProperties[INVENTORY_PROPERTY]));
   const result = await applyInventory(document, { target: 'aws' });
   const plan = formatPlan(result.plan);

@@ -37,6 +37,7 @@ import { addIdentityBootstrap } from './identity-bootstrap.js';
 import { deployFunction } from './deploy-resources.js';
 import { addMonitoring } from './monitoring.js';
 import { vpcApisFor } from './share-network.js';
+import { RUNTIME_SDK_MODULES } from './sdk-bundling.js';
 import { GSI1, TABLES, TTL_ATTRIBUTE, tableEnvName, type TableKey } from '../../functions/core/tables.js';
 import { FUNCTIONS, STATE_MACHINES, stateMachineEnvName, substitutionKey, type FunctionWiring, type StateMachineWiring } from '../../functions/wiring.js';
 
@@ -78,8 +79,8 @@ export const LAMBDA_BUNDLING: BundlingOptions = {
   sourceMap: true,
   minify: true,
   keepNames: true,
-  // The runtime provides AWS SDK v3; bundling it would only make cold starts slower.
-  externalModules: ['@aws-sdk/*'],
+  // DynamoDB's SDK is bundled (every request needs it); the clients loaded on first use come from the runtime.
+  externalModules: RUNTIME_SDK_MODULES,
 };
 
 export { AUTH_HEADER } from './http-api.js';

@@ -256,7 +256,7 @@ describe('FERRY_FAULTS', () => {
     vi.resetModules();
 
     // Act / Assess
-    await expect(import('../../functions/core/faults.js')).rejects.toThrow(/FERRY_FAULTS must be an array/);
+    await expect(import('../../functions/core/faults.js')).rejects.toThrow(/^FERRY_FAULTS must be an array of .*: \[0\]: method: required; mode: must be one of fail, hang, /);
   });
 
   it('faultsForEnv hands the remaining faults to a child', async () => {
