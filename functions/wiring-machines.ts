@@ -10,6 +10,8 @@ export interface StateMachineWiring {
   description: string;
   /** Functions its Task states call. */
   functions: string[];
+  /** Started on a schedule, every this many minutes (EventBridge Scheduler on AWS, infra/aws/machine-schedules.ts). */
+  scheduleRateMinutes?: number;
 }
 
 export const STATE_MACHINES = [
@@ -42,6 +44,19 @@ export const STATE_MACHINES = [
     file: 'statemachines/image-import.asl.json',
     description: 'Imports an image\'s data from the URI of a Glance web-download import: streams it to the bucket (every redirect hop filtered) and makes the image active; a failure removes what it stored and puts the image back to queued with the reason on its import task.',
     functions: ['image-import-steps'],
+  },
+  {
+    name: 'replication-schedule',
+    file: 'statemachines/replication-schedule.asl.json',
+    description: 'The replication schedule (EventBridge Scheduler starts it every few minutes): starts one replication-pass execution per replicated aws-ebs backend, named by the backend and the scheduled time, so a schedule delivered twice starts each pass once.',
+    functions: ['replication-pass-steps'],
+    scheduleRateMinutes: 5,
+  },
+  {
+    name: 'replication-pass',
+    file: 'statemachines/replication-pass.asl.json',
+    description: 'One replication pass of one backend (input {"backend"}): ends at once when the backend is frozen, failed over or not enabled (or another pass holds its lease); else pages through its replicated volumes, each page snapshotting, copying to every target region and pruning, then records the lag.',
+    functions: ['replication-pass-steps'],
   },
   {
     name: 'share-create',

@@ -258,15 +258,16 @@ export const FUNCTIONS: FunctionWiring[] = [
     memoryMb: 1024,
   },
   {
-    name: 'replication-pass',
-    kind: 'scheduled',
+    name: 'replication-pass-steps',
+    kind: 'step',
     entry: 'functions/replication/pass.ts',
     export: 'handler',
-    description: 'The replication schedule of aws-ebs backends with replication targets: each run snapshots every replicated volume, copies the newest completed snapshot to each target region and prunes older ones (never waits; frozen and failed-over backends are skipped).',
+    description: 'Step handlers of the replication machines: start-passes (one replication-pass execution per replicated aws-ebs backend), decide (frozen, failed over, not enabled: end; else take the backend\'s pass lease), page (one page of replicated volumes snapshotted, copied to each target region, pruned), finish (the lag recorded, the lease given back), failed.',
     tables: ['volume'],
     callsVolumeDrivers: true,
-    scheduleRateMinutes: 5,
-    timeoutSeconds: 280,
+    starts: ['replication-pass'],
+    // A page of PASS_PAGE_VOLUMES volumes is a few EC2 calls each: 300 s is ample, and under the pass lease's 15 minutes.
+    timeoutSeconds: 300,
   },
   {
     name: 'inventory-apply',

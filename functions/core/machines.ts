@@ -9,6 +9,8 @@ export const STATE_MACHINE_NAMES = [
   'volume-failover',
   'snapshot-create',
   'image-import',
+  'replication-schedule',
+  'replication-pass',
   'share-create',
   'share-delete',
   'share-migration-start',

@@ -176,6 +176,9 @@ const storageFlow: MachinePolicy = { timeoutSeconds: STEPS_TIMEOUT_SECONDS, retr
 /** The volumes a failover is sized for, and the volumes per Map item (functions/replication/repo.ts FAILOVER_BATCH_SIZE). */
 export const FAILOVER_SIZED_FOR_VOLUMES = 10_000;
 export const FAILOVER_BATCH_SIZE = 200;
+/** The replicated volumes of one backend a replication pass is sized for, and its pages (functions/replication/pass.ts PASS_PAGE_VOLUMES a page). */
+export const REPLICATION_PASS_SIZED_FOR_VOLUMES = 10_000;
+export const REPLICATION_PASS_PAGES = Math.ceil(REPLICATION_PASS_SIZED_FOR_VOLUMES / 50);
 /** The copy runs of one migration (functions/migration/flow.ts MAX_COPY_ATTEMPTS). */
 export const MIGRATION_COPY_RUNS = 3;
 /** migration_continue polls of one driver-assisted migration (functions/migration/flow.ts maxDriverPolls()). */
@@ -213,6 +216,26 @@ export const MACHINE_POLICIES: Readonly<Record<StateMachineName, MachinePolicy>>
    * leave the image importing until the reconciler's next pass. About an hour at worst: one day.
    */
   'image-import': { timeoutSeconds: STEPS_TIMEOUT_SECONDS, retrier: 'transient', tasks: { Download: 'importSource', Failed: 'cleanup' } },
+  /**
+   * The fan-out is one Task starting one execution per replicated backend: 21 minutes at worst
+   * (310 s on each of 4 attempts); an hour.
+   */
+  'replication-schedule': { timeoutSeconds: HOUR, retrier: 'transient' },
+  /**
+   * A pass pages through the backend's replicated volumes (functions/replication/pass.ts
+   * PASS_PAGE_VOLUMES a page), every step repeating driver errors (an EC2 throttle is a
+   * DriverError; each volume's step is idempotent and looked at again). Sized for
+   * REPLICATION_PASS_SIZED_FOR_VOLUMES: 200 pages, about 1,400 history events; with every page at
+   * its timeout on every attempt 2.9 days, so three. A pass that slow has long since lost its
+   * lease to the next one and stops at its next page (PassLeaseLost). The Catch's Failed only gives
+   * the lease back, and retries anything.
+   */
+  'replication-pass': {
+    timeoutSeconds: 3 * DAY,
+    retrier: 'transientOrDriver',
+    tasks: { Failed: 'cleanup' },
+    sizing: { runs: { Page: REPLICATION_PASS_PAGES, 'MorePages?': REPLICATION_PASS_PAGES } },
+  },
   /**
    * An EFS file system and its mount targets take a minute or two to become available, and as long
    * to go (functions/drivers/share/aws-efs.ts): CreateOnBackend and its Rollback (deleteShare),

@@ -23,7 +23,7 @@ import { getVolume } from '../../functions/volumes/repo.js';
 import { getVolumeTypeByName } from '../../functions/volumes/types.js';
 import { AWS_HISTORY_LIMIT } from '../../infra/local/history-count.js';
 import { awsError, type FakeEc2 } from '../support/fake-ec2.js';
-import { startEbsStack, type EbsStack } from '../support/ebs-stack.js';
+import { startReplicatedEbsStack, type EbsStack } from '../support/ebs-stack.js';
 import { eventually } from '../support/poll.js';
 import { putVolumeItems, replicatedVolumeItem } from '../support/replicated-volumes.js';
 
@@ -60,20 +60,7 @@ async function seed(): Promise<string[]> {
 }
 
 beforeAll(async () => {
-  ebs = await startEbsStack({
-    zones: ['eu-west-1a', 'eu-central-1a'],
-    backends: [
-      {
-        host: HOST,
-        driver: 'aws-ebs',
-        availabilityZone: 'eu-west-1a',
-        volumeBackendName: 'ebs-r',
-        pools: [{ name: 'gp', totalCapacityGb: 100_000 }],
-        replicationDevices: [{ backend_id: 'frankfurt', availability_zone: 'eu-central-1a' }],
-      },
-    ],
-    types: [{ name: 'ebs-replicated', extraSpecs: { volume_backend_name: 'ebs-r', replication_enabled: '<is> True' } }],
-  });
+  ebs = await startReplicatedEbsStack({ host: HOST, volumeBackendName: 'ebs-r', typeName: 'ebs-replicated', poolCapacityGb: 100_000 });
   frankfurt = ebs.fakes.get('eu-central-1')!;
   frankfurt.pageSize = 1000;
   ids = await seed();

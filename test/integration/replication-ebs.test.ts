@@ -1,17 +1,18 @@
 /**
  * Replication v2.1 on EBS through the Cinder API, EC2 mocked per region (test/support/fake-ec2.ts):
  * volumes of a replicated type on an aws-ebs backend whose target is another region; the
- * replication schedule (functions/replication/pass.ts) snapshots and copies them; freeze stops it;
+ * replication-pass machine (functions/replication/pass.ts, run by the local interpreter) snapshots
+ * and copies them; freeze stops it;
  * failover_host runs the volume-failover machine with the primary region not answering; a failed-
  * over volume attaches to an instance of the target zone; failback ('default') brings the volumes
  * home, waiting in the machine while the copies travel; the audit is clean at the end.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
-import { runReplicationPasses } from '../../functions/replication/pass.js';
 import { awsError, type FakeEc2 } from '../support/fake-ec2.js';
-import { startEbsStack, type EbsStack } from '../support/ebs-stack.js';
+import { startReplicatedEbsStack, type EbsStack } from '../support/ebs-stack.js';
 import { eventually } from '../support/poll.js';
+import { replicationPass } from '../support/replication-pass.js';
 
 const HOST = 'ferry@ebs-r';
 let ebs: EbsStack;
@@ -27,21 +28,7 @@ const lagOnPool = async () =>
 const kinds = (fake: FakeEc2) => [...fake.snapshots.values()].map((s) => `${s.Tags?.find((t) => t.Key === 'ferry:replication')?.Value}:${s.State}`).sort();
 
 beforeAll(async () => {
-  ebs = await startEbsStack({
-    zones: ['eu-west-1a', 'eu-central-1a'],
-    backends: [
-      {
-        host: HOST,
-        driver: 'aws-ebs',
-        availabilityZone: 'eu-west-1a',
-        ebsVolumeType: 'gp3',
-        volumeBackendName: 'ebs-r',
-        pools: [{ name: 'gp', totalCapacityGb: 100 }],
-        replicationDevices: [{ backend_id: 'frankfurt', availability_zone: 'eu-central-1a' }],
-      },
-    ],
-    types: [{ name: 'ebs-replicated', extraSpecs: { volume_backend_name: 'ebs-r', replication_enabled: '<is> True' } }],
-  });
+  ebs = await startReplicatedEbsStack({ host: HOST, volumeBackendName: 'ebs-r', typeName: 'ebs-replicated', ebsVolumeType: 'gp3' });
   home = ebs.fakes.get('eu-west-1')!;
   frankfurt = ebs.fakes.get('eu-central-1')!;
 }, 120_000);
@@ -63,9 +50,9 @@ describe('EBS replication to another region through the API (EC2 mocked per regi
     // Five runs of the schedule: snapshot, (pending), copy, (pending), arrived. The pools show each
     // run's count of volumes with a copy in the target, so one can wait for it before failing over.
     expect(await lagOnPool()).toBeUndefined();
-    expect((await runReplicationPasses()).flatMap((o) => o.errors)).toEqual([]);
+    expect(await replicationPass(HOST)).toMatchObject({ volumes: 2, failed: 0 });
     expect(await lagOnPool()).toMatchObject({ volumes: 2, replicated: 0, max_lag_seconds: null });
-    for (let i = 0; i < 4; i++) expect((await runReplicationPasses()).flatMap((o) => o.errors)).toEqual([]);
+    for (let i = 0; i < 4; i++) expect(await replicationPass(HOST)).toMatchObject({ volumes: 2, failed: 0 });
     expect(kinds(frankfurt)).toEqual(['copy:completed', 'copy:completed']);
     const lag = await lagOnPool();
     expect(lag).toMatchObject({ volumes: 2, replicated: 2 });
@@ -75,10 +62,10 @@ describe('EBS replication to another region through the API (EC2 mocked per regi
 
   test('a frozen backend is skipped by the schedule; thaw resumes it', async () => {
     expect((await api('PUT', '/os-services/freeze', { host: HOST })).status).toBe(200);
-    expect(await runReplicationPasses()).toEqual([expect.objectContaining({ host: HOST, skipped: 'frozen', volumes: 0 })]);
+    expect(await replicationPass(HOST)).toMatchObject({ run: false, why: 'frozen', volumes: 0 });
     expect((await api('PUT', '/os-services/thaw', { host: HOST })).status).toBe(200);
     await serviceBecomes('enabled');
-    expect((await runReplicationPasses())[0]).toMatchObject({ host: HOST, volumes: 2 });
+    expect(await replicationPass(HOST)).toMatchObject({ volumes: 2, failed: 0 });
   });
 
   test('failover with the primary region gone: each volume is a volume in Frankfurt, and attaches to an instance there', async () => {
@@ -97,7 +84,7 @@ describe('EBS replication to another region through the API (EC2 mocked per regi
     expect((await service()).active_backend_id).toBe('frankfurt');
     expect(frankfurt.volumes.size).toBe(2);
     for (const id of ids) expect((await volume(id)).replication_status).toBe('failed-over');
-    expect((await runReplicationPasses())[0]).toMatchObject({ skipped: 'failed over to frankfurt' });
+    expect(await replicationPass(HOST)).toMatchObject({ run: false, why: 'failed over to frankfurt' });
 
     frankfurt.devices.set('i-fra', ['/dev/sda1']);
     const att = await api('POST', '/attachments', { attachment: { volume_uuid: ids[0], instance_uuid: '66666666-6666-4666-8666-666666666666' } });

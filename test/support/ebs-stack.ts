@@ -63,3 +63,25 @@ export async function startEbsStack(options: {
     },
   };
 }
+
+/**
+ * An EBS stack with one aws-ebs backend in eu-west-1a replicating to `frankfurt` (eu-central-1a),
+ * pool `gp`, and a replicated volume type for it: the replication tests' stack.
+ */
+export function startReplicatedEbsStack(options: { host: string; volumeBackendName: string; typeName: string; ebsVolumeType?: 'gp3'; poolCapacityGb?: number }): Promise<EbsStack> {
+  return startEbsStack({
+    zones: ['eu-west-1a', 'eu-central-1a'],
+    backends: [
+      {
+        host: options.host,
+        driver: 'aws-ebs',
+        availabilityZone: 'eu-west-1a',
+        ...(options.ebsVolumeType ? { ebsVolumeType: options.ebsVolumeType } : {}),
+        volumeBackendName: options.volumeBackendName,
+        pools: [{ name: 'gp', totalCapacityGb: options.poolCapacityGb ?? 100 }],
+        replicationDevices: [{ backend_id: 'frankfurt', availability_zone: 'eu-central-1a' }],
+      },
+    ],
+    types: [{ name: options.typeName, extraSpecs: { volume_backend_name: options.volumeBackendName, replication_enabled: '<is> True' } }],
+  });
+}

@@ -102,15 +102,21 @@ export class AwsEbsVolumeStore implements VolumeDriver {
 
   protected async describeIn(region: string, filters: Filter[]): Promise<Volume[]> {
     const out: Volume[] = [];
-    let NextToken: string | undefined;
+    let nextToken: string | undefined;
     do {
-      const page = await this.send('DescribeVolumes', { filters, region }, async () =>
-        (await this.ec2ClientFor(region)).send(new (await ec2Sdk()).DescribeVolumesCommand({ Filters: filters, NextToken })),
-      );
-      for (const v of page.Volumes ?? []) if (!GONE_STATES.has(v.State ?? '')) out.push(v);
-      NextToken = page.NextToken;
-    } while (NextToken);
+      const page = await this.describePageIn(region, filters, nextToken);
+      out.push(...page.volumes);
+      nextToken = page.nextToken;
+    } while (nextToken);
     return out;
+  }
+
+  /** One DescribeVolumes page (live volumes only) and the token of the next, if any; `maxResults` is EC2's 5-500 (its default: all). */
+  protected async describePageIn(region: string, filters: Filter[], nextToken?: string, maxResults?: number): Promise<{ volumes: Volume[]; nextToken?: string }> {
+    const page = await this.send('DescribeVolumes', { filters, region }, async () =>
+      (await this.ec2ClientFor(region)).send(new (await ec2Sdk()).DescribeVolumesCommand({ Filters: filters, NextToken: nextToken, MaxResults: maxResults })),
+    );
+    return { volumes: (page.Volumes ?? []).filter((v) => !GONE_STATES.has(v.State ?? '')), ...(page.NextToken ? { nextToken: page.NextToken } : {}) };
   }
 
   /** The backend's volumes in the region it works in (a replication drill's copies are not among them). */

@@ -8,8 +8,7 @@
  * tries racing each other make one volume.
  *
  * Snapshots are EBS snapshots found the same way, by tags (`ferry:backend`, `ferry:backend-name`,
- * `ferry:snapshot-name`). EBS has no cross-site replication here: the driver is not a
- * ReplicationDriver and reports `replicationEnabled: false`.
+ * `ferry:snapshot-name`). Replication to other regions is aws-ebs-replication.ts's.
  *
  * Manage adopts: a volume of the backend's zone that no Ferry backend has tagged, named by its EBS
  * id, is tagged as this backend's (plus `ferry:adopted`) under that id as its backend name; a
@@ -163,29 +162,51 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
 
   /**
    * One replication pass: each replicated volume of the backend moves one step (snapshot, copy,
-   * prune). Skipped when failed over: nothing replicates until failback. One volume's failure is
-   * reported and does not stop the others.
+   * prune), page after page. Skipped when failed over: nothing replicates until failback. One
+   * volume's failure is reported and does not stop the others.
    */
   async syncNow(intervalMs = DEFAULT_REPLICATION_INTERVAL_MS): Promise<EbsPassReport> {
     const report: EbsPassReport = { volumes: 0, snapshotsStarted: 0, copiesStarted: 0, errors: [] };
-    if (this.targets.length === 0) return { ...report, skipped: 'not replicated' };
-    if (this.activeTarget) return { ...report, skipped: `failed over to ${this.activeTarget.backendId}` };
-    const targetIds = this.targets.map((t) => t.backendId);
-    const tally = new LagTally(targetIds);
-    for (const volume of await this.describe([{ Name: `tag:${TAG_BACKEND}`, Values: [this.backendHost] }, { Name: `tag:${TAG_REPLICATED}`, Values: ['true'] }])) {
+    const skipped = this.passSkipped();
+    if (skipped) return { ...report, skipped };
+    const tally = new LagTally(this.targets.map((t) => t.backendId));
+    let pageToken: string | undefined;
+    do {
+      const page = await this.syncPage({ pageToken, intervalMs, tally });
+      for (const count of ['volumes', 'snapshotsStarted', 'copiesStarted'] as const) report[count] += page[count];
+      report.errors.push(...page.errors);
+      pageToken = page.nextToken;
+    } while (pageToken);
+    return { ...report, lag: tally.summary(this.replicationContext.now()) };
+  }
+
+  /** Why this backend has no pass here, if it has none. */
+  passSkipped(): string | undefined {
+    return this.targets.length === 0 ? 'not replicated' : this.activeTarget && `failed over to ${this.activeTarget.backendId}`;
+  }
+
+  /**
+   * One page of a pass (the replication-pass machine runs one per step, so no step outlives its
+   * Lambda): up to `maxVolumes` replicated volumes from `pageToken`, each moved one step, its lag
+   * added to `tally`. `nextToken` when volumes are left.
+   */
+  async syncPage(page: { pageToken?: string; maxVolumes?: number; intervalMs?: number; tally: LagTally }): Promise<Omit<EbsPassReport, 'lag' | 'skipped'> & { nextToken?: string }> {
+    const report = { volumes: 0, snapshotsStarted: 0, copiesStarted: 0, errors: [] as EbsPassReport['errors'] };
+    const filters = [{ Name: `tag:${TAG_BACKEND}`, Values: [this.backendHost] }, { Name: `tag:${TAG_REPLICATED}`, Values: ['true'] }];
+    const found = await this.describePageIn(this.homeRegion(), filters, page.pageToken, page.maxVolumes);
+    for (const volume of found.volumes) {
       report.volumes++;
       try {
-        const started = await this.replication.replicateVolume(volume, intervalMs);
-        report.snapshotsStarted += started.snapshots;
-        report.copiesStarted += started.copies;
-        for (const [target, lagMs] of started.lagMs) tally.add(target, lagMs);
+        const started = await this.replication.replicateVolume(volume, page.intervalMs ?? DEFAULT_REPLICATION_INTERVAL_MS);
+        [report.snapshotsStarted, report.copiesStarted] = [report.snapshotsStarted + started.snapshots, report.copiesStarted + started.copies];
+        for (const [target, lagMs] of started.lagMs) page.tally.add(target, lagMs);
       } catch (e) {
         report.errors.push({ backendName: tagOf(volume, TAG_BACKEND_NAME) ?? volume.VolumeId!, message: (e as Error).message });
         // Not looked at this pass: counted as having no replica, so the figure never promises a failover more than it knows.
-        for (const target of targetIds) tally.add(target, null);
+        for (const t of this.targets) page.tally.add(t.backendId, null);
       }
     }
-    return { ...report, lag: tally.summary(this.replicationContext.now()) };
+    return { ...report, ...(found.nextToken ? { nextToken: found.nextToken } : {}) };
   }
 
   /** Per target: when the newest copy that has arrived was taken, and the lag (now minus that). */

@@ -29,8 +29,10 @@ export interface BackendLag {
 export class LagTally {
   private readonly byTarget = new Map<string, TargetLag>();
 
-  constructor(targetBackendIds: readonly string[]) {
+  /** `carried`: the tally of the pages before this one (the replication-pass machine keeps it in its state between steps). */
+  constructor(targetBackendIds: readonly string[], carried: readonly TargetLag[] = []) {
     for (const id of targetBackendIds) this.byTarget.set(id, { targetBackendId: id, volumes: 0, replicated: 0, maxLagMs: null });
+    for (const t of carried) if (this.byTarget.has(t.targetBackendId)) this.byTarget.set(t.targetBackendId, { ...t });
   }
 
   add(targetBackendId: string, lagMs: number | null): void {
