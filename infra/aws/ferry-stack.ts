@@ -35,6 +35,7 @@ import type { Inventory } from '../../functions/inventory/schema.js';
 import { addHttpApi } from './http-api.js';
 import { addIdentityBootstrap } from './identity-bootstrap.js';
 import { deployFunction } from './deploy-resources.js';
+import { addMachineSchedules } from './machine-schedules.js';
 import { addMonitoring } from './monitoring.js';
 import { vpcApisFor } from './share-network.js';
 import { RUNTIME_SDK_MODULES } from './sdk-bundling.js';
@@ -144,6 +145,7 @@ export class FerryStack extends Stack implements AcknowledgementScope {
     this.copyWorker = this.addCopyWorker(removalPolicy);
     for (const f of this.wiring.functions) this.functions.set(f.name, this.addFunction(f));
     for (const m of this.wiring.stateMachines) this.stateMachines.set(m.name, this.addStateMachine(m));
+    addMachineSchedules(this, this.wiring.stateMachines, (name) => this.stateMachines.get(name)!);
     this.httpApi = addHttpApi(this, this.wiring.functions, this.functions, LOG_RETENTION);
     if (props.inventory) addInventoryResource(this, deployFunction(this, 'inventory', 'an inventory')!, props.inventory, LOG_RETENTION);
     const identity = deployFunction(this, 'identity');

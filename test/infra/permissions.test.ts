@@ -100,6 +100,17 @@ describe('the roles', () => {
   });
 });
 
+describe('the replication machine\'s steps', () => {
+  test('replication-pass-steps runs the EBS driver, and its role allows the pass\'s snapshot, copy and prune in the primary and the target region', async () => {
+    expect(reach.get('replication-pass-steps')).toEqual(new Set(['aws-ebs']));
+    const pass = recorded.get('aws-ebs')!.filter((c) => ['CreateSnapshot', 'CopySnapshot', 'DeleteSnapshot'].includes(c.command)).flatMap((c) => c.requests);
+    expect(new Set(pass.map((r) => r.resource.split(':')[3]))).toEqual(new Set([REGION, 'eu-central-1']));
+    const denied = [];
+    for (const r of pass) if (!(await simulate(roleStatements('replication-pass-steps'), r)).allowed) denied.push(`${r.action} ${r.resource}`);
+    expect(denied).toEqual([]);
+  });
+});
+
 describe('the check can fail', () => {
   const statementsWithout = (sid: string, of = ebsDriverStatements) =>
     of().filter((s) => s.sid !== sid).map((s) => resolveIntrinsics(Stack.of(stack).resolve(s.toStatementJson())) as PolicyStatementJson);

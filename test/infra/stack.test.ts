@@ -360,3 +360,33 @@ describe('context', () => {
     expect(() => buildFerryApp(testApp({ context: { removalPolicy: 'maybe' } }), { nag: false })).toThrow(/removalPolicy must be retain or destroy/);
   });
 });
+
+describe('the replication schedule (EventBridge Scheduler)', () => {
+  test('one schedule per scheduled machine: replication-schedule every 5 minutes, no flexible window, the scheduled time as input', () => {
+    const schedules = Object.values(resources()).filter((r) => r.Type === 'AWS::Scheduler::Schedule');
+    expect(schedules).toHaveLength(STATE_MACHINES.filter((m) => 'scheduleRateMinutes' in m).length);
+    expect(schedules[0]!.Properties).toMatchObject({
+      ScheduleExpression: 'rate(5 minutes)',
+      FlexibleTimeWindow: { Mode: 'OFF' },
+      State: 'ENABLED',
+      Target: { Arn: { Ref: logicalId(stack.stateMachines.get('replication-schedule')!) }, RetryPolicy: { MaximumRetryAttempts: 2, MaximumEventAgeInSeconds: 300 } },
+    });
+    expect(JSON.parse(schedules[0]!.Properties.Target.Input as string)).toEqual({ scheduledTime: '<aws.scheduler.scheduled-time>' });
+  });
+
+  test("the schedule's role may start that machine only; replication-pass-steps may start replication-pass only", () => {
+    const schedule = Object.values(resources()).find((r) => r.Type === 'AWS::Scheduler::Schedule')!;
+    const roleId = (schedule.Properties.Target.RoleArn as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
+    const statements = Object.values(resources())
+      .filter((r) => r.Type === 'AWS::IAM::Policy' && JSON.stringify(r.Properties.Roles).includes(`"${roleId}"`))
+      .flatMap((r) => r.Properties.PolicyDocument.Statement as { Action: string | string[]; Resource: unknown }[]);
+    expect(statements.map((s) => [s.Action, s.Resource])).toEqual([['states:StartExecution', { Ref: logicalId(stack.stateMachines.get('replication-schedule')!) }]]);
+    const starts = roleStatements('replication-pass-steps').filter((s) => actionsOf([s]).includes('states:StartExecution'));
+    expect(JSON.stringify(starts.map((s) => s.Resource))).toContain(':stateMachine:');
+    expect(starts.flatMap((s) => (Array.isArray(s.Resource) ? s.Resource : [s.Resource])).map((r) => JSON.stringify(r))).toEqual([expect.stringMatching(/replication-pass"/)]);
+  });
+
+  test('no EventBridge rule runs a replication function any more', () => {
+    expect(FUNCTIONS.some((f) => f.kind === 'scheduled' && f.name.startsWith('replication'))).toBe(false);
+  });
+});
