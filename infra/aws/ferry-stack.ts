@@ -61,10 +61,7 @@ export const BUCKET_ENV = 'FERRY_BUCKET';
 /** The authorizer checks tokens against the token table on AWS (noauth is for the local stack only). */
 export const AUTH_MODE_ENV = 'FERRY_AUTH_MODE';
 
-/**
- * ESM bundles have no `require`; some dependencies (bundled CJS) still call it. The banner gives
- * them one, built from the bundle's own URL.
- */
+/** ESM bundles have no `require`; bundled CJS dependencies still call it: the banner makes one from the bundle's URL. */
 export const ESM_REQUIRE_BANNER = "import { createRequire as __ferryCreateRequire } from 'node:module'; const require = __ferryCreateRequire(import.meta.url);";
 
 /**
