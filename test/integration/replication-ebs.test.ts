@@ -2,7 +2,7 @@
  * Replication v2.1 on EBS through the Cinder API, EC2 mocked per region (test/support/fake-ec2.ts):
  * volumes of a replicated type on an aws-ebs backend whose target is another region; the
  * replication-pass machine (functions/replication/pass.ts, run by the local interpreter) snapshots
- * and copies them; freeze stops it;
+ * and copies them; freeze stops it; a drill brings copies up in the target and ending it removes them;
  * failover_host runs the volume-failover machine with the primary region not answering; a failed-
  * over volume attaches to an instance of the target zone; failback ('default') brings the volumes
  * home, waiting in the machine while the copies travel; the audit is clean at the end.
@@ -66,6 +66,22 @@ describe('EBS replication to another region through the API (EC2 mocked per regi
     expect((await api('PUT', '/os-services/thaw', { host: HOST })).status).toBe(200);
     await serviceBecomes('enabled');
     expect(await replicationPass(HOST)).toMatchObject({ volumes: 2, failed: 0 });
+  });
+
+  test('a drill makes volumes in Frankfurt from the copies, tagged as a drill, and leaves the primary and the records alone; ending it deletes them', async () => {
+    const seen = async () => (await Promise.all(ids.map(volume))).map((v) => [v.status, v.replication_status, v['os-vol-host-attr:host']]);
+    const before = { records: await seen(), home: [...home.volumes.keys()].sort() };
+    expect((await api('PUT', '/os-services/failover_host', { host: HOST, backend_id: 'frankfurt', drill: true })).status).toBe(202);
+    await eventually(async (note) => note((await service()).drill?.status) === 'active' || undefined, 'drill active');
+    const drillOf = (v: { Tags?: { Key?: string; Value?: string }[] }) => v.Tags?.find((t) => t.Key === 'ferry:drill')?.Value;
+    expect([...frankfurt.volumes.values()].map(drillOf).sort()).toEqual(ids.map((id) => `volume-${id}`).sort());
+    expect({ records: await seen(), home: [...home.volumes.keys()].sort() }).toEqual(before);
+    expect((await service()).replication_status).toBe('enabled');
+
+    expect((await api('PUT', '/os-services/failover_host', { host: HOST, drill: 'end' })).status).toBe(202);
+    await eventually(async (note) => note((await service()).drill?.status ?? 'ended') === 'ended' || undefined, 'drill ended');
+    expect(frankfurt.volumes.size).toBe(0);
+    expect(await seen()).toEqual(before.records);
   });
 
   test('failover with the primary region gone: each volume is a volume in Frankfurt, and attaches to an instance there', async () => {
