@@ -1,8 +1,8 @@
 /**
  * The smoke test's storage checks, each through the upstream CLIs: a volume's life with an
- * attachment (create, extend, attach, detach, delete), replication (failover to a target and
- * back; no drill: the CLIs have no drill option and the check does not call the API for one), and
- * a share migrated to another backend and back.
+ * attachment (create, extend, attach, detach, delete), replication (a drill on the target, then
+ * failover to it and back; the CLIs have no drill option, so the drill goes through the API as the
+ * README shows it with curl), and a share migrated to another backend and back.
  */
 import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
@@ -85,6 +85,26 @@ async function replicationLag(t: Target, backend: string, target: string): Promi
   return (JSON.parse(json) as Record<string, TargetLag>)[target];
 }
 
+/** The os-services API (Ferry's drill extension; no CLI sends it). */
+async function osServices(t: Target, method: 'GET' | 'PUT', path: string, body?: unknown): Promise<any> {
+  const res = await fetch(new URL(`volume/v3/os-services${path}`, t.api), { method, headers: { 'X-Auth-Token': t.token, 'Content-Type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`${method} os-services${path}: HTTP ${res.status}: ${text}`);
+  return text ? JSON.parse(text) : undefined;
+}
+
+/** A drill on the target (replicas brought up there, the primary untouched), then its end: the backend enabled, no drill left. */
+async function drill(t: Target, backend: string, target: string): Promise<void> {
+  const state = async () => (await osServices(t, 'GET', `?host=${encodeURIComponent(backend)}&binary=cinder-volume`)).services[0] as { replication_status: string; drill?: { status: string } };
+  await osServices(t, 'PUT', '/failover_host', { host: backend, backend_id: target, drill: true });
+  const started = await waitFor(`a drill of ${backend} on ${target}`, state, (s) => s.drill?.status === 'active' || s.drill?.status === 'failed', replicationWaitMs());
+  // Ended either way, so that a failed drill leaves nothing on the target.
+  await osServices(t, 'PUT', '/failover_host', { host: backend, drill: 'end' });
+  await waitFor(`the drill of ${backend} ended`, state, (s) => s.drill === undefined, replicationWaitMs());
+  if (started.drill?.status !== 'active') throw new Error(`the drill of ${backend} on ${target} failed`);
+  if (started.replication_status !== 'enabled') throw new Error(`a drill changed ${backend}'s replication status to ${started.replication_status}`);
+}
+
 export const replicationCheck: Check = {
   name: 'replication failover and failback',
   async run(t) {
@@ -101,6 +121,7 @@ export const replicationCheck: Check = {
     // replication passes report a replica of every replicated volume there, the new one included
     // (on EBS a snapshot and its copy to the other region take minutes; locally a second).
     await waitFor(`a replica of every volume of ${backend} on ${target}`, () => replicationLag(t, backend, target), (lag) => lag !== undefined && lag.volumes > 0 && lag.replicated === lag.volumes && Date.parse(lag.as_of) > createdAt, replicationWaitMs());
+    await drill(t, backend, target);
     const service = async () => parseListTable(await cli(t, 'cinder service-list --withreplication')).find((s) => s.Host === backend)!;
     await cli(t, `cinder failover-host ${backend} --backend_id ${target}`);
     await waitFor(`${backend} failed over to ${target}`, service, (s) => s['Active Backend ID'] === target && s['Replication Status'] === 'failed-over');
@@ -108,7 +129,7 @@ export const replicationCheck: Check = {
     await waitFor(`${backend} failed back`, service, (s) => s['Replication Status'] === 'enabled');
     if ((await volume(t, id)).status !== 'available') throw new Error('the replicated volume is not available after failback');
     await deleteVolume(t, id);
-    return `${backend}: failover to ${target} and back with a volume of type ${type}`;
+    return `${backend}: a drill on ${target}, then failover to ${target} and back with a volume of type ${type}`;
   },
 };
 
