@@ -128,19 +128,39 @@ async function walk(dir: string, into: Snapshot, root: string): Promise<void> {
   }
 }
 
-/** The volume table, every backend's driver view, and the backends' directories (under `<dataDir>/backends`). */
+/**
+ * The volume table, every backend's driver view, and the backends' directories (under `<dataDir>/backends`).
+ * The three are read side by side (the fuzz suites take one after every request): each goes into a
+ * map of its own, merged in a fixed order, so the snapshot is the same as read one after another.
+ */
 export async function snapshotState(dataDir: string): Promise<Snapshot> {
-  const snap: Snapshot = new Map();
-  await scanVolumeTable(snap);
-  for (const backend of await listBackends()) {
-    const driver = driverFor(backend);
-    const [volumes, connections] = await Promise.all([driver.listVolumes(), driver.listConnections()]);
-    snap.set(`backend ${backend.host} volumes`, stableJson([...volumes].sort((a, b) => a.backendName.localeCompare(b.backendName))));
-    snap.set(`backend ${backend.host} connections`, stableJson(connections.map((c) => `${c.backendName}@${c.host}`).sort()));
-  }
   const root = join(dataDir, 'backends');
-  await walk(root, snap, root);
-  return snap;
+  const [table, backends, files] = await Promise.all([
+    (async () => {
+      const part: Snapshot = new Map();
+      await scanVolumeTable(part);
+      return part;
+    })(),
+    (async () => {
+      const views = await Promise.all(
+        (await listBackends()).map(async (backend) => {
+          const driver = driverFor(backend);
+          const [volumes, connections] = await Promise.all([driver.listVolumes(), driver.listConnections()]);
+          return [
+            [`backend ${backend.host} volumes`, stableJson([...volumes].sort((a, b) => a.backendName.localeCompare(b.backendName)))],
+            [`backend ${backend.host} connections`, stableJson(connections.map((c) => `${c.backendName}@${c.host}`).sort())],
+          ] as const;
+        }),
+      );
+      return new Map(views.flat());
+    })(),
+    (async () => {
+      const part: Snapshot = new Map();
+      await walk(root, part, root);
+      return part;
+    })(),
+  ]);
+  return new Map([...table, ...backends, ...files]);
 }
 
 /** The differing leaves of two JSON values, as `path: before -> after`. */
@@ -177,18 +197,26 @@ export function diffSnapshots(before: Snapshot, after: Snapshot): string[] {
   return out;
 }
 
-/** Waits until no execution of the volume machines is RUNNING (the local Step Functions run them in this process). */
+/**
+ * Waits until no execution of the stack's machines is RUNNING (the local Step Functions run them in
+ * this process). The machines are asked side by side: one round is then one round trip, not one
+ * per machine (the fuzz suites and the authz matrix settle before every snapshot).
+ */
 export async function settleExecutions(timeoutMs = 30_000): Promise<void> {
   await eventually(
     async (note) => {
-      const running: string[] = [];
-      for (const m of STATE_MACHINES) {
-        const out = await (await sfn()).send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(m.name), statusFilter: 'RUNNING' }));
-        for (const e of out.executions ?? []) running.push(`${m.name}/${e.name}`);
-      }
+      const client = await sfn();
+      const running = (
+        await Promise.all(
+          STATE_MACHINES.map(async (m) => {
+            const out = await client.send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(m.name), statusFilter: 'RUNNING' }));
+            return (out.executions ?? []).map((e) => `${m.name}/${e.name}`);
+          }),
+        )
+      ).flat();
       return note(running).length === 0 || undefined;
     },
-    'no volume machine execution RUNNING',
+    'no execution of the stack\'s machines RUNNING',
     { timeoutMs, intervalMs: 25 },
   );
 }

@@ -13,18 +13,21 @@ const TABLES: TableKey[] = ['compute-api', 'cell1', 'cell2', 'volume'];
 
 export async function serverWorldSnapshot(settleMs = 120_000): Promise<Snapshot> {
   await settleExecutions(settleMs);
-  const snap: Snapshot = new Map();
-  for (const t of TABLES) {
-    for (const item of await scanAll({ TableName: tableName(t), ConsistentRead: true })) {
-      // A backend's replicationLag is the replication loop's measurement, never a request's doing.
-      const { replicationLag: _measured, ...rest } = item;
-      snap.set(`${t} ${String(item.pk)}|${String(item.sk)}`, stableJson(String(item.pk).startsWith('BACKEND#') ? rest : item));
-    }
-  }
-  for (const { node } of await computeNodes()) {
-    for (const g of await computeDriverFor(node.config).listGuests()) snap.set(`guest ${node.host} ${g.uuid}`, stableJson(g));
-  }
-  return snap;
+  // The tables and the hosts are read side by side, each into its own entries, merged in a fixed
+  // order (tables, then hosts), so the snapshot is the one a sequential read would give.
+  const [tables, guests] = await Promise.all([
+    Promise.all(
+      TABLES.map(async (t) =>
+        (await scanAll({ TableName: tableName(t), ConsistentRead: true })).map((item) => {
+          // A backend's replicationLag is the replication loop's measurement, never a request's doing.
+          const { replicationLag: _measured, ...rest } = item;
+          return [`${t} ${String(item.pk)}|${String(item.sk)}`, stableJson(String(item.pk).startsWith('BACKEND#') ? rest : item)] as const;
+        }),
+      ),
+    ),
+    (async () => Promise.all((await computeNodes()).map(async ({ node }) => (await computeDriverFor(node.config).listGuests()).map((g) => [`guest ${node.host} ${g.uuid}`, stableJson(g)] as const))))(),
+  ]);
+  return new Map([...tables.flat(), ...guests.flat()]);
 }
 
 /** Runs `request` and fails (with the diff) if it changed anything `serverWorldSnapshot` sees. */
