@@ -3,15 +3,18 @@
  * stack over HTTP, with 1 client and with 32 concurrent clients (each on its own volume).
  *
  * Prints p50/p99 per call and DynamoDB requests per API call (goal: at most 3). Absolute times
- * drift on a noisy machine, so it also prints ratios against a baseline measured in the same run:
- * a single DynamoDB GetItem round trip (how many round trips an API call costs) and the 1-client
- * throughput (how well 32 clients scale).
+ * drift on a noisy machine, so it also prints ratios against baselines measured in the same run:
+ * a single DynamoDB GetItem round trip (how many round trips an API call costs), and the
+ * DynamoDB-only ceiling (the bare DynamoDB work of the same number of calls, run by as many loops
+ * as there are clients). The ceiling is measured BESIDE the API calls, in interleaved rounds
+ * (ceiling, API, ceiling, API, ...), so the machine's load drifts alike over both; the ratio is
+ * printed per round and its median is the figure.
  *
- *   npm run bench:attachments            (BENCH_CYCLES=50 by default)
+ *   npm run bench:attachments     (BENCH_CYCLES=50 cycles per client in all, over BENCH_ROUNDS=4 rounds)
  */
 import { GetCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
@@ -23,6 +26,7 @@ import { quietAwsSdk } from '../../infra/local/quiet-sdk.js';
 quietAwsSdk();
 
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 50);
+const ROUNDS = Math.max(1, Math.min(CYCLES, Number(process.env.BENCH_ROUNDS ?? 4)));
 const CLIENTS = 32;
 const HEADERS = { 'X-Auth-Token': 'demo:demo', 'OpenStack-API-Version': 'volume 3.70', 'Content-Type': 'application/json' };
 
@@ -68,17 +72,22 @@ async function cycle(base: string, rec: Recorder, volumeId: string, instance: st
   await rec.time('delete', () => counted('delete', () => api(base, 'DELETE', `/attachments/${att.id}`)));
 }
 
-async function run(base: string, volumes: string[], clients: number): Promise<{ rec: Recorder; seconds: number; ddbPerCall: number }> {
-  const rec = new Recorder();
+interface ApiRun {
+  rec: Recorder;
+  seconds: number;
+  requests: number;
+}
+
+/** `cycles` cycles by each of `clients` clients at once, recorded into `rec`: the seconds and DynamoDB requests they took. */
+async function runApi(base: string, volumes: string[], clients: number, cycles: number, rec: Recorder): Promise<{ seconds: number; requests: number }> {
   resetDynamoRequests();
   const t0 = performance.now();
   await Promise.all(
     volumes.slice(0, clients).map(async (vol, c) => {
-      for (let i = 0; i < CYCLES; i++) await cycle(base, rec, vol, `00000000-0000-4000-8000-${String(c).padStart(12, '0')}`, `bench-host-${c}`);
+      for (let i = 0; i < cycles; i++) await cycle(base, rec, vol, `00000000-0000-4000-8000-${String(c).padStart(12, '0')}`, `bench-host-${c}`);
     }),
   );
-  const seconds = (performance.now() - t0) / 1000;
-  return { rec, seconds, ddbPerCall: dynamoRequests().total / rec.count() };
+  return { seconds: (performance.now() - t0) / 1000, requests: dynamoRequests().total };
 }
 
 async function baselineGetItem(volumeId: string, n = 200): Promise<number> {
@@ -117,15 +126,40 @@ async function dynamoCeiling(clients: number, perClient: number): Promise<number
   return (clients * perClient) / ((performance.now() - t0) / 1000);
 }
 
-function report(label: string, r: { rec: Recorder; seconds: number; ddbPerCall: number }, getItemP50: number): number {
+function report(label: string, r: ApiRun, getItemP50: number): number {
   const calls = r.rec.count();
   const throughput = calls / r.seconds;
-  console.log(`\n${label}: ${calls} API calls in ${r.seconds.toFixed(1)} s = ${throughput.toFixed(0)} calls/s; DynamoDB requests per API call: ${r.ddbPerCall.toFixed(2)} (goal <= 3)`);
+  console.log(`\n${label}: ${calls} API calls in ${r.seconds.toFixed(1)} s = ${throughput.toFixed(1)} calls/s; DynamoDB requests per API call: ${(r.requests / calls).toFixed(2)} (goal <= 3)`);
   for (const [name, s] of r.rec.samples) {
     const p50 = percentile(s, 50);
     console.log(`  ${name.padEnd(9)} p50 ${fmt(p50).padStart(10)}  p99 ${fmt(percentile(s, 99)).padStart(10)}  p50/GetItem ${(p50 / getItemP50).toFixed(1)}x`);
   }
   return throughput;
+}
+
+const loadText = () => loadavg().map((l) => l.toFixed(1)).join(' ');
+
+/**
+ * ROUNDS rounds of: the DynamoDB-only ceiling with `clients` loops, then the API with `clients`
+ * clients, each round doing about the same number of calls in both (CYCLES/ROUNDS cycles of 4
+ * calls per client). Each round's ratio compares two measurements a few seconds apart.
+ */
+async function interleaved(base: string, volumes: string[], clients: number): Promise<{ api: ApiRun; ratios: number[] }> {
+  const rec = new Recorder();
+  const api: ApiRun = { rec, seconds: 0, requests: 0 };
+  const ratios: number[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const cycles = Math.floor(CYCLES / ROUNDS) + (round < CYCLES % ROUNDS ? 1 : 0);
+    const ceiling = await dynamoCeiling(clients, cycles * 4);
+    const callsBefore = rec.count();
+    const r = await runApi(base, volumes, clients, cycles, rec);
+    api.seconds += r.seconds;
+    api.requests += r.requests;
+    const throughput = (rec.count() - callsBefore) / r.seconds;
+    ratios.push(throughput / ceiling);
+    console.log(`  ${clients} client(s), round ${round + 1}/${ROUNDS}: ceiling ${ceiling.toFixed(1)}/s, API ${throughput.toFixed(1)} calls/s, ratio ${(throughput / ceiling).toFixed(2)}x (load ${loadText()})`);
+  }
+  return { api, ratios };
 }
 
 // The stack's replicator reads the backend records every second in this same process; it would
@@ -140,16 +174,19 @@ try {
   const base = `${stack.url}/volume/v3`;
   const volumes = await createVolumes(base, CLIENTS);
   const getItemP50 = await baselineGetItem(volumes[0]!);
-  console.log(`bench/attachments: ${CYCLES} cycles per client; baseline DynamoDB GetItem p50 ${fmt(getItemP50)}`);
-  const one = report('1 client', await run(base, volumes, 1), getItemP50);
+  console.log(`bench/attachments: ${CYCLES} cycles per client over ${ROUNDS} rounds; baseline DynamoDB GetItem p50 ${fmt(getItemP50)}; load average ${loadText()}`);
+  const one = await interleaved(base, volumes, 1);
+  const oneThroughput = report('1 client', one.api, getItemP50);
   console.log('  DynamoDB requests per call (1 client, exact): ' + [...perCall].map(([n, v]) => `${n} ${(v.reduce((a, b) => a + b, 0) / v.length).toFixed(2)}`).join(', '));
   perCall.clear();
-  const many = report(`${CLIENTS} clients`, await run(base, volumes, CLIENTS), getItemP50);
-  console.log(`\nthroughput ratio ${CLIENTS} clients / 1 client: ${(many / one).toFixed(2)}x`);
-  const ceilingOne = await dynamoCeiling(1, CYCLES * 4);
-  const ceilingMany = await dynamoCeiling(CLIENTS, CYCLES * 4);
-  console.log(`DynamoDB-only ceiling (2 reads + 1 transaction per call): 1 loop ${ceilingOne.toFixed(0)}/s, ${CLIENTS} loops ${ceilingMany.toFixed(0)}/s`);
-  console.log(`API throughput / DynamoDB-only ceiling: 1 client ${(one / ceilingOne).toFixed(2)}x, ${CLIENTS} clients ${(many / ceilingMany).toFixed(2)}x`);
+  const many = await interleaved(base, volumes, CLIENTS);
+  const manyThroughput = report(`${CLIENTS} clients`, many.api, getItemP50);
+  console.log(`\nthroughput ratio ${CLIENTS} clients / 1 client: ${(manyThroughput / oneThroughput).toFixed(2)}x`);
+  console.log('DynamoDB-only ceiling: 2 GetItems + 1 two-item TransactWriteItems per call, as many loops as clients, measured before each API round');
+  for (const [label, r] of [['1 client', one], [`${CLIENTS} clients`, many]] as const) {
+    console.log(`API throughput / DynamoDB-only ceiling, ${label}: median ${percentile(r.ratios, 50).toFixed(2)}x (rounds ${r.ratios.map((x) => x.toFixed(2)).join(', ')})`);
+  }
+  console.log(`load average at the end: ${loadText()}`);
 } finally {
   await stack.stop();
   rmSync(dataDir, { recursive: true, force: true });
