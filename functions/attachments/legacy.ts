@@ -13,20 +13,28 @@
  * - os-force_detach (admin): the same in any volume status.
  * os-begin_detaching and os-roll_detaching are volume transitions (functions/volumes/actions.ts).
  * Each write is the service's (service.ts) or a versioned write of the legacyAttach transition.
+ *
+ * The action route has read the volume already (volumes/actions.ts): each action starts from that
+ * record (remembered for the service's complete and delete, passed to its create and connect)
+ * instead of reading it again, its write conditional on that record's version as always. An
+ * os-attach with nothing to attach yet reserves and attaches in ONE transaction. DynamoDB requests,
+ * the route's read included: os-reserve 2, os-attach 2 (3 onto an earlier reservation),
+ * os-initialize_connection 3, os-unreserve 3, os-detach and os-terminate_connection 3 (+1, the
+ * fence, when they remove a host's last connection).
  */
 import { randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type ApiResponse } from '../core/api.js';
 import { withRetries } from '../core/db.js';
 import { BadRequest, InvalidVolume } from '../core/errors.js';
-import { logger } from '../core/logger.js';
 import { authorize, registerPolicies } from '../core/policy.js';
 import type { Connector } from '../drivers/volume/driver.js';
 import type { Volume } from '../volumes/model.js';
 import { invalidField, isObject, isUuidLike, pyRepr } from '../volumes/validation.js';
-import { loadVolumeOf, now, RETRY } from './connections.js';
-import { getAttachmentRecord, getVolumeRecord, writeReserve, writeVersioned } from './repo.js';
-import { createAttachment, deleteAttachment, updateAttachment } from './service.js';
-import { assertAttachmentLive, checkLegacyAttach, legacyAttach, reserve } from './transitions.js';
+import { loadVolumeOf, now, RETRY, volumeNotFound } from './connections.js';
+import { getAttachmentRecord, getVolumeRecord, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
+import { ATTACHMENT_POLICIES, createAttachment, deleteAttachment, updateAttachment } from './service.js';
+import { assertAttachmentLive, checkLegacyAttach, legacyAttach, needsMultiattachBootablePolicy, reserve } from './transitions.js';
+import { rememberVolume } from './volume-records.js';
 
 const P = {
   reserve: 'volume:reserve_volume',
@@ -62,15 +70,25 @@ function connectorOf(action: string, args: unknown): Connector {
 /** The volume's live attachments, by id, with their summaries (the volume item lists them). */
 const summaries = (v: Volume) => Object.entries(v.attachments ?? {});
 
+/**
+ * The route's record of the volume, remembered as the stored one (volume-records.ts), so the
+ * service's delete starts from it. `hasMaps` false: a reserve from it writes the whole aggregate
+ * under its version instead of adding to maps the item may not have.
+ */
+const routeVolume = (v: Volume): LoadedVolume => rememberVolume({ volume: { ...v, adminMetadata: v.adminMetadata ?? {}, version: v.version ?? 0 }, hasMaps: false });
+
 async function reserveRoute(req: ApiRequest, v: Volume): Promise<ApiResponse> {
   authorize(req.auth, P.reserve, { projectId: v.projectId });
+  let first: LoadedVolume | undefined = routeVolume(v);
   await withRetries(async () => {
-    const loaded = await getVolumeRecord(v.id);
+    const loaded = first ?? (await getVolumeRecord(v.id));
+    first = undefined;
     if (!loaded) throw new BadRequest(`Volume ${v.id} could not be found.`);
     const volume = loaded.volume;
     const expected = volume.multiattach ? ['available', 'in-use'] : ['available'];
     if (!expected.includes(volume.status)) throw new InvalidVolume(`Volume status must be ${expected.join(' or ')} to reserve, but the status is ${volume.status}.`);
-    const result = reserve(volume, { attachmentId: randomUUID(), instanceUuid: null, now: now() });
+    // An empty intents map, as every reserve of the service writes: a later connect adds its intent to it in one update.
+    const result = reserve(volume, { attachmentId: randomUUID(), instanceUuid: null, now: now(), pendingConnect: {} });
     // One versioned write of the volume read (its version is the condition): upstream shows `attaching`.
     await writeReserve({ volume, hasMaps: false }, { ...result, volume: { ...result.volume, status: 'attaching' } });
   }, RETRY);
@@ -83,6 +101,7 @@ const pendingReservation = (v: Volume) => summaries(v).find(([, s]) => s.status 
 async function unreserveRoute(req: ApiRequest, v: Volume): Promise<ApiResponse> {
   authorize(req.auth, P.unreserve, { projectId: v.projectId });
   const id = pendingReservation(v);
+  routeVolume(v);
   if (id) await deleteAttachment({ auth: req.auth, attachmentId: id });
   return json(202);
 }
@@ -92,9 +111,10 @@ async function initializeRoute(req: ApiRequest, v: Volume, args: unknown): Promi
   authorize(req.auth, P.initialize, { projectId: v.projectId });
   const onHost = summaries(v).find(([, s]) => s.connected && s.host === connector.host && s.status !== 'attached')?.[0];
   const reserved = onHost ?? pendingReservation(v);
+  const volume = routeVolume(v);
   const attachment = reserved
-    ? await updateAttachment({ auth: req.auth, attachmentId: reserved, connector })
-    : await createAttachment({ auth: req.auth, volumeId: v.id, instanceUuid: null, connector });
+    ? await updateAttachment({ auth: req.auth, attachmentId: reserved, connector, volume })
+    : await createAttachment({ auth: req.auth, volumeId: v.id, instanceUuid: null, connector, volume });
   const { driver_volume_type: driverVolumeType, ...data } = attachment.connectionInfo ?? {};
   return json(200, { connection_info: { driver_volume_type: driverVolumeType, data } });
 }
@@ -104,6 +124,7 @@ async function terminateRoute(req: ApiRequest, v: Volume, args: unknown): Promis
   authorize(req.auth, P.terminate, { projectId: v.projectId });
   // A connection that was never attached goes with its attachment; an attached one stays until os-detach.
   const id = summaries(v).find(([, s]) => s.host === connector.host && s.status !== 'attached' && !s.instanceUuid)?.[0];
+  routeVolume(v);
   if (id) await deleteAttachment({ auth: req.auth, attachmentId: id });
   return json(202);
 }
@@ -124,31 +145,48 @@ async function attachRoute(req: ApiRequest, v: Volume, args: unknown): Promise<A
   checkLegacyAttach(v, mode);
   const mine = summaries(v).find(([, s]) => s.status !== 'attached' && (instanceUuid ? s.instanceUuid === instanceUuid : false))?.[0];
   const existing = mine ?? pendingOrConnected(v, hostName);
-  const id = existing ?? (await createAttachment({ auth: req.auth, volumeId: v.id, instanceUuid, connector: null })).id;
-  try {
-    await attachWith(id, { instanceUuid, hostName, mountpoint: a.mountpoint as string, mode });
-  } catch (e) {
-    // A refused attach changes nothing: the attachment this request made goes again. If that
-    // delete fails too, the caller still gets the attach's error; what is left (a reserved
-    // attachment with no connection, which DELETE /attachments/{id} or os-unreserve removes) is logged.
-    if (!existing) {
-      await deleteAttachment({ auth: req.auth, attachmentId: id }).catch((cleanup) =>
-        logger.error('os-attach: the attachment it made could not be deleted after a refused attach; it is left reserved', { volumeId: v.id, attachmentId: id, error: cleanup as Error }),
-      );
-    }
-    throw e;
-  }
+  const input: LegacyAttachArgs = { instanceUuid, hostName, mountpoint: a.mountpoint as string, mode };
+  if (existing) await attachWith(existing, input, routeVolume(v));
+  else await reserveAndAttach(req, routeVolume(v), input);
   return json(202);
 }
 
-async function attachWith(id: string, input: { instanceUuid: string | null; hostName: string | null; mountpoint: string; mode: 'rw' | 'ro' }): Promise<void> {
+type LegacyAttachArgs = { instanceUuid: string | null; hostName: string | null; mountpoint: string; mode: 'rw' | 'ro' };
+
+/** os-attach onto an attachment an earlier action made: its first attempt starts from the route's volume. */
+async function attachWith(id: string, input: LegacyAttachArgs, volume: LoadedVolume): Promise<void> {
+  let first: LoadedVolume | undefined = volume;
   await withRetries(async () => {
     const found = await getAttachmentRecord(id);
     const attachment = found?.deleted ? undefined : found;
     assertAttachmentLive(attachment, id);
-    const loaded = await loadVolumeOf(attachment);
+    const loaded = first?.volume.id === attachment.volumeId ? first : await loadVolumeOf(attachment);
+    first = undefined;
     const result = legacyAttach(loaded.volume, attachment, { ...input, now: now() });
     await writeVersioned({ volume: loaded.volume, attachment }, result);
+  }, RETRY);
+}
+
+/**
+ * os-attach with nothing reserved: the reserve (as POST /attachments without a connector, its
+ * policies and rules) and the attach, applied one after the other to the volume read and written
+ * as one transaction (the new attachment put, the volume under its version). A refused attach so
+ * leaves nothing behind to clean up.
+ */
+async function reserveAndAttach(req: ApiRequest, volume: LoadedVolume, input: LegacyAttachArgs): Promise<void> {
+  const attachmentId = randomUUID();
+  let first: LoadedVolume | undefined = volume;
+  await withRetries(async () => {
+    const loaded = first ?? (await getVolumeRecord(volume.volume.id));
+    first = undefined;
+    if (!loaded || (!req.auth.isAdmin && loaded.volume.projectId !== req.auth.projectId)) throw volumeNotFound(volume.volume.id);
+    authorize(req.auth, ATTACHMENT_POLICIES.create, { projectId: loaded.volume.projectId });
+    if (needsMultiattachBootablePolicy(loaded.volume)) authorize(req.auth, ATTACHMENT_POLICIES.multiattachBootable, { projectId: loaded.volume.projectId });
+    const at = now();
+    const reserved = reserve(loaded.volume, { attachmentId, instanceUuid: input.instanceUuid, now: at, pendingConnect: {} });
+    const attached = legacyAttach(reserved.volume, reserved.attachment, { ...input, now: at });
+    // The attached volume computed from the record read: a versioned write of the whole aggregate.
+    await writeReserve({ volume: loaded.volume, hasMaps: false }, { path: reserved.path, volume: attached.volume, attachment: attached.attachment });
   }, RETRY);
 }
 
@@ -199,6 +237,7 @@ async function detachOne(req: ApiRequest, v: Volume, attachmentId: string | unde
     if (live.length === 0) return json(202);
     id = live[0]!;
   }
+  routeVolume(v);
   await deleteAttachment({ auth: req.auth, attachmentId: id });
   return json(202);
 }

@@ -97,6 +97,12 @@ export interface CreateAttachmentInput {
    * AttachmentIdTaken. Without it, a fresh random id (the API).
    */
   attachmentId?: string;
+  /**
+   * The volume as the caller read it in this request (the pre-3.27 actions read it first): the
+   * reserve's first attempt starts from it instead of reading it again. Its transaction is
+   * conditional on the version read, so a volume moved since is refused and the retry reads.
+   */
+  volume?: LoadedVolume;
 }
 
 /** POST /attachments: reserve, and connect when a connector is given. */
@@ -134,8 +140,10 @@ async function reserveAttachment(input: CreateAttachmentInput): Promise<ConnectS
   const { auth, volumeId, instanceUuid, connector } = input;
   const attachmentId = input.attachmentId ?? randomUUID();
   const intent = connector ? newConnectIntent(connector, now()) : undefined;
+  let given = input.volume;
   const reserved: ReserveResult = await withRetries(async () => {
-    const loaded = await loadVolume(auth, volumeId);
+    const loaded = given ?? (await loadVolume(auth, volumeId));
+    given = undefined;
     const volume = loaded.volume;
     authorize(auth, ATTACHMENT_POLICIES.create, { projectId: volume.projectId });
     if (needsMultiattachBootablePolicy(volume)) authorize(auth, ATTACHMENT_POLICIES.multiattachBootable, { projectId: volume.projectId });
@@ -167,12 +175,15 @@ export interface UpdateAttachmentInput {
   auth: AuthContext;
   attachmentId: string;
   connector: Connector;
+  /** The attachment's volume as the caller read it in this request, for the connect's first attempt (see CreateAttachmentInput.volume). */
+  volume?: LoadedVolume;
 }
 
 /** PUT /attachments/{id}: connect the attachment to the connector's host. */
 export async function updateAttachment(input: UpdateAttachmentInput): Promise<Attachment> {
   assertConnectorHost(input.connector);
-  const start = await startConnect(input.auth, input.attachmentId, input.connector);
+  const started = await startConnect(input.auth, input.attachmentId, input.connector);
+  const start: ConnectStart = input.volume?.volume.id === started.attachment.volumeId ? { ...started, volume: input.volume } : started;
   try {
     return await connectAttachment(input.attachmentId, input.connector, { checkDuplicates: true }, start);
   } catch (e) {

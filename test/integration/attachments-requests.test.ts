@@ -1,0 +1,163 @@
+/**
+ * DynamoDB requests per attachment API call (issue 17: at most 3 each), counted through the API
+ * handler, so whatever the route layer reads counts too: the attachments API's calls and the
+ * pre-3.27 actions of POST /volumes/{id}/action, which read the volume first (volumes/actions.ts)
+ * and start from that record (attachments/legacy.ts).
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { runAudit } from '../../functions/audit/audit.js';
+import { LEGACY_ATTACH_ACTIONS } from '../../functions/attachments/legacy.js';
+import { attachmentRoutes } from '../../functions/attachments/routes.js';
+import { forgetVolume } from '../../functions/attachments/volume-records.js';
+import { createApiHandler } from '../../functions/core/api.js';
+import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
+import { VOLUME_VERSIONS } from '../../functions/core/microversion.js';
+import { registerVolumeActions } from '../../functions/volumes/actions.js';
+import { volumeRoutes } from '../../functions/volumes/routes.js';
+import { call, cinder, DEMO } from '../support/events.js';
+import { backendConnections, connector, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
+
+const handler = createApiHandler({ service: VOLUME_VERSIONS, rootPath: '/volume', versionPath: '/v3', routes: [...volumeRoutes, ...attachmentRoutes], unversioned: [] });
+const base = '/volume/v3';
+
+let env: AttachmentTestEnv;
+beforeAll(async () => {
+  env = await startAttachmentEnv();
+  // What the Cinder API's entry point registers (functions/api/volume.ts).
+  registerVolumeActions(LEGACY_ATTACH_ACTIONS);
+});
+afterEach(async () => {
+  expect((await runAudit()).findings).toEqual([]);
+});
+afterAll(async () => env.stop());
+
+/** One API call: its status, body and the DynamoDB requests it made. */
+async function counted(method: string, path: string, body?: unknown, version = '3.70') {
+  resetDynamoRequests();
+  const res = await call(handler, { method, path: `${base}${path}`, headers: cinder(version), caller: DEMO, body });
+  return { ...res, requests: dynamoRequests().total };
+}
+const action = (volumeId: string, body: unknown) => counted('POST', `/volumes/${volumeId}/action`, body, '3.0');
+
+/** A first connect reads the backend record, then reuses the driver (connections.ts DRIVER_CACHE_MS): warm it, as a running API is. */
+async function warmDriver(): Promise<void> {
+  const volume = await putVolume();
+  const made = await counted('POST', '/attachments', { attachment: { volume_uuid: volume.id, connector: connector('warm') } });
+  await counted('DELETE', `/attachments/${made.body.attachment.id}`);
+}
+
+describe('at most 3 DynamoDB requests per call', () => {
+  test('the attachments API: create, update, complete, show, delete', async () => {
+    // Prepare
+    await warmDriver();
+    const volume = await putVolume();
+    // Act
+    const create = await counted('POST', '/attachments', { attachment: { volume_uuid: volume.id, instance_uuid: randomUUID(), connector: {} } });
+    const id = create.body.attachment.id as string;
+    const update = await counted('PUT', `/attachments/${id}`, { attachment: { connector: connector('cmp1') } });
+    const complete = await counted('POST', `/attachments/${id}/action`, { 'os-complete': null });
+    const show = await counted('GET', `/attachments/${id}`);
+    const remove = await counted('DELETE', `/attachments/${id}`);
+    const createConnected = await counted('POST', '/attachments', { attachment: { volume_uuid: volume.id, instance_uuid: randomUUID(), connector: connector('cmp2') } });
+    // Assess
+    expect([create, update, complete, show, remove, createConnected].map((r) => r.status)).toEqual([200, 200, 204, 200, 200, 200]);
+    expect({ create: create.requests, update: update.requests, complete: complete.requests, show: show.requests, remove: remove.requests, createConnected: createConnected.requests }).toEqual({
+      create: 2,
+      update: 3,
+      complete: 2,
+      show: 1,
+      remove: 3,
+      createConnected: 3,
+    });
+    expect(await backendConnections(volume)).toEqual(['cmp2']);
+  });
+
+  test("Nova's legacy path: os-reserve, os-initialize_connection, os-attach, os-detach", async () => {
+    // Prepare
+    await warmDriver();
+    const volume = await putVolume();
+    const server = randomUUID();
+    // Act
+    const reserve = await action(volume.id, { 'os-reserve': null });
+    const initialize = await action(volume.id, { 'os-initialize_connection': { connector: connector('cmp1') } });
+    const attach = await action(volume.id, { 'os-attach': { instance_uuid: server, mountpoint: '/dev/vdb' } });
+    const attached = await readVolume(volume.id);
+    const detach = await action(volume.id, { 'os-detach': null });
+    // Assess: os-detach removed the host's last connection, so its fence (after the terminate) is a 4th request
+    expect([reserve.status, initialize.status, attach.status, detach.status]).toEqual([202, 200, 202, 202]);
+    expect(attached).toMatchObject({ status: 'in-use', attachStatus: 'attached' });
+    expect({ reserve: reserve.requests, initialize: initialize.requests, attach: attach.requests, detach: detach.requests }).toEqual({ reserve: 2, initialize: 3, attach: 3, detach: 4 });
+    expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
+    expect(await backendConnections(volume)).toEqual([]);
+  });
+
+  test('os-attach alone reserves and attaches in one transaction; os-detach from the route\'s read of the volume', async () => {
+    // Prepare
+    const volume = await putVolume();
+    const server = randomUUID();
+    // Act
+    const attach = await action(volume.id, { 'os-attach': { instance_uuid: server, mountpoint: '/dev/vdb', mode: 'ro' } });
+    const attached = await readVolume(volume.id);
+    forgetVolume(volume.id); // as another process would handle the detach
+    const detach = await action(volume.id, { 'os-detach': null });
+    // Assess
+    expect([attach.status, detach.status]).toEqual([202, 202]);
+    expect(attached).toMatchObject({ status: 'in-use', attachStatus: 'attached', instances: { [server]: 1 } });
+    expect(Object.values(attached.attachments)).toMatchObject([{ status: 'attached', instanceUuid: server, mode: 'ro', mountpoint: '/dev/vdb' }]);
+    expect({ attach: attach.requests, detach: detach.requests }).toEqual({ attach: 2, detach: 3 });
+    expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, instances: {} });
+  });
+
+  test('os-reserve, os-unreserve; os-initialize_connection with nothing reserved, os-terminate_connection', async () => {
+    // Prepare
+    await warmDriver();
+    const volume = await putVolume();
+    // Act
+    const reserve = await action(volume.id, { 'os-reserve': null });
+    const unreserve = await action(volume.id, { 'os-unreserve': null });
+    const initialize = await action(volume.id, { 'os-initialize_connection': { connector: connector('cmp1') } });
+    const connected = await backendConnections(volume);
+    const terminate = await action(volume.id, { 'os-terminate_connection': { connector: connector('cmp1') } });
+    // Assess: os-terminate_connection removes the host's last connection: the fence is its 4th request
+    expect([reserve.status, unreserve.status, initialize.status, terminate.status]).toEqual([202, 202, 200, 202]);
+    expect(connected).toEqual(['cmp1']);
+    expect({ reserve: reserve.requests, unreserve: unreserve.requests, initialize: initialize.requests, terminate: terminate.requests }).toEqual({ reserve: 2, unreserve: 3, initialize: 3, terminate: 4 });
+    expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
+    expect(await backendConnections(volume)).toEqual([]);
+  });
+});
+
+describe("the route's record of the volume under a race", () => {
+  test('two os-attach of one non-multiattach volume by two servers at once: one attaches, the other loses by the version condition and is refused (400) from the record it re-reads', async () => {
+    // Prepare
+    const volume = await putVolume();
+    const [first, second] = [randomUUID(), randomUUID()];
+    // Act: both requests read the volume available before either writes (a transaction waits for both reads)
+    let reads = 0;
+    let bothRead!: () => void;
+    const bothReadPromise = new Promise<void>((resolve) => (bothRead = resolve));
+    db().middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'GetItemCommand' && ++reads === 2) bothRead();
+        if (context.commandName === 'TransactWriteItemsCommand') await bothReadPromise;
+        return next(args);
+      },
+      { step: 'initialize', name: 'testBothReadFirst' },
+    );
+    let results: Awaited<ReturnType<typeof action>>[];
+    try {
+      results = await Promise.all([first, second].map((server) => action(volume.id, { 'os-attach': { instance_uuid: server, mountpoint: '/dev/vdb' } })));
+    } finally {
+      db().middlewareStack.remove('testBothReadFirst');
+    }
+    // Assess
+    expect(results.map((r) => r.status).sort()).toEqual([202, 400]);
+    const refused = results.find((r) => r.status === 400)!;
+    expect(refused.body.badRequest.message).toMatch(/status must be available or downloading to reserve, but the current status is in-use/);
+    const stored = await readVolume(volume.id);
+    const winner = results[0]!.status === 202 ? first : second;
+    expect(stored).toMatchObject({ status: 'in-use', attachStatus: 'attached', instances: { [winner]: 1 } });
+    expect(Object.values(stored.attachments)).toMatchObject([{ status: 'attached', instanceUuid: winner }]);
+  });
+});
