@@ -10,13 +10,20 @@ import { clearFaults } from '../../functions/core/faults.js';
 import { crashEverywhere, limitFromEnv, stopKeptDynamos, writeCrashReport, type CrashScenario, type PointResult } from '../support/crash.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
-export function crashMatrix(file: string, names: string[], scenariosOf: (stack: TestLocalStack) => CrashScenario<any>[], env: Record<string, string> = {}): void {
+/** `start` makes the file's stack (default a sandbox stack): a file whose backends are mocked AWS ones brings its own (volumes-ebs.crash.test.ts). */
+export function crashMatrix(
+  file: string,
+  names: string[],
+  scenariosOf: (stack: TestLocalStack) => CrashScenario<any>[],
+  env: Record<string, string> = {},
+  start: () => Promise<TestLocalStack> = () => useLocalStack(),
+): void {
   let stack: TestLocalStack;
   const results: PointResult[] = [];
   const saved = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
   beforeAll(async () => {
     Object.assign(process.env, env);
-    stack = await useLocalStack();
+    stack = await start();
   }, 300_000);
   afterAll(async () => {
     clearFaults();

@@ -56,6 +56,8 @@ export class FakeEc2 {
   ) {}
 
   tokens = new Map<string, string>();
+  /** What the request that first used each ClientToken asked for (a reuse asking otherwise is IdempotentParameterMismatch). */
+  private tokenRequests = new Map<string, { Size?: number; SnapshotId?: string }>();
   devices = new Map<string, string[]>([['i-1', ['/dev/sda1']]]);
   /** An instance's zone, when not the fake's own. */
   instanceZones = new Map<string, string>();
@@ -121,9 +123,11 @@ export class FakeEc2 {
   }) {
     const known = this.tokens.get(input.ClientToken);
     if (known) {
-      const v = this.volumes.get(known)!;
-      if (v.Size !== input.Size) throw awsError('IdempotentParameterMismatch');
-      return structuredClone(v);
+      // EC2 compares a reused token's request with the one that made the volume (not with the volume:
+      // a create from a snapshot names no Size, and its volume has one).
+      const first = this.tokenRequests.get(input.ClientToken);
+      if (first && (first.Size !== input.Size || first.SnapshotId !== input.SnapshotId)) throw awsError('IdempotentParameterMismatch');
+      return structuredClone(this.volumes.get(known)!);
     }
     const type = input.VolumeType ?? 'gp2';
     const from = input.SnapshotId ? this.snapshots.get(input.SnapshotId) : undefined;
@@ -146,6 +150,7 @@ export class FakeEc2 {
       MultiAttachEnabled: input.MultiAttachEnabled === true,
     });
     this.tokens.set(input.ClientToken, v.VolumeId!);
+    this.tokenRequests.set(input.ClientToken, { Size: input.Size, SnapshotId: input.SnapshotId });
     return structuredClone(v);
   }
 

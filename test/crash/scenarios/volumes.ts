@@ -7,6 +7,7 @@ import { getSnapshot } from '../../../functions/snapshots/repo.js';
 import { getVolume } from '../../../functions/volumes/repo.js';
 import { cinderClient, createVolume } from '../../support/nova.js';
 import { eventually } from '../../support/poll.js';
+import { replicatedService } from './failover-service.js';
 import type { TestLocalStack } from '../../support/stack.js';
 import type { CrashOutcome, CrashScenario } from '../../support/crash.js';
 
@@ -81,21 +82,14 @@ export function volumeScenarios(stack: TestLocalStack): CrashScenario<any>[] {
     },
   };
 
-  const service = async () => (await cinder('GET', `/os-services?host=${encodeURIComponent(REPLICATED_HOST)}&binary=cinder-volume`)).body.services[0];
-  const failoverTo = (backendId: string) => cinder('PUT', '/os-services/failover_host', { host: REPLICATED_HOST, backend_id: backendId });
-  const serviceIs = (status: string, what: string) =>
-    eventually(async (note) => (note((await service()).replication_status) === status ? true : undefined), `${REPLICATED_HOST} ${what}`, 180_000);
+  const { service, failoverTo, homeFirst } = replicatedService(cinder, REPLICATED_HOST);
 
   const volumeFailover: CrashScenario<{ ids: string[] }> = {
     name: 'volume-failover',
     timeoutMs: 180_000,
     async setup() {
       // Home first: each point starts from the primary with two replicated volumes.
-      if ((await service()).active_backend_id) {
-        const back = await failoverTo('default');
-        if (back.status !== 202) throw new Error(`failback: ${back.status} ${JSON.stringify(back.body)}`);
-        await serviceIs('enabled', 'back home');
-      }
+      await homeFirst();
       const ids: string[] = [];
       for (let i = 0; i < 2; i++) {
         const res = await cinder('POST', '/volumes', { volume: { size: 1, volume_type: 'replicated' } });
