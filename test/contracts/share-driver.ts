@@ -9,18 +9,35 @@
  * for two backends when the driver declares driver-assisted migration to its own kind.
  */
 import { afterEach, describe, expect, test } from 'vitest';
-import { DriverError } from '../../functions/core/errors.js';
+import { BackendNotReady, DriverError } from '../../functions/core/errors.js';
 import type { DriverAccessRule, MigrationRequest, ShareBackendConfig, ShareDriver } from '../../functions/drivers/share/driver.js';
+import { untilReady } from '../support/until-ready.js';
 
 export interface ShareDataAccess {
   write(exportLocation: string, rel: string, data: string): Promise<void>;
   read(exportLocation: string, rel: string): Promise<string>;
 }
 
+/**
+ * Ways to make a remote backend misbehave, for drivers whose backend is an API (aws-efs): each as
+ * that API's reference says it misbehaves. A driver with no `faults` skips those cases.
+ */
+export interface ShareBackendFaults {
+  /** The next create's call that makes the share is refused as throttled: `once`, or at every try the driver makes in one call. */
+  throttleNextCreate(tries: 'once' | 'every try'): void;
+  /** The next create's call that makes the share does its work, but the caller sees a timeout instead of the reply. */
+  loseNextCreateReply(): void;
+  /** Right after the next create, the backend's listings do not show the new share for a while, and what it exports through stays `creating` longer. */
+  delayVisibilityOfNextCreate(): void;
+  /** The data copy of a started driver-assisted migration of `share` stops catching up; the function it returns lets it catch up. */
+  replicationFallsBehind(share: string): () => void;
+}
+
 export interface ShareDriverUnderTest {
   driver: ShareDriver;
   backend: ShareBackendConfig;
   data?: ShareDataAccess;
+  faults?: ShareBackendFaults;
   cleanup(): Promise<void>;
 }
 
@@ -232,6 +249,75 @@ export function describeShareDriverContract(name: string, makeDriver: (host: str
       expect(await src.driver.getShare(NAME)).toEqual(made);
       await src.driver.migrationStart(req);
       expect((await src.driver.migrationGetProgress(req)).total_progress).toBeLessThan(100);
+    });
+
+    describe('a misbehaving backend', () => {
+      test('a create throttled once is sent again within the call: one share', async (ctx) => {
+        const { driver, faults } = await backend();
+        if (!faults) return ctx.skip();
+        faults.throttleNextCreate('once');
+        const { value: made } = await untilReady(() => create(driver));
+        expect(await driver.listShares()).toEqual([made]);
+      });
+
+      test('a create throttled at every try is BackendNotReady carrying the operation, nothing made; the next run makes it once', async (ctx) => {
+        const { driver, faults, backend: config } = await backend();
+        if (!faults) return ctx.skip();
+        faults.throttleNextCreate('every try');
+        const throttled = await create(driver).then(() => undefined, (e: unknown) => e);
+        // Not a DriverError: the step's Retry waits and runs again, the operation does not fail.
+        expect(throttled).toBeInstanceOf(BackendNotReady);
+        expect(throttled).not.toBeInstanceOf(DriverError);
+        expect((throttled as BackendNotReady).context).toMatchObject({ host: config.host, code: expect.stringMatching(/Throttl|RequestLimitExceeded/) });
+        expect(await driver.listShares()).toEqual([]);
+        const { value: made } = await untilReady(() => create(driver));
+        expect(await driver.listShares()).toEqual([made]);
+      });
+
+      test('a create whose reply was lost is found by the retry under the same name: one share', async (ctx) => {
+        const { driver, faults } = await backend();
+        if (!faults) return ctx.skip();
+        faults.loseNextCreateReply();
+        const lost = await untilReady(() => create(driver)).then(() => undefined, (e: unknown) => e);
+        // The call may see the lost reply (a DriverError) or find its own share again within the call.
+        if (lost !== undefined) expect(lost).toBeInstanceOf(DriverError);
+        const { value: made } = await untilReady(() => create(driver));
+        expect(await driver.listShares()).toEqual([made]);
+        expect(await driver.getShare(NAME)).toEqual(made);
+      });
+
+      test('a new share the backend does not list yet, its exports still creating, is made once and then seen', async (ctx) => {
+        const { driver, faults } = await backend();
+        if (!faults) return ctx.skip();
+        faults.delayVisibilityOfNextCreate();
+        const { value: made } = await untilReady(() => create(driver));
+        // A retried create (the step ran again) in the same moment makes no second one.
+        expect((await untilReady(() => create(driver))).value).toEqual(made);
+        const listed = await untilReady(async () => {
+          const all = await driver.listShares();
+          if (all.length === 0) throw new BackendNotReady('not listed yet');
+          return all;
+        });
+        expect(listed.value).toEqual([made]);
+      });
+
+      test('migration (when declared): a copy that falls behind keeps phase 1 open, progress under 100; caught up, it completes', async (ctx) => {
+        const src = await backend('ferry@contract-a');
+        const dst = await backend('ferry@contract-b');
+        if (!src.faults || !src.driver.features.driverAssistedMigrationTo.includes(dst.backend.driver)) return ctx.skip();
+        await untilReady(() => create(src.driver));
+        const req = migration(NAME, dst.backend, OTHER);
+        await untilReady(() => src.driver.migrationStart(req));
+        const catchUp = src.faults.replicationFallsBehind(NAME);
+        for (let i = 0; i < 5; i++) expect((await untilReady(() => src.driver.migrationContinue(req))).value).toBe(false);
+        expect((await src.driver.migrationGetProgress(req)).total_progress).toBeLessThan(100);
+        catchUp();
+        await continueToEnd(src.driver, req);
+        expect((await src.driver.migrationGetProgress(req)).total_progress).toBe(100);
+        const locations = await src.driver.migrationComplete(req);
+        expect(locations).toEqual([(await dst.driver.getShare(OTHER))!.exportLocation]);
+        expect(await src.driver.getShare(NAME)).toBeUndefined();
+      });
     });
   });
 }

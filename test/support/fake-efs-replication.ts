@@ -35,8 +35,8 @@ import { awsError } from './fake-ec2.js';
 /** An EFS error as the SDK throws it: `name` and `ErrorCode` its code, extra fields on it (FileSystemId). */
 export const efsError = (name: string, message: string, extra: object = {}) => Object.assign(awsError(name, message), { ErrorCode: name, ...extra });
 
-/** AWS's common throttling error as the EFS client throws it once the SDK's retries are spent (`name` and `ErrorCode`, status 400). */
-export const efsThrottle = () => Object.assign(efsError('ThrottlingException', 'Rate exceeded'), { $metadata: { httpStatusCode: 400 } });
+/** EFS's ThrottlingException as the client throws it once the SDK's retries are spent (`name` and `ErrorCode`; HTTP 429, as @aws-sdk/client-efs's model registers it). */
+export const efsThrottle = () => Object.assign(efsError('ThrottlingException', 'Rate exceeded'), { $metadata: { httpStatusCode: 429 } });
 
 /** What the replication needs of a fake EFS (fake-efs.ts FakeEfs). */
 export interface EfsRegion {

@@ -21,7 +21,6 @@ import { AuthorizeSecurityGroupIngressCommand, CreateSecurityGroupCommand, Delet
 import { CreateFileSystemCommand, CreateMountTargetCommand, DeleteFileSystemCommand, DeleteMountTargetCommand, DescribeFileSystemPolicyCommand, DescribeFileSystemsCommand, DescribeMountTargetsCommand, PutFileSystemPolicyCommand, TagResourceCommand, type EFSClient, type FileSystemDescription, type MountTargetDescription, type Tag } from '@aws-sdk/client-efs';
 import type { AwsClientStub } from 'aws-sdk-client-mock';
 import type { AwsEfsShareBackendConfig } from '../../functions/drivers/share/driver.js';
-import { BackendNotReady } from '../../functions/core/errors.js';
 import { awsError } from './fake-ec2.js';
 import { efsError, FakeEfsReplication, wireFakeEfsReplication } from './fake-efs-replication.js';
 
@@ -387,14 +386,5 @@ export function wireFakeEfs(efs: AwsClientStub<EFSClient>, ec2: AwsClientStub<EC
   wireFakeEfsReplication(efs as never, fake);
 }
 
-/** Calls until it stops answering BackendNotReady (as a state machine's Task retry would), counting those answers; bounded. */
-export async function untilReady<T>(call: () => Promise<T>, most = 30): Promise<{ value: T; notReady: number }> {
-  for (let notReady = 0; notReady < most; notReady++) {
-    try {
-      return { value: await call(), notReady };
-    } catch (e) {
-      if (!(e instanceof BackendNotReady)) throw e;
-    }
-  }
-  throw new Error(`still not ready after ${most} calls`);
-}
+/** Calls until it stops answering BackendNotReady (test/support/until-ready.ts), as the EFS tests have always imported it from here. */
+export { untilReady } from './until-ready.js';
