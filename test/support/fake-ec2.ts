@@ -127,7 +127,8 @@ export class FakeEc2 {
       // a create from a snapshot names no Size, and its volume has one).
       const first = this.tokenRequests.get(input.ClientToken);
       if (first && (first.Size !== input.Size || first.SnapshotId !== input.SnapshotId)) throw awsError('IdempotentParameterMismatch');
-      return structuredClone(this.volumes.get(known)!);
+      // A volume deleted since: EC2 still answers the token with what it made.
+      return structuredClone(this.volumes.get(known) ?? { VolumeId: known, State: 'deleted' as const });
     }
     const type = input.VolumeType ?? 'gp2';
     const from = input.SnapshotId ? this.snapshots.get(input.SnapshotId) : undefined;

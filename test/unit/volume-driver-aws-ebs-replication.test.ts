@@ -179,6 +179,25 @@ describe('failover, failback and drills', () => {
     await expect(driverOn().failoverHost([ref('volume-1')], 'default')).rejects.toBeInstanceOf(InvalidReplicationTarget);
   });
 
+  it('fails over again after a failback: the second failover makes a new volume from the newer copy (its ClientToken is not the first one\'s)', async () => {
+    // Prepare: failed over, back home, and replicated again until a newer copy has arrived.
+    await replicated('volume-1', 5);
+    const first = await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
+    const there = driverOn('frankfurt');
+    for (let i = 0; i < 5; i++) if (await there.failoverHost([ref('volume-1')], 'default').catch(() => undefined)) break;
+    expect(fake('eu-central-1').volumes.size).toBe(0);
+    for (let i = 0; i < 5; i++) await pass(driverOn());
+
+    // Act: EC2 answers a reused token with what the first request made, or IdempotentParameterMismatch when the request differs.
+    const second = await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
+
+    // Assess
+    const [made] = [...fake('eu-central-1').volumes.values()];
+    expect(made).toBeDefined();
+    expect(second.volumeUpdates).toEqual([{ volumeId: 'id-volume-1', updates: { replicationStatus: 'failed-over', providerLocation: made!.VolumeId } }]);
+    expect(made!.VolumeId).not.toBe(first.volumeUpdates[0]!.updates.providerLocation);
+  });
+
   it('a drill makes copies in the target that are never the backend\'s volumes, and its end removes them', async () => {
     await replicated('volume-1', 5);
     const driver = driverOn();

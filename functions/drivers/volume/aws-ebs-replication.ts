@@ -9,8 +9,11 @@
  * Failover creates, in the target zone, a volume from the newest copy that has arrived of each
  * volume, tagged as the backend's under the same backend name, so the driver built for the target
  * (activeBackendId) finds it as any other; nothing is asked of the primary region, which may be
- * gone. Its ClientToken derives from the backend, target and name, so a failover repeated after a
- * crash makes no second volume. Failback runs the same way the other way round (aws-ebs-failback.ts).
+ * gone. Its ClientToken derives from the backend, target, name and the copy it starts from, so a
+ * failover repeated after a crash makes no second volume, and a failover after a failback (a newer
+ * copy) is a new request: EC2 answers a reused token with what it first made, even deleted, or
+ * IdempotentParameterMismatch when the request differs, for at least 24 hours. Failback runs the
+ * same way the other way round (aws-ebs-failback.ts).
  *
  * Every object is found by its tags (`ferry:backend`, `ferry:replica-of`, `ferry:replication`),
  * never by a remembered id, so each call is idempotent.
@@ -256,7 +259,7 @@ export class EbsReplication {
       const copy = copies.get(v.backendName);
       let id = there.get(v.backendName);
       if (!id && copy) {
-        const token = clientTokenFor(this.c.host, `failover:${t.backendId}:${v.backendName}`);
+        const token = clientTokenFor(this.c.host, `failover:${t.backendId}:${v.backendName}:${copy.SnapshotId}`);
         id = await this.volumeFrom(t, copy, token, { [TAG_NAME]: v.backendName, [TAG_BACKEND_NAME]: v.backendName, [TAG_POOL]: tagOf(copy, TAG_POOL) ?? '' });
       }
       volumeUpdates.push({ volumeId: v.volumeId, updates: id ? { replicationStatus: 'failed-over', providerLocation: id } : { status: 'error' } });
