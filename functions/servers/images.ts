@@ -102,8 +102,11 @@ export async function listImages(projectId: string, isAdmin: boolean): Promise<I
   return items.map(strip).filter((i) => i.status !== 'deleted' && (isAdmin || i.visibility === 'public' || i.ownerProjectId === projectId));
 }
 
-/** Moves the status from one of `from` to `to` (plus `extra` fields); false when the status was none of `from`. */
-async function transition(id: string, from: Image['status'][], to: Image['status'], extra: Partial<Image> = {}): Promise<boolean> {
+/**
+ * Moves the status from one of `from` to `to` (plus `extra` fields): the image as written, or
+ * undefined when the status was none of `from` (or there is no image).
+ */
+async function transition(id: string, from: Image['status'][], to: Image['status'], extra: Partial<Image> = {}): Promise<Image | undefined> {
   const fields: Record<string, unknown> = { ...extra, status: to, updatedAt: new Date().toISOString() };
   const names: Record<string, string> = {};
   const values: Record<string, unknown> = {};
@@ -115,7 +118,7 @@ async function transition(id: string, from: Image['status'][], to: Image['status
   from.forEach((s, n) => (values[`:from${n}`] = s));
   names['#status'] = 'status';
   try {
-    await db().send(
+    const out = await db().send(
       new UpdateCommand({
         TableName: apiTable(),
         Key: imageKey(id),
@@ -123,11 +126,13 @@ async function transition(id: string, from: Image['status'][], to: Image['status
         ConditionExpression: `attribute_exists(pk) AND #status IN (${from.map((_, n) => `:from${n}`).join(', ')})`,
         ExpressionAttributeNames: names,
         ExpressionAttributeValues: values,
+        // The record as written answers the caller: no read after the write.
+        ReturnValues: 'ALL_NEW',
       }),
     );
-    return true;
+    return strip(out.Attributes!);
   } catch (e) {
-    if (isConditionFailure(e)) return false;
+    if (isConditionFailure(e)) return undefined;
     throw e;
   }
 }
@@ -159,7 +164,8 @@ export async function readAll(stream: Readable): Promise<Buffer> {
  * @throws NotFound, Conflict, BadRequest (fewer or more bytes than `sizeBytes`).
  */
 export async function uploadImage(id: string, body: Readable | Uint8Array, sizeBytes?: number, options: { diskFormat?: string } = {}): Promise<Image> {
-  const current = await getImage(id);
+  // A body of unknown length is read whole before anything else: first make sure it is for an image.
+  if (body instanceof Readable && sizeBytes === undefined) await getImage(id);
   // PutObject needs the length up front (no multipart helper in the dependencies): a stream of
   // unknown size is read into memory first, which images of Ferry's sizes allow.
   const data: Readable | Uint8Array = body instanceof Readable && sizeBytes === undefined ? await readAll(body) : body;
@@ -167,10 +173,9 @@ export async function uploadImage(id: string, body: Readable | Uint8Array, sizeB
 
   const shaOfData = async () => sha256Of(data instanceof Readable ? await readAll(data) : data);
 
-  if (current.status === 'active') {
-    if ((await shaOfData()) === current.sha256) return current;
-    throw new Conflict(`Image ${id} is active; its data cannot be replaced.`);
-  }
+  // Straight to saving, one conditional write (a snapshot's upload is on every shelve and
+  // cross-cell resize); only a refused write reads the record, to tell an active image (the same
+  // bytes: done; others: Conflict) from an upload in progress or no image (NotFound).
   // The disk_format of bytes Nova made (a snapshot) is set with them, as Nova's image update does.
   if (!(await transition(id, ['queued', 'saving'], 'saving', options.diskFormat ? { diskFormat: options.diskFormat } : {}))) return settledUpload(id, await shaOfData());
 
@@ -181,9 +186,7 @@ export async function uploadImage(id: string, body: Readable | Uint8Array, sizeB
     await transition(id, ['saving'], 'queued');
     throw e;
   }
-  const { sha256 } = digests;
-  if (!(await transition(id, ['saving'], 'active', { ...digests }))) return settledUpload(id, sha256);
-  return getImage(id);
+  return (await transition(id, ['saving'], 'active', { ...digests })) ?? settledUpload(id, digests.sha256);
 }
 
 /** What an image's bytes are: their count and Glance's three digests, computed while they stream to S3. */
@@ -241,10 +244,16 @@ export async function deleteImageObject(id: string): Promise<void> {
   await (await s3()).send(new (await s3Sdk()).DeleteObjectCommand({ Bucket: bucket(), Key: imageObjectKey(id) }));
 }
 
-/** A concurrent upload finished first: fine if it stored the same bytes. */
+/**
+ * The upload's move was refused: an active image (a re-upload, or a concurrent upload that
+ * finished first) is fine with the same bytes; anything else is a Conflict. @throws NotFound
+ */
 async function settledUpload(id: string, sha256: string): Promise<Image> {
   const now = await getImage(id);
-  if (now.status === 'active' && sha256 === now.sha256) return now;
+  if (now.status === 'active') {
+    if (sha256 === now.sha256) return now;
+    throw new Conflict(`Image ${id} is active; its data cannot be replaced.`);
+  }
   throw new Conflict(`Image ${id} is being uploaded by another request (status ${now.status}).`);
 }
 
