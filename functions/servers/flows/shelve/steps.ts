@@ -56,13 +56,14 @@ async function shelveSnapshot(input: ServerStepInput): Promise<unknown> {
   const driver = await driverOfHost(host);
   await withEvent(s, 'compute_shelve_instance', host, async () => {
     await driver.powerOff(s.instance.uuid);
-    // The image's id is derived from the request and recorded before the image is made: a re-run
-    // finds the record (Conflict below) and uploads the same object again.
-    let imageId = s.op.holds.imageId;
-    if (!imageId) {
-      const id = intentId(s.op.requestId, 'shelve-snapshot', s.instance.uuid);
-      s = await setHolds(s, (h) => ({ ...h, imageId: id }));
-      imageId = id;
+    // The image's id is derived from the request and recorded before the image is made, in the
+    // same write as the task state (one write, not two): a re-run finds the record (Conflict below)
+    // and uploads the same object again.
+    const imageId = s.op.holds.imageId ?? intentId(s.op.requestId, 'shelve-snapshot', s.instance.uuid);
+    if (s.op.holds.imageId !== imageId || s.instance.taskState !== 'shelving_image_uploading' || s.instance.powerState !== POWER_STATE.SHUTDOWN) {
+      s = await updateOp(s, ({ instance, op }) => ({
+        instance: { ...instance, taskState: 'shelving_image_uploading', powerState: POWER_STATE.SHUTDOWN, operation: { ...op, holds: { ...op.holds, imageId } } },
+      }));
     }
     try {
       await createImageRecord({
@@ -75,7 +76,6 @@ async function shelveSnapshot(input: ServerStepInput): Promise<unknown> {
     } catch (e) {
       if (!(e instanceof Conflict)) throw e; // a re-run: the record is ours already
     }
-    s = await updateOp(s, ({ instance }) => ({ instance: { ...instance, taskState: 'shelving_image_uploading', powerState: POWER_STATE.SHUTDOWN } }));
     await snapshotToImage(driver, s.instance.uuid, imageId);
     const shelvedImage = imageId;
     const shelved = (instance: Instance): Instance => ({
