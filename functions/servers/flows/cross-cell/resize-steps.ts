@@ -16,8 +16,9 @@ import { POWER_STATE } from '../../../drivers/compute/driver.js';
 import { attachmentComplete, attachmentCreate, attachmentGet, attachmentUpdate, hostConnector } from '../../cinder.js';
 import { driverOfHost, loadStep, recordHolds, updateOp, withEvent, type ServerStepInput } from '../../engine.js';
 import { createImageRecord, deleteImage, getImage, imageSourceFor } from '../../images.js';
-import { updateMigration } from '../../migrations.js';
-import type { InstanceFlavor } from '../../model.js';
+import { stampAfter } from '../../last-written.js';
+import { migrationPutItem, updateMigration } from '../../migrations.js';
+import type { InstanceFlavor, Migration } from '../../model.js';
 import { activatePortBinding, bindPortToHost, listPortsOf } from '../../network.js';
 import { blockDeviceSpecs, isVolumeBacked, volumeBdms } from '../block-devices.js';
 import { migrationOf, oldVmState, powerFor, terminateVolumeConnections } from '../resize/shared.js';
@@ -98,6 +99,8 @@ async function prepSource(input: ServerStepInput): Promise<unknown> {
   // The snapshot image's id (image-backed) is recorded in the same write as the task state, before
   // the image is made (the rollback deletes it; a delete of an image never made is a no-op).
   const snapshotId = !isVolumeBacked(s.instance) && !s.op.holds.imageId ? intentId(s.op.requestId, 'xcell-snapshot', uuid) : undefined;
+  // The migration moves to `migrating` in the same transaction (one write, not two).
+  const migrating: Migration = { ...m, status: 'migrating', updatedAt: stampAfter(m.updatedAt) };
   s = await updateOp(s, ({ instance, op }) => ({
     instance: {
       ...instance,
@@ -105,6 +108,7 @@ async function prepSource(input: ServerStepInput): Promise<unknown> {
       systemMetadata: { ...instance.systemMetadata, move_source: source, move_dest: dest },
       ...(snapshotId ? { operation: { ...op, holds: { ...op.holds, imageId: snapshotId } } } : {}),
     },
+    extra: [migrationPutItem(s.cell, migrating, { expectedStatus: m.status })],
   }));
   await withEvent(s, 'compute_prep_snapshot_based_resize_at_source', source, async () => {
     const driver = await driverOfHost(source);
@@ -122,7 +126,6 @@ async function prepSource(input: ServerStepInput): Promise<unknown> {
         if (!(e instanceof Conflict)) throw e; // a re-run: the record is ours already
       }
     }
-    await updateMigration(s.cell, m.uuid, { status: 'migrating' });
     // A guest no longer defined was snapshotted and destroyed by an earlier run (destroy is last).
     if ((await driver.getGuest(uuid))?.defined) {
       await driver.powerOff(uuid);
@@ -133,8 +136,11 @@ async function prepSource(input: ServerStepInput): Promise<unknown> {
     }
     s = await terminateVolumeConnections(s, 'xcell-prep-source');
     for (const port of await listPortsOf(uuid)) await activatePortBinding(port.id, dest);
-    await updateMigration(s.cell, m.uuid, { status: 'post-migrating' });
-    s = await updateOp(s, ({ instance }) => ({ instance: { ...instance, taskState: 'resize_migrated', powerState: POWER_STATE.SHUTDOWN } }));
+    // The migration's post-migrating and the task state in one transaction: a re-run sees both or neither.
+    s = await updateOp(s, ({ instance }) => ({
+      instance: { ...instance, taskState: 'resize_migrated', powerState: POWER_STATE.SHUTDOWN },
+      extra: [migrationPutItem(s.cell, { ...migrating, status: 'post-migrating', updatedAt: stampAfter(migrating.updatedAt) }, { expectedStatus: 'migrating' })],
+    }));
   });
   return {};
 }
