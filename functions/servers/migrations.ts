@@ -60,6 +60,24 @@ export function migrationPutItem(cell: CellMapping, m: Migration, options: { cre
 }
 
 /**
+ * A transaction item moving a migration to `status` without reading it: for a write whose own
+ * conditions decide (the cross-cell mapping flip). Its stamp must be later than the stored one, so
+ * a base another process remembers (last-written.ts) is refused afterwards as after any write.
+ */
+export function migrationStatusItem(cell: CellMapping, uuid: string, status: Migration['status']): TransactItem {
+  return {
+    Update: {
+      TableName: cellTable(cell),
+      Key: migrationKey(uuid),
+      UpdateExpression: 'SET #s = :s, updatedAt = :u',
+      ConditionExpression: 'attribute_exists(pk) AND updatedAt < :u',
+      ExpressionAttributeNames: { '#s': 'status' },
+      ExpressionAttributeValues: { ':s': status, ':u': now() },
+    },
+  };
+}
+
+/**
  * Sets fields of a migration (its status among them); a status move is idempotent when already
  * there. The first attempt builds on the migration as this process last read or wrote it, when it
  * has it: the put's condition on `updatedAt` refuses a stale base, and the retry reads afresh.

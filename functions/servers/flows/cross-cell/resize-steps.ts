@@ -17,7 +17,7 @@ import { attachmentComplete, attachmentCreate, attachmentGet, attachmentUpdate, 
 import { driverOfHost, loadStep, recordHolds, updateOp, withEvent, type ServerStepInput } from '../../engine.js';
 import { createImageRecord, deleteImage, getImage, imageSourceFor } from '../../images.js';
 import { stampAfter } from '../../last-written.js';
-import { migrationPutItem, updateMigration } from '../../migrations.js';
+import { migrationPutItem, migrationStatusItem, updateMigration } from '../../migrations.js';
 import type { InstanceFlavor, Migration } from '../../model.js';
 import { activatePortBinding, bindPortToHost, listPortsOf } from '../../network.js';
 import { blockDeviceSpecs, isVolumeBacked, volumeBdms } from '../block-devices.js';
@@ -187,7 +187,6 @@ async function finishDest(input: ServerStepInput): Promise<unknown> {
     for (const port of await listPortsOf(uuid)) await activatePortBinding(port.id, dest);
   });
   if (s.op.holds.imageId) await deleteImage(s.op.holds.imageId);
-  await updateMigration(target, m.uuid, { status: 'finished' });
   await flipInstanceMapping({
     uuid,
     show: {
@@ -196,6 +195,9 @@ async function finishDest(input: ServerStepInput): Promise<unknown> {
     },
     // The hidden SRC copy ends the operation in the same transaction.
     hide: { cell: s.cell, change: (i) => ({ ...i, operation: null }) },
+    // The TGT copy's migration is finished by the flip itself (one write fewer, and never finished
+    // without the flip): a re-run after the flip finds it 'already' done.
+    extra: [migrationStatusItem(target, m.uuid, 'finished')],
   });
   return {};
 }
