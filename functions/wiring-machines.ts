@@ -28,6 +28,12 @@ export const STATE_MACHINES = [
     functions: ['volume-steps'],
   },
   {
+    name: 'volume-attach-wait',
+    file: 'statemachines/volume-attach-wait.asl.json',
+    description: 'Waits for an attach the backend accepted but had not finished when attachment_update answered (an EBS attachment attaching): looks at EC2 until it is attached (recorded on the attachment) or gone or past its bound (the attachment error_attaching with the reason, what EC2 holds detached). Ends without touching anything when the attachment was deleted or connected again meanwhile.',
+    functions: ['attachment-steps'],
+  },
+  {
     name: 'volume-failover',
     file: 'statemachines/volume-failover.asl.json',
     description: 'Fails a replicated backend over to a replication target or back (reference §2.4), or runs and ends a drill: batches of volumes in a Map, one driver call and one conditional write per volume.',

@@ -119,8 +119,9 @@ export const FUNCTIONS: FunctionWiring[] = [
     // delete's transaction (servers/attachment-users.ts).
     tables: ['volume', 'compute-api', 'cell1', 'cell2'],
     callsVolumeDrivers: true,
-    // snapshot-create: only for a snapshot the backend is still making when the request answers.
-    starts: ['volume-create', 'volume-delete', 'volume-failover', 'snapshot-create'],
+    // snapshot-create: only for a snapshot the backend is still making when the request answers;
+    // volume-attach-wait: only for an attach the backend has not finished (attachments/attach-wait.ts).
+    starts: ['volume-create', 'volume-delete', 'volume-failover', 'snapshot-create', 'volume-attach-wait'],
     timeoutSeconds: 29,
   },
   {
@@ -138,7 +139,7 @@ export const FUNCTIONS: FunctionWiring[] = [
     kind: 'step',
     entry: 'functions/attachments/steps.ts',
     export: 'handler',
-    description: 'Step handlers of the attachments run by volume-create (reserve an attachment for the instance given at create, or record why not).',
+    description: 'Step handlers of the attachments run by volume-create (reserve an attachment for the instance given at create, or record why not) and by volume-attach-wait (look at the backend\'s attach; on failure error_attaching and detach).',
     tables: ['volume'],
     callsVolumeDrivers: true,
     timeoutSeconds: 120,
@@ -227,7 +228,8 @@ export const FUNCTIONS: FunctionWiring[] = [
     tables: ['compute-api', 'cell1', 'cell2', 'volume'],
     callsVolumeDrivers: true,
     usesBucket: true,
-    starts: ['volume-delete'],
+    // volume-attach-wait: the attachments API's update (servers/cinder.ts) starts it for an attach the backend has not finished.
+    starts: ['volume-delete', 'volume-attach-wait'],
     timeoutSeconds: 900,
     memoryMb: 1024,
   },

@@ -15,6 +15,7 @@ import { logger } from '../core/logger.js';
 import type { Connector, VolumeDriver } from '../drivers/volume/driver.js';
 import { driverForHost } from '../volumes/backends.js';
 import type { Volume } from '../volumes/model.js';
+import { startAttachWait, withAttachWait } from './attach-wait.js';
 import { newConnectIntent, type Attachment, type ConnectIntent } from './model.js';
 import { clearConnectIntent, fenceHost, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeVersioned, type LoadedVolume } from './repo.js';
 import { assertAttachmentLive, checkConnect, connect, type ConnectOptions } from './transitions.js';
@@ -79,12 +80,14 @@ export async function connectAttachment(attachmentId: string, connector: Connect
       const driver = await driverForVolume(volume.volume);
       connectedVolume = volume.volume;
       const connection = await driver.initializeConnection(volume.volume.backendName, connector);
-      const result = connect(volume.volume, attachment, { connector, connection, now: now(), intentId: intent.id }, options);
+      // A connection the backend has not finished gets its wait recorded in the same transaction (attach-wait.ts).
+      const result = withAttachWait(connect(volume.volume, attachment, { connector, connection, now: now(), intentId: intent.id }, options), connection, now());
       // The attachment moved off a host nobody else uses: the same transaction records the intent
       // of removing that host's connection, so a death before the removal leaves it to recovery.
       const leaving = result.releasedHost ? newConnectIntent(result.releasedHost.connector, now()) : undefined;
       await writeVersioned({ volume: volume.volume, attachment }, result, { endIntent: intent.id, addIntent: leaving });
       if (result.releasedHost && leaving) await releaseLeftHost(attachmentId, result.volume, result.releasedHost, leaving);
+      await startAttachWait(result.attachment);
       return result.attachment;
     }, RETRY);
   } catch (e) {

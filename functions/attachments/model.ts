@@ -56,6 +56,28 @@ export interface Attachment {
   disconnect?: { host: string; connector: Connector } | null;
   /** Connects in flight (or abandoned by a crash), by intent id. Absent on items written before intents existed. */
   pendingConnect?: Record<string, ConnectIntent>;
+  /** The wait for a connection the backend accepted but had not finished (attach-wait.ts); absent when the connect was made at once. */
+  attachWait?: AttachWait;
+}
+
+/**
+ * The volume-attach-wait machine's record on the attachment (attach-wait.ts): written by the connect
+ * transaction that recorded a pending connection (the intent: its execution's name), ended by the
+ * machine: `attached`, or `failed` with the reason (the attachment then `error_attaching`).
+ */
+export interface AttachWait {
+  /** The execution's name, `volume-attach-wait-<attachment id>-<attachment version of the connect>`: one per connect. */
+  execution: string;
+  /** The connector host the backend is attaching to. */
+  host: string;
+  status: 'waiting' | 'attached' | 'failed';
+  /** ISO-8601 */
+  startedAt: string;
+  endedAt?: string;
+  /** Why the attach failed, in words (`failed`). */
+  reason?: string;
+  /** `failed`: the backend's connection is still to be removed (set with the failure, cleared once it is). */
+  detachPending?: boolean;
 }
 
 /** A connect's intent: the backend connection it is about to make, and since when. */

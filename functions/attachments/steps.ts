@@ -1,7 +1,7 @@
 /**
  * The attachments' step handler (Lambda `attachment-steps`), run by the volume-create machine's
  * create-and-attach states (seed 003): `Attach` reserves an attachment for the instance given at
- * create, `AttachFailed` records why it could not. They live here, not among the volume steps,
+ * create, `AttachFailed` records why it could not; and by volume-attach-wait (attach-wait-steps.ts). They live here, not among the volume steps,
  * because reserving an attachment is the attachments capability's work, which sits above volumes.
  *
  * Idempotent like every step: an instance that already holds an attachment is not reserved twice.
@@ -12,6 +12,7 @@ import type { Volume } from '../volumes/model.js';
 import { getVolumeOrThrow, updateVolume } from '../volumes/repo.js';
 import { createAttachment } from './service.js';
 import { recordMessage } from '../messages/store.js';
+import { attachWaitStep, type AttachWaitStepInput } from './attach-wait-steps.js';
 
 export interface AttachmentStepInput {
   step: string;
@@ -54,7 +55,15 @@ function need(input: AttachmentStepInput): string {
   return input.volumeId;
 }
 
-export async function handler(input: AttachmentStepInput): Promise<unknown> {
+function needAttachment(input: AttachWaitStepInput): string {
+  if (!input.attachmentId) throw new BadRequest(`step ${input.step} needs attachmentId`);
+  return input.attachmentId;
+}
+
+export async function handler(input: AttachmentStepInput & AttachWaitStepInput): Promise<unknown> {
+  // volume-attach-wait's steps (attach-wait-steps.ts).
+  const waitStep = attachWaitStep(input, () => needAttachment(input));
+  if (waitStep) return waitStep;
   switch (input.step) {
     case 'attach':
       return attachPending(need(input));

@@ -7,6 +7,7 @@ export const STATE_MACHINE_NAMES = [
   'volume-create',
   'volume-delete',
   'volume-failover',
+  'volume-attach-wait',
   'snapshot-create',
   'image-import',
   'replication-schedule',

@@ -109,6 +109,13 @@ export const FAILBACK_WAIT = { ErrorEquals: ['BackendNotReady'], IntervalSeconds
 export const CUTOVER_WAIT = { ErrorEquals: ['BackendNotReady'], IntervalSeconds: 60, MaxAttempts: 360, BackoffRate: 1 } as const satisfies Retrier;
 
 /**
+ * An EBS attach (functions/attachments/attach-wait.ts): EC2 makes one in seconds, so volume-attach-wait
+ * looks every 10 s, and an attach still `attaching` after 15 minutes (90 looks, about 450 history
+ * events) is a failed one: its Catch records error_attaching and detaches what EC2 holds.
+ */
+export const ATTACH_WAIT = { ErrorEquals: ['BackendNotReady'], IntervalSeconds: 10, MaxAttempts: 90, BackoffRate: 1 } as const satisfies Retrier;
+
+/**
  * A Catch is one catcher of every error (`States.ALL`), writing it where the next step reads it:
  * `$.error` from a step, `$.rollbackError` from a step that is itself undoing an `$.error` (a
  * compensation whose own failure must not overwrite the error it was undoing).
@@ -188,6 +195,13 @@ export const MACHINE_POLICIES: Readonly<Record<StateMachineName, MachinePolicy>>
   /** Creating (and, in the rollback, deleting) the backend volume waits for the backend. */
   'volume-create': { ...storageFlow, waits: ['CreateOnBackend', 'Rollback'] },
   'volume-delete': { ...storageFlow, waits: ['DeleteOnBackend'] },
+  /**
+   * Look waits for EC2's attachment (ATTACH_WAIT; a throttled look is BackendNotReady too). Failed
+   * removes what EC2 holds: the transient and driver errors again, then the execution fails with the
+   * attachment recorded error_attaching and `detachPending` left for an operator. Under 4 hours
+   * with every look at its timeout: one day.
+   */
+  'volume-attach-wait': { ...storageFlow, waits: ['Look'], waitRetrier: ATTACH_WAIT },
   /**
    * 10,000 volumes are 50 batches, 13 rounds of 4 at MaxConcurrency 4. A failover's batch is one
    * driver call (9.2 hours in all with every batch at its 600 s timeout on all 4 attempts); a

@@ -207,9 +207,10 @@ describe('initializeConnection', () => {
     // Act
     const props = await driver.initializeConnection('volume-1', { host: 'i-1' });
 
-    // Assess: the connection_info the instance needs, with no look after the attach (no wait in the API).
+    // Assess: the connection_info the instance needs, with no look after the attach (no wait in the API):
+    // pending, so the attach's wait runs in volume-attach-wait.
     expect(ec2.commandCalls(AttachVolumeCommand)[0].args[0].input).toEqual({ VolumeId: 'vol-1', InstanceId: 'i-1', Device: '/dev/sdh' });
-    expect(props).toEqual({ driverVolumeType: 'aws_ebs', data: { volume_id: 'vol-1', instance_id: 'i-1', device: '/dev/sdh' } });
+    expect(props).toEqual({ driverVolumeType: 'aws_ebs', data: { volume_id: 'vol-1', instance_id: 'i-1', device: '/dev/sdh' }, pending: true });
     expect(sent().at(-1)).toBe('AttachVolume');
     expect(fake.volumes.get('vol-1')?.Attachments?.[0].State).toBe('attaching');
   });
@@ -225,8 +226,10 @@ describe('initializeConnection', () => {
     // Assess
     expect(ec2.commandCalls(AttachVolumeCommand)).toHaveLength(1);
     expect(ec2.commandCalls(DescribeInstancesCommand)).toHaveLength(0);
-    expect(again).toEqual(first);
+    expect(again.data).toEqual(first.data);
     expect(first.data.device).toBe('/dev/sdk');
+    // The look that found the attachment saw it attached (the fake settles it): nothing left to wait for.
+    expect([first.pending, again.pending]).toEqual([true, false]);
   });
 
   it('succeeds when AttachVolume did its work but the reply was lost', async () => {

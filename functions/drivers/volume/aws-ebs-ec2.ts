@@ -4,6 +4,8 @@
  */
 import { createHash } from 'node:crypto';
 import type { EC2Client, Snapshot, Volume } from '@aws-sdk/client-ec2';
+import { BackendNotReady, DriverError } from '../../core/errors.js';
+import type { AttachmentState } from './driver.js';
 
 export const EBS_DRIVER_VERSION = '1.0';
 export const DEFAULT_EBS_VOLUME_TYPE = 'gp3';
@@ -41,6 +43,40 @@ export const LIVE_SNAPSHOT_STATES = new Set(['pending', 'completed', 'recoverabl
 /** DetachVolume on a volume not attached to that instance. */
 export const NOT_ATTACHED_CODES = new Set(['IncorrectState', 'InvalidAttachment.NotFound']);
 export const MULTIATTACH_TYPES = new Set(['io1', 'io2']);
+/** EC2's throttle (RequestLimitExceeded) and the SDK's: the call may succeed later, nothing was decided. */
+export const THROTTLE_CODES = new Set(['RequestLimitExceeded', 'ThrottlingException', 'Throttling']);
+
+/**
+ * Where EC2's attachment of a volume to an instance stands (EC2 VolumeAttachment.State: attaching,
+ * attached, detaching, detached, busy). `busy` is attached and in use. An attachment that went
+ * `detaching`/`detached`, or none at all, is a connection EC2 no longer holds: the attach did not
+ * take (the instance stopped or terminated, the device name taken, a detach by someone else).
+ */
+export function attachmentStateOf(volume: Volume | undefined, instanceId: string, what: string): AttachmentState {
+  if (!volume || GONE_STATES.has(volume.State ?? '')) return { state: 'gone', reason: `EBS volume of ${what} no longer exists (state ${volume?.State ?? 'not found'})` };
+  const attachments = (volume.Attachments ?? []).filter((a) => a.InstanceId === instanceId);
+  const live = attachments.find((a) => CONNECTED_STATES.has(a.State ?? ''));
+  if (live?.State === 'attaching') return { state: 'attaching' };
+  if (live) return { state: 'attached' };
+  const seen = attachments.map((a) => a.State).join(', ');
+  return {
+    state: 'gone',
+    reason: `EC2 holds no attachment of EBS volume ${volume.VolumeId} to instance ${instanceId}${seen ? ` (its attachment is ${seen})` : ''}: the attach did not take (instance stopped or terminated, device name taken, or detached meanwhile)`,
+  };
+}
+
+/** A DriverError of a throttled EC2 call as BackendNotReady (the machine looks again after its wait); any other error as it is. */
+export function throttledAsNotReady(e: unknown, host: string, backendName: string): unknown {
+  const code = e instanceof DriverError ? e.context.code : undefined;
+  if (typeof code !== 'string' || !THROTTLE_CODES.has(code)) return e;
+  return new BackendNotReady(`backend ${host}: EC2 throttled the look at ${backendName} (${code})`, { cause: e, context: { host, backendName, code } });
+}
+
+/** The first of EBS_DEVICE_NAMES an instance's block device mappings leave free (/dev/sdf and /dev/xvdf name the same slot on Xen instances: a taken one takes both). */
+export function freeDeviceOf(mappings: { DeviceName?: string }[]): string | undefined {
+  const used = new Set(mappings.map((m) => (m.DeviceName ?? '').replace(/^\/dev\/xvd/, '/dev/sd')));
+  return EBS_DEVICE_NAMES.find((d) => !used.has(d));
+}
 
 /** The sizes EC2 accepts per volume type, in GiB (EBS volume types reference: io1/io2 from 4, st1/sc1 from 125). */
 export const EBS_SIZE_LIMITS: Record<string, { min: number; max: number }> = {

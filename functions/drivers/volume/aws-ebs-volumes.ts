@@ -6,13 +6,15 @@
 import type { EC2Client, Filter, Volume, VolumeAttachment, VolumeType } from '@aws-sdk/client-ec2';
 import { awsApiClientConfig } from '../../core/aws-http.js';
 import { BackendNotReady, DriverError } from '../../core/errors.js';
-import type { BackendConfig, BackendConnection, BackendVolume, ConnectionProperties, Connector, PoolCapabilities, VolumeDriver } from './driver.js';
+import type { AttachmentState, BackendConfig, BackendConnection, BackendVolume, ConnectionProperties, Connector, PoolCapabilities, VolumeDriver } from './driver.js';
 import {
   CONNECTED_STATES,
+  throttledAsNotReady,
+  attachmentStateOf,
+  freeDeviceOf,
   DEFAULT_EBS_VOLUME_TYPE,
   DEFAULT_POLL_ATTEMPTS,
   DEFAULT_POLL_INTERVAL_MS,
-  EBS_DEVICE_NAMES,
   EBS_DRIVER_VERSION,
   EBS_SIZE_LIMITS,
   GONE_STATES,
@@ -296,10 +298,11 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     const volumeId = volume.VolumeId!;
     const attachment = this.attachmentTo(volume, instanceId);
     let device = attachment?.Device;
+    let state = attachment?.State;
     if (!attachment) {
       device = typeof connector.mountpoint === 'string' && connector.mountpoint ? connector.mountpoint : await this.freeDevice(instanceId, backendName);
       try {
-        await (await this.ec2Client()).send(new (await ec2Sdk()).AttachVolumeCommand({ VolumeId: volumeId, InstanceId: instanceId, Device: device }));
+        state = (await (await this.ec2Client()).send(new (await ec2Sdk()).AttachVolumeCommand({ VolumeId: volumeId, InstanceId: instanceId, Device: device }))).State ?? 'attaching';
       } catch (e) {
         // The attach may have happened with its reply lost (or a racing call did it): look before
         // failing. If the look fails too, the attach's own error is the one to report (a retry looks again).
@@ -312,12 +315,20 @@ export class AwsEbsVolumeStore implements VolumeDriver {
         const found = now && this.attachmentTo(now, instanceId);
         if (!found) throw this.awsFail('AttachVolume', e, { backendName, volumeId, instanceId, device });
         device = found.Device ?? device;
+        state = found.State;
       }
     }
-    // No wait for `attached`: the connection_info (volume, instance, device) is known once EC2 has
-    // accepted the attach, and the instance sees the device appear (reference §3.5: the export is
-    // made; connecting is the host's side). The API answers attachment_update at once.
-    return { driverVolumeType: this.driverVolumeType, data: { volume_id: volumeId, instance_id: instanceId, device } };
+    // No wait for `attached` here: the connection_info is known once EC2 accepted the attach, so
+    // attachment_update answers at once; `pending` makes it start volume-attach-wait, which looks
+    // at EC2 (attachmentState) until the attachment is attached or gone.
+    return { driverVolumeType: this.driverVolumeType, data: { volume_id: volumeId, instance_id: instanceId, device }, pending: state === 'attaching' };
+  }
+
+  /** The volume-attach-wait machine's look. A throttled DescribeVolumes is BackendNotReady: looked at again after the wait, never a failed attach. */
+  async attachmentState(backendName: string, connector: Connector): Promise<AttachmentState> {
+    const instanceId = this.instanceOf(connector);
+    const volume = await this.find(backendName).catch((e: unknown) => Promise.reject(throttledAsNotReady(e, this.backendHost, backendName)));
+    return attachmentStateOf(volume, instanceId, backendName);
   }
 
   async terminateConnection(backendName: string, connector: Connector): Promise<void> {
@@ -353,9 +364,7 @@ export class AwsEbsVolumeStore implements VolumeDriver {
     const out = await this.send('DescribeInstances', { instanceId }, async () => (await this.ec2Client()).send(new (await ec2Sdk()).DescribeInstancesCommand({ InstanceIds: [instanceId] })));
     const instance = out.Reservations?.flatMap((r) => r.Instances ?? []).find((i) => i.InstanceId === instanceId);
     if (!instance) throw this.fail(`EC2 instance ${instanceId} not found`, { instanceId, backendName });
-    // /dev/sdf and /dev/xvdf name the same slot on Xen instances: a taken one takes both.
-    const used = new Set((instance.BlockDeviceMappings ?? []).map((m) => (m.DeviceName ?? '').replace(/^\/dev\/xvd/, '/dev/sd')));
-    const device = EBS_DEVICE_NAMES.find((d) => !used.has(d));
+    const device = freeDeviceOf(instance.BlockDeviceMappings ?? []);
     if (!device) throw this.fail(`EC2 instance ${instanceId} has no free device in /dev/sdf../dev/sdp`, { instanceId, backendName });
     return device;
   }
@@ -365,14 +374,10 @@ export class AwsEbsVolumeStore implements VolumeDriver {
   }
 
   async listConnections(): Promise<BackendConnection[]> {
-    const out: BackendConnection[] = [];
-    for (const v of await this.backendVolumes()) {
-      const backendName = tagOf(v, TAG_BACKEND_NAME) ?? v.VolumeId!;
-      for (const a of v.Attachments ?? []) if (a.InstanceId && CONNECTED_STATES.has(a.State ?? '')) out.push({ backendName, host: a.InstanceId });
-    }
-    return out;
+    return (await this.backendVolumes()).flatMap((v) =>
+      (v.Attachments ?? []).filter((a) => a.InstanceId && CONNECTED_STATES.has(a.State ?? '')).map((a) => ({ backendName: tagOf(v, TAG_BACKEND_NAME) ?? v.VolumeId!, host: a.InstanceId! })),
+    );
   }
-
 
   /**
    * The volume a backend name names: Ferry's (by tag), or for manage a volume of this zone that no

@@ -44,7 +44,20 @@ export interface PoolCapabilities {
 export interface ConnectionProperties {
   driverVolumeType: string;
   data: Record<string, unknown>;
+  /**
+   * The backend accepted the connection but has not finished making it (an EBS attach still
+   * `attaching`): the connection_info is final, and the volume-attach-wait machine watches the
+   * backend (attachmentState) until it is made or fails. Absent or false: made (the local driver).
+   */
+  pending?: boolean;
 }
+
+/**
+ * Where a pending connection stands on the backend (VolumeDriver.attachmentState): made, still
+ * being made, or gone (the backend holds no connection of the volume to that host any more), with
+ * the reason in words.
+ */
+export type AttachmentState = { state: 'attached' } | { state: 'attaching' } | { state: 'gone'; reason: string };
 
 export interface BackendVolume {
   backendName: string;
@@ -72,6 +85,11 @@ export interface VolumeDriver {
   extendVolume(backendName: string, newSizeGb: number): Promise<void>;
   /** Exports the volume to the connector's host. Connecting an already connected host returns the same properties. */
   initializeConnection(backendName: string, connector: Connector): Promise<ConnectionProperties>;
+  /**
+   * Where the connection initializeConnection answered `pending` for stands. Only drivers that
+   * answer `pending` have it; a look that could not be made now (throttled) is BackendNotReady.
+   */
+  attachmentState?(backendName: string, connector: Connector): Promise<AttachmentState>;
   /** Removes the export to the host. Disconnecting a host that is not connected succeeds. */
   terminateConnection(backendName: string, connector: Connector): Promise<void>;
   /** Every volume the backend holds (the audit and manageable-volumes listing read this). */

@@ -1,0 +1,136 @@
+/**
+ * An EBS attach EC2 has not finished (issue 13): initializeConnection answers `pending` while EC2's
+ * attachment is `attaching`, attachmentState is the volume-attach-wait machine's look (attached,
+ * attaching, gone with the reason; a throttled look is BackendNotReady), and the pure transitions
+ * of the wait's record (functions/attachments/attach-wait.ts).
+ */
+import { DescribeVolumesCommand, EC2Client } from '@aws-sdk/client-ec2';
+import { mockClient } from 'aws-sdk-client-mock';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { attachWaitExecutionName, failAttach, liveWait, withAttachWait } from '../../functions/attachments/attach-wait.js';
+import { connect, reserve } from '../../functions/attachments/transitions.js';
+import { BackendNotReady, DriverError } from '../../functions/core/errors.js';
+import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
+import { awsError, FakeEc2, wireFakeEc2 } from '../support/fake-ec2.js';
+import { connectorFor, INSTANCE_A, T0, T1, volumeFixture } from '../support/attachment-fixtures.js';
+
+const client = new EC2Client({ region: 'eu-west-1' });
+const ec2 = mockClient(client);
+let fake: FakeEc2;
+let driver: AwsEbsVolumeDriver;
+
+beforeEach(() => {
+  fake = new FakeEc2();
+  ec2.reset();
+  wireFakeEc2(ec2, fake);
+  driver = new AwsEbsVolumeDriver(
+    { host: 'ferry@ebs-a', driver: 'aws-ebs', availabilityZone: 'eu-west-1a', pools: [{ name: 'gp', totalCapacityGb: 100 }], serviceUuid: '22222222-2222-4222-8222-222222222222', volumeBackendName: 'ebs-a' },
+    { client, pollIntervalMs: 0, pollAttempts: 3 },
+  );
+});
+afterEach(() => ec2.reset());
+
+/** The fake's DescribeVolumes stops settling attachments (EC2 still at it) until settled() again. */
+const unsettled = () => Object.assign(fake, { settle: () => undefined });
+const settled = () => delete (fake as unknown as { settle?: unknown }).settle;
+
+describe('initializeConnection: pending while EC2 is attaching', () => {
+  it('an attachment found attached (or busy) is not pending; one found attaching is', async () => {
+    // Prepare
+    fake.add('volume-1', 8, 'gp', { State: 'in-use', Attachments: [{ VolumeId: 'vol-1', InstanceId: 'i-1', Device: '/dev/sdf', State: 'busy' }] });
+    fake.add('volume-2', 8, 'gp', { State: 'in-use', Attachments: [{ VolumeId: 'vol-2', InstanceId: 'i-1', Device: '/dev/sdg', State: 'attaching' }] });
+    unsettled();
+
+    // Act
+    const busy = await driver.initializeConnection('volume-1', { host: 'i-1' });
+    const attaching = await driver.initializeConnection('volume-2', { host: 'i-1' });
+
+    // Assess
+    expect([busy.pending, attaching.pending]).toEqual([false, true]);
+    expect(attaching.data).toEqual({ volume_id: 'vol-2', instance_id: 'i-1', device: '/dev/sdg' });
+  });
+});
+
+describe('attachmentState: the look of volume-attach-wait', () => {
+  it('attaching, then attached once EC2 finished (after N looks)', async () => {
+    // Prepare
+    fake.add('volume-1', 8);
+    await driver.initializeConnection('volume-1', { host: 'i-1' });
+    unsettled();
+
+    // Act / Assess: EC2 still attaching for two looks, then done.
+    expect(await driver.attachmentState('volume-1', { host: 'i-1' })).toEqual({ state: 'attaching' });
+    expect(await driver.attachmentState('volume-1', { host: 'i-1' })).toEqual({ state: 'attaching' });
+    settled();
+    expect(await driver.attachmentState('volume-1', { host: 'i-1' })).toEqual({ state: 'attached' });
+  });
+
+  it('an attachment EC2 dropped (vanished, or detaching) is gone, with the reason in words', async () => {
+    // Prepare
+    fake.add('volume-1', 8);
+    fake.add('volume-2', 8, 'gp', { Attachments: [{ VolumeId: 'vol-2', InstanceId: 'i-1', Device: '/dev/sdf', State: 'detaching' }] });
+    unsettled();
+
+    // Act
+    const vanished = await driver.attachmentState('volume-1', { host: 'i-1' });
+    const detaching = await driver.attachmentState('volume-2', { host: 'i-1' });
+    const noVolume = await driver.attachmentState('volume-x', { host: 'i-1' });
+
+    // Assess
+    expect(vanished).toEqual({ state: 'gone', reason: expect.stringMatching(/^EC2 holds no attachment of EBS volume vol-1 to instance i-1: the attach did not take/) });
+    expect(detaching).toMatchObject({ state: 'gone', reason: expect.stringContaining('(its attachment is detaching)') });
+    expect(noVolume).toMatchObject({ state: 'gone', reason: expect.stringContaining('no longer exists') });
+  });
+
+  it('a throttled look is BackendNotReady (looked at again), another EC2 error stays a DriverError', async () => {
+    // Prepare
+    fake.add('volume-1', 8);
+    ec2.on(DescribeVolumesCommand).rejectsOnce(awsError('RequestLimitExceeded', 'Request limit exceeded.')).rejectsOnce(awsError('UnauthorizedOperation', 'not allowed'));
+
+    // Act / Assess
+    await expect(driver.attachmentState('volume-1', { host: 'i-1' })).rejects.toBeInstanceOf(BackendNotReady);
+    const other = await driver.attachmentState('volume-1', { host: 'i-1' }).catch((e: unknown) => e);
+    expect(other).toBeInstanceOf(DriverError);
+    expect(other).not.toBeInstanceOf(BackendNotReady);
+  });
+});
+
+describe('the wait record (attach-wait.ts)', () => {
+  const connected = (pending: boolean) => {
+    const r = reserve(volumeFixture(), { attachmentId: 'att-1', instanceUuid: INSTANCE_A, now: T0 });
+    const connection = { driverVolumeType: 'aws_ebs', data: { volume_id: 'vol-1' }, pending };
+    return withAttachWait(connect(r.volume, r.attachment, { connector: connectorFor('i-1'), connection, now: T1 }, { checkDuplicates: true }), connection, T1);
+  };
+
+  it('a pending connect records a waiting wait named after the attachment and its version; one made at once records none', () => {
+    // Act
+    const pending = connected(true);
+    const made = connected(false);
+
+    // Assess
+    expect(pending.attachment.attachWait).toEqual({ execution: attachWaitExecutionName('att-1', pending.attachment.version), host: 'i-1', status: 'waiting', startedAt: T1 });
+    expect(pending.attachment.attachWait!.execution).toBe(`volume-attach-wait-att-1-${pending.attachment.version}`);
+    expect(liveWait(pending.attachment)).toBe(pending.attachment.attachWait);
+    expect(made.attachment.attachWait).toBeUndefined();
+    // A later connect made at once drops the earlier wait.
+    const again = withAttachWait({ ...pending }, { driverVolumeType: 'aws_ebs', data: {} }, T1);
+    expect(again.attachment.attachWait).toBeUndefined();
+  });
+
+  it('a failed attach: error_attaching without connection_info, off its host, the volume recomputed; deleted or ended waits are not live', () => {
+    // Prepare
+    const { volume, attachment } = connected(true);
+
+    // Act
+    const failed = failAttach(volume, attachment, 'EC2 holds no attachment', '2026-01-01T00:00:09.000Z');
+
+    // Assess
+    expect(failed.attachment).toMatchObject({ attachStatus: 'error_attaching', connectionInfo: null, version: attachment.version + 1 });
+    expect(failed.attachment.attachWait).toMatchObject({ status: 'failed', reason: 'EC2 holds no attachment', detachPending: true });
+    expect(failed.volume).toMatchObject({ status: 'available', attachStatus: 'detached', connections: {}, version: volume.version + 1 });
+    expect(failed.volume.attachments['att-1']).toMatchObject({ status: 'error_attaching', connected: false });
+    expect(liveWait(failed.attachment)).toBeUndefined();
+    expect(liveWait({ ...attachment, deleted: true })).toBeUndefined();
+    expect(liveWait({ ...attachment, attachedHost: 'i-2' })).toBeUndefined();
+  });
+});
