@@ -3,17 +3,24 @@
  * inventory backend and EC2 mocked (every EC2Client in the process answers from test/support/fake-ec2.ts,
  * whose replies follow the EC2 API reference): create and delete through their state machines
  * (waiting in the machine while EC2 is still at it), extend, an attachment whose connector host is
- * an EC2 instance (attachment_update answers at once with the volume, instance and device),
+ * an EC2 instance (attachment_update answers at once with the volume, instance and device, and
+ * volume-attach-wait looks at EC2 until the attach is done or failed: after N looks, dropped by
+ * EC2, throttled looks, a delete while it waits, the bound reached),
  * snapshots, a throttled call; the audit is clean after each.
  */
-import { DescribeVolumesCommand, EC2Client } from '@aws-sdk/client-ec2';
+import { DescribeVolumesCommand, DetachVolumeCommand, EC2Client } from '@aws-sdk/client-ec2';
+import { ListExecutionsCommand } from '@aws-sdk/client-sfn';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { mockClient } from 'aws-sdk-client-mock';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { ATTACH_WAIT_MACHINE } from '../../functions/attachments/attach-wait.js';
+import { attachWaitFailed } from '../../functions/attachments/attach-wait-steps.js';
+import { getAttachmentRecord } from '../../functions/attachments/repo.js';
 import { runAudit } from '../../functions/audit/audit.js';
+import { describeExecution, executionArnOf, sfn, startExecution, stateMachineArn } from '../../functions/core/executions.js';
 import { clearDriverCache } from '../../functions/drivers/volume/registry.js';
 import type { Inventory } from '../../functions/inventory/schema.js';
 import { SANDBOX_INVENTORY, readInventoryFile } from '../../infra/inventory-file.js';
@@ -38,6 +45,35 @@ const statusOf = async (id: string) => ((await api('GET', `/volumes/${id}`)).bod
 const becomes = (id: string, want: string) => eventually(async (note) => note(await statusOf(id)) === want || undefined, `volume ${id} ${want}`);
 async function auditClean(): Promise<void> {
   expect((await runAudit()).findings).toEqual([]);
+}
+
+const INSTANCE = '66666666-6666-4666-8666-666666666666';
+const ebsVolume = () => [...fake.volumes.values()][0]!;
+
+/** A new attachment of the volume, connected (PUT) to the EC2 instance `host`: its id. */
+async function attachTo(host: string): Promise<string> {
+  const volumeId = (await api('GET', '/volumes')).body.volumes[0].id as string;
+  const att = await api('POST', '/attachments', { attachment: { volume_uuid: volumeId, instance_uuid: INSTANCE } });
+  expect(att.status).toBe(200);
+  const attId = att.body.attachment.id as string;
+  const updated = await api('PUT', `/attachments/${attId}`, { attachment: { connector: { host } } });
+  expect(updated.status).toBe(200);
+  return attId;
+}
+const detachAll = async (attId: string) => expect((await api('DELETE', `/attachments/${attId}`)).status).toBe(200);
+
+/** The attachment's volume-attach-wait execution (the name its record holds), once it ended. */
+const waitEnds = (attId: string) =>
+  eventually(async (note) => {
+    const name = (await getAttachmentRecord(attId))?.attachWait?.execution;
+    if (!name) return undefined;
+    const out = await describeExecution(executionArnOf(ATTACH_WAIT_MACHINE, name));
+    return note(out.status) === 'RUNNING' ? undefined : out;
+  }, `volume-attach-wait of ${attId} to end`);
+
+async function executionsNamed(name: string): Promise<number> {
+  const out = await (await sfn()).send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(ATTACH_WAIT_MACHINE), maxResults: 1000 }));
+  return (out.executions ?? []).filter((e) => e.name === name).length;
 }
 
 beforeAll(async () => {
@@ -98,7 +134,10 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
     expect(updated.status).toBe(200);
     const volumeId = [...fake.volumes.keys()][0]!;
     expect(updated.body.attachment.connection_info).toMatchObject({ driver_volume_type: 'aws_ebs', volume_id: volumeId, instance_id: 'i-0abc', device: '/dev/sdf' });
-    expect(fake.volumes.get(volumeId)!.Attachments).toEqual([expect.objectContaining({ InstanceId: 'i-0abc', State: 'attaching' })]);
+    // EC2 accepted the attach; volume-attach-wait sees it attached (the fake's next look settles it).
+    expect(fake.volumes.get(volumeId)!.Attachments).toEqual([expect.objectContaining({ InstanceId: 'i-0abc', State: expect.stringMatching(/^attach(ing|ed)$/) })]);
+    expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
+    expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ host: 'i-0abc', status: 'attached' });
     const completed = await api('POST', `/attachments/${attId}/action`, { 'os-complete': null });
     expect(completed.body ?? completed.status).toBe(204);
     expect(await statusOf(id)).toBe('in-use');
@@ -109,6 +148,86 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
     fake.describeVolumes({ VolumeIds: [volumeId] });
     expect(fake.volumes.get(volumeId)!.Attachments).toEqual([]);
     await auditClean();
+  });
+
+  describe('an attach EC2 has not finished: volume-attach-wait (issue 13)', () => {
+    beforeAll(() => {
+      for (const i of ['i-0n', 'i-0drop', 'i-0thr', 'i-0slow', 'i-0stuck']) fake.devices.set(i, ['/dev/sda1']);
+    });
+
+    test('an attach that finishes after 3 looks: attached on the record; a second start of the same name starts nothing', async () => {
+      fake.attachEnds.set('i-0n', { looks: 3, then: 'attached' });
+      const attId = await attachTo('i-0n');
+      const wait = (await getAttachmentRecord(attId))!.attachWait!;
+      expect(wait.execution).toMatch(new RegExp(`^volume-attach-wait-${attId}-\\d+$`));
+      expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
+      expect(fake.attachEnds.get('i-0n')!.looks).toBe(0);
+      expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ status: 'attached', endedAt: expect.any(String) });
+      await startExecution(ATTACH_WAIT_MACHINE, wait.execution, { attachmentId: attId });
+      expect(await executionsNamed(wait.execution)).toBe(1);
+      await detachAll(attId);
+    });
+
+    test('an attach EC2 drops: error_attaching with the reason, the volume available, nothing left attached', async () => {
+      fake.attachEnds.set('i-0drop', { looks: 1, then: 'vanish' });
+      const attId = await attachTo('i-0drop');
+      const ended = await waitEnds(attId);
+      expect([ended.status, ended.error]).toEqual(['FAILED', 'AttachFailed']);
+      const record = (await getAttachmentRecord(attId))!;
+      expect(record).toMatchObject({ attachStatus: 'error_attaching', connectionInfo: null });
+      expect(record.attachWait).toMatchObject({ status: 'failed', reason: expect.stringContaining('EC2 holds no attachment of EBS volume') });
+      expect(record.attachWait!.detachPending).toBeUndefined();
+      expect((await api('GET', `/attachments/${attId}`)).body.attachment.status).toBe('error_attaching');
+      expect(await statusOf(id)).toBe('available');
+      expect(ebsVolume().Attachments).toEqual([]);
+      await detachAll(attId);
+    });
+
+    test('throttled looks are looked at again, not a failed attach', async () => {
+      let throttles = 0;
+      let attached = false;
+      wireFakeEc2(ec2, fake, (command) => {
+        if (command === 'AttachVolume') attached = true;
+        else if (command === 'DescribeVolumes' && attached && throttles < 3) {
+          throttles++;
+          throw awsError('RequestLimitExceeded', 'Request limit exceeded.');
+        }
+      });
+      fake.attachEnds.set('i-0thr', { looks: 1, then: 'attached' });
+      const attId = await attachTo('i-0thr');
+      expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
+      expect(throttles).toBe(3);
+      expect((await getAttachmentRecord(attId))!.attachWait!.status).toBe('attached');
+      wireFakeEc2(ec2, fake);
+      await detachAll(attId);
+    });
+
+    test('a delete while the wait runs wins: the wait ends and touches nothing', async () => {
+      fake.attachEnds.set('i-0slow', { looks: 0, then: 'stuck' });
+      const attId = await attachTo('i-0slow');
+      await detachAll(attId);
+      expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
+      const tombstone = (await getAttachmentRecord(attId))!;
+      expect([tombstone.deleted, tombstone.attachWait!.status]).toEqual([true, 'waiting']);
+    });
+
+    test('past the bound: the failure detaches what EC2 holds, once, and the machine then ends untouched', async () => {
+      fake.attachEnds.set('i-0stuck', { looks: 0, then: 'stuck' });
+      const attId = await attachTo('i-0stuck');
+      // What the Catch hands the Failed step when Look's Retry runs out (every look BackendNotReady).
+      const error = { Error: 'BackendNotReady', Cause: JSON.stringify({ errorMessage: 'still attaching after the bound' }) };
+      const detaches = () => ec2.commandCalls(DetachVolumeCommand).filter((c) => c.args[0].input.InstanceId === 'i-0stuck').length;
+      expect(await attachWaitFailed(attId, error)).toEqual({ outcome: 'failed', reason: 'still attaching after the bound' });
+      expect(detaches()).toBe(1);
+      expect(await attachWaitFailed(attId, error)).toEqual({ outcome: 'superseded' });
+      expect(detaches()).toBe(1);
+      expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
+      expect((await getAttachmentRecord(attId))!).toMatchObject({ attachStatus: 'error_attaching', attachWait: { status: 'failed', reason: 'still attaching after the bound' } });
+      fake.describeVolumes({ VolumeIds: [ebsVolume().VolumeId!] });
+      expect(ebsVolume().Attachments).toEqual([]);
+      await detachAll(attId);
+      await auditClean();
+    });
   });
 
   test('a snapshot, then its delete; then the volume delete through its machine leaves EC2 empty', async () => {

@@ -52,6 +52,8 @@ export async function recordEbsCalls(): Promise<Recorded[]> {
   await driver.adoptVolume(legacy, 'gp');
   await driver.releaseAdopted(legacy);
   await driver.initializeConnection('volume-1', { host: 'i-1' });
+  // volume-attach-wait's look (attachment-steps) at the attach EC2 had not finished.
+  await driver.attachmentState('volume-1', { host: 'i-1' });
   await driver.listConnections();
   await driver.terminateConnection('volume-1', { host: 'i-1' });
   await driver.createSnapshot('volume-1', 'snapshot-1');

@@ -24,6 +24,7 @@ import {
   type Filter,
   type Snapshot,
   type Volume,
+  type VolumeAttachment,
 } from '@aws-sdk/client-ec2';
 import type { AwsClientStub } from 'aws-sdk-client-mock';
 import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
@@ -86,9 +87,26 @@ export class FakeEc2 {
     return v;
   }
 
+  /**
+   * How EC2 ends an attach to an instance (by instance id), when not on the next look: `attached`
+   * after `looks` more DescribeVolumes that see it, or `vanish`ed (the attach did not take: EC2
+   * drops the attachment), or `stuck` attaching for ever.
+   */
+  attachEnds = new Map<string, { looks: number; then: 'attached' | 'vanish' | 'stuck' }>();
+
+  private settleAttach(a: VolumeAttachment): VolumeAttachment[] {
+    const end = this.attachEnds.get(a.InstanceId ?? '');
+    if (end && end.looks > 0) end.looks--;
+    else if (end?.then === 'vanish') {
+      this.devices.set(a.InstanceId!, (this.devices.get(a.InstanceId!) ?? []).filter((d) => d !== a.Device));
+      return [];
+    } else if (end?.then !== 'stuck') return [{ ...a, State: 'attached' }];
+    return [a];
+  }
+
   private settle(v: Volume): void {
     if (v.State === 'creating') v.State = 'available';
-    v.Attachments = (v.Attachments ?? []).filter((a) => a.State !== 'detaching').map((a) => (a.State === 'attaching' ? { ...a, State: 'attached' } : a));
+    v.Attachments = (v.Attachments ?? []).filter((a) => a.State !== 'detaching').flatMap((a) => (a.State === 'attaching' ? this.settleAttach(a) : [a]));
     if (v.State === 'available' || v.State === 'in-use') v.State = v.Attachments.length ? 'in-use' : 'available';
   }
 
