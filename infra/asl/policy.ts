@@ -110,8 +110,8 @@ export const CUTOVER_WAIT = { ErrorEquals: ['BackendNotReady'], IntervalSeconds:
 
 /**
  * An EBS attach (functions/attachments/attach-wait.ts): EC2 makes one in seconds, so volume-attach-wait
- * looks every 10 s, and an attach still `attaching` after 15 minutes (90 looks, about 450 history
- * events) is a failed one: its Catch records error_attaching and detaches what EC2 holds.
+ * looks every 10 s, and an attach still `attaching` after 15 minutes (90 looks, 286 history
+ * events at worst) is a failed one: its Catch records error_attaching and detaches what EC2 holds.
  */
 export const ATTACH_WAIT = { ErrorEquals: ['BackendNotReady'], IntervalSeconds: 10, MaxAttempts: 90, BackoffRate: 1 } as const satisfies Retrier;
 
