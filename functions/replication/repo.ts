@@ -17,7 +17,7 @@ import { backendOf } from '../volumes/backends.js';
 import { operationKey, withVolumesDone, type ReplicationOperation } from './operation-record.js';
 
 // The operation record's shape and key live in operation-record.ts (no driver behind them: ferry ops reads them).
-export { FAILOVER_BATCH_SIZE, operationKey, progressUpdate, type OperationKind, type ReplicationOperation } from './operation-record.js';
+export { FAILOVER_BATCH_SIZE, MAX_TRANSACTION_ITEMS, operationKey, progressUpdate, VOLUMES_PER_TRANSACTION, type OperationKind, type ReplicationOperation } from './operation-record.js';
 
 const batchKey = (id: string, n: number) => ({ pk: `REPLOP#${id}`, sk: `BATCH#${String(n).padStart(5, '0')}` });
 const copiesKey = (id: string, n: number) => ({ pk: `REPLOP#${id}`, sk: `COPIES#${String(n).padStart(5, '0')}` });
@@ -171,7 +171,16 @@ export async function listVolumeIdsOnBackend(host: string): Promise<string[]> {
   return segments.flat().sort();
 }
 
-/** Consistent reads of up to any number of volumes, 100 keys per BatchGetItem; missing ones are left out. */
+/** BatchGetItem's limit of keys per request. */
+const BATCH_GET_KEYS = 100;
+
+/**
+ * Consistent reads of any number of volumes, 100 keys per BatchGetItem, the requests side by side
+ * (a batch's two are one round trip, not two); missing ones are left out.
+ */
 export async function batchGetVolumeItems(ids: string[]): Promise<Record<string, unknown>[]> {
-  return batchGetAll(tableName('volume'), ids.map((id) => ({ pk: `VOL#${id}`, sk: 'VOL' })));
+  const keys = ids.map((id) => ({ pk: `VOL#${id}`, sk: 'VOL' }));
+  const pages: Record<string, unknown>[][] = [];
+  for (let i = 0; i < keys.length; i += BATCH_GET_KEYS) pages.push(keys.slice(i, i + BATCH_GET_KEYS));
+  return (await Promise.all(pages.map((page) => batchGetAll(tableName('volume'), page)))).flat();
 }

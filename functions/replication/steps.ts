@@ -6,7 +6,7 @@
  *   any failure -> Fail (service state per reference §2.3, operation failed)
  *
  * The Map's items are batch numbers, never volumes: a batch's volume ids live in DynamoDB (repo.ts),
- * so the execution's payload and history stay small (about 8 events per batch of 200 volumes).
+ * so the execution's payload and history stay small (about 8 events per batch of 198 volumes).
  *
  * Every step is idempotent: Prepare keeps the first run's plan, a Batch skips volumes this
  * operation already did (`failoverOperationId`) and the driver's calls are idempotent, Finish and
@@ -36,8 +36,10 @@ import {
   getOperationOrThrow,
   getOperationRecord,
   listVolumeIdsOnBackend,
+  MAX_TRANSACTION_ITEMS,
   progressUpdate,
   putDrillCopies,
+  VOLUMES_PER_TRANSACTION,
   recordPlan,
 } from './repo.js';
 import { fail, finish } from './operation-end.js';
@@ -47,8 +49,7 @@ import { FAILBACK_SENTINEL } from '../drivers/volume/driver.js';
 import { isReplicatedVolume } from '../volumes/capabilities.js';
 import { applyFailoverUpdate, doneBy, markNotCapable, type DriverVolumeUpdate, type VolumeOutcome } from './volume-rules.js';
 
-/** DynamoDB's limit of items in one TransactWriteItems. */
-export const MAX_TRANSACTION_ITEMS = 100;
+export { MAX_TRANSACTION_ITEMS } from './operation-record.js';
 
 const now = () => new Date().toISOString();
 const range = (n: number) => Array.from({ length: n }, (_, i) => i);
@@ -224,9 +225,24 @@ function outcomeItems(before: Volume, outcome: VolumeOutcome, at: string): Trans
 }
 
 /**
+ * Transactions one batch has in flight at once: a full batch's two, side by side (each has its own
+ * progress slot, so they touch no common item). A batch with more (volumes carrying snapshots
+ * take more items) writes them two at a time.
+ */
+const TRANSACTIONS_IN_FLIGHT = 2;
+
+/** Volumes per transaction: FERRY_FAILOVER_TRANSACTION_VOLUMES (tests make several transactions of a few volumes), else as many as fit. */
+function volumesPerTransaction(): number {
+  const n = Number(process.env.FERRY_FAILOVER_TRANSACTION_VOLUMES);
+  return Number.isInteger(n) && n > 0 && n <= VOLUMES_PER_TRANSACTION ? n : VOLUMES_PER_TRANSACTION;
+}
+
+/**
  * One conditional write per volume (on its `version`), packed into transactions of up to 100
- * items (a volume and its snapshots always in the same one), each with the batch's progress count
- * of the volumes it switches (operation-record.ts), so progress is exactly the volumes written. A
+ * items (a volume and its snapshots always in the same one), each with its slot's progress count
+ * of the volumes it switches (operation-record.ts), so progress is exactly the volumes written.
+ * The transactions are written side by side (TRANSACTIONS_IN_FLIGHT): each is atomic with its own
+ * count, so a crash between them leaves the done volumes counted and the rest to the re-run. A
  * transaction refused because some volume changed meanwhile (an attach, a rename) falls back to
  * writing its volumes one by one, each re-read and re-decided; one this operation already did is
  * skipped (and was counted when it was done).
@@ -235,11 +251,12 @@ async function writeOutcomes(operationId: string, batch: number, pending: Pendin
   const at = now();
   // One slot of every transaction is the progress count.
   const room = MAX_TRANSACTION_ITEMS - 1;
+  const volumesEach = volumesPerTransaction();
   let chunk: { items: TransactItem[]; members: PendingOutcome[] } = { items: [], members: [] };
   const chunks: (typeof chunk)[] = [];
   for (const p of pending) {
     const items = outcomeItems(p.before, p.decide(p.before), at);
-    if (chunk.items.length + items.length > room && chunk.items.length) {
+    if ((chunk.items.length + items.length > room || chunk.members.length >= volumesEach) && chunk.items.length) {
       chunks.push(chunk);
       chunk = { items: [], members: [] };
     }
@@ -247,23 +264,38 @@ async function writeOutcomes(operationId: string, batch: number, pending: Pendin
     chunk.members.push(p);
   }
   if (chunk.items.length) chunks.push(chunk);
-  for (const c of chunks) {
+  const writeChunk = async (c: typeof chunk, slot: number): Promise<void> => {
     try {
-      await db().send(new TransactWriteCommand({ TransactItems: [...c.items, { Update: progressUpdate(operationId, batch, c.members.length, at) }] }));
+      await db().send(new TransactWriteCommand({ TransactItems: [...c.items, { Update: progressUpdate(operationId, batch, slot, c.members.length, at) }] }));
     } catch (e) {
       if (!isConditionFailure(e) && !cancellationCodes(e).includes('TransactionConflict')) throw e;
-      for (const p of c.members) await writeOne(operationId, batch, p);
+      for (const p of c.members) await writeOne(operationId, batch, slot, p);
     }
-  }
+  };
+  let next = 0;
+  let stopped = false;
+  const lanes = Array.from({ length: Math.min(TRANSACTIONS_IN_FLIGHT, chunks.length) }, async () => {
+    for (let slot = next++; slot < chunks.length && !stopped; slot = next++) {
+      await writeChunk(chunks[slot]!, slot).catch((e: unknown) => {
+        stopped = true;
+        throw e;
+      });
+    }
+  });
+  // Every lane ends (its transaction in flight answered, no new one started) before the batch
+  // answers, so no write of this run lands behind a retried batch; the first error is the batch's.
+  const settled = await Promise.allSettled(lanes);
+  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) throw failed.reason;
 }
 
-async function writeOne(operationId: string, batch: number, p: PendingOutcome): Promise<void> {
+async function writeOne(operationId: string, batch: number, slot: number, p: PendingOutcome): Promise<void> {
   await withRetries(
     async () => {
       const fresh = await getVolume(p.before.id);
       if (!fresh || doneBy(fresh, operationId)) return;
       const at = now();
-      await db().send(new TransactWriteCommand({ TransactItems: [...outcomeItems(fresh, p.decide(fresh), at), { Update: progressUpdate(operationId, batch, 1, at) }] }));
+      await db().send(new TransactWriteCommand({ TransactItems: [...outcomeItems(fresh, p.decide(fresh), at), { Update: progressUpdate(operationId, batch, slot, 1, at) }] }));
     },
     { retryable: (e) => isConditionFailure(e) || cancellationCodes(e).includes('TransactionConflict'), attempts: 20 },
   );

@@ -182,7 +182,7 @@ const storageFlow: MachinePolicy = { timeoutSeconds: STEPS_TIMEOUT_SECONDS, retr
 
 /** The volumes a failover is sized for, and the volumes per Map item (functions/replication/repo.ts FAILOVER_BATCH_SIZE). */
 export const FAILOVER_SIZED_FOR_VOLUMES = 10_000;
-export const FAILOVER_BATCH_SIZE = 200;
+export const FAILOVER_BATCH_SIZE = 198;
 /** The replicated volumes of one backend a replication pass is sized for, and its pages (functions/replication/pass.ts PASS_PAGE_VOLUMES a page). */
 export const REPLICATION_PASS_SIZED_FOR_VOLUMES = 10_000;
 export const REPLICATION_PASS_PAGES = Math.ceil(REPLICATION_PASS_SIZED_FOR_VOLUMES / 50);
@@ -203,7 +203,7 @@ export const MACHINE_POLICIES: Readonly<Record<StateMachineName, MachinePolicy>>
    */
   'volume-attach-wait': { ...storageFlow, waits: ['Look'], waitRetrier: ATTACH_WAIT },
   /**
-   * 10,000 volumes are 50 batches, 13 rounds of 4 at MaxConcurrency 4. A failover's batch is one
+   * 10,000 volumes are 51 batches, 13 rounds of 4 at MaxConcurrency 4. A failover's batch is one
    * driver call (9.2 hours in all with every batch at its 600 s timeout on all 4 attempts); a
    * failback batch from EBS also waits for its volumes' copies (FAILBACK_WAIT, up to 6 h per
    * batch), which makes the worst case 10.1 days. Eleven days: a failover or failback of a large

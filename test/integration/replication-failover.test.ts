@@ -17,6 +17,8 @@ import { volumeFilePath, type LocalVolumeDriver } from '../../functions/drivers/
 import { getOperation, listDrillCopies, listOperations } from '../../functions/replication/repo.js';
 import { getBackendItem } from '../../functions/replication/service-repo.js';
 import { getSnapshot } from '../../functions/snapshots/repo.js';
+import { queryAll } from '../../functions/core/db.js';
+import { tableName } from '../../functions/core/tables.js';
 import { getVolume } from '../../functions/volumes/repo.js';
 import { eventually } from '../support/poll.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
@@ -31,6 +33,8 @@ beforeAll(async () => {
   // Replication happens only when a test syncs, so "the last synced state" is known exactly.
   process.env.FERRY_REPLICATION_INTERVAL_MS = String(3_600_000);
   process.env.FERRY_FAILOVER_BATCH_SIZE = '2';
+  // One volume per transaction: every batch of two writes two transactions side by side.
+  process.env.FERRY_FAILOVER_TRANSACTION_VOLUMES = '1';
   stack = await useLocalStack();
   // A type that lands on the replicated backend without asking for replication.
   const plain = await api('POST', '/types', { volume_type: { name: 'lvm-r-plain', extra_specs: { volume_backend_name: 'lvm-r' } } }, ADMIN);
@@ -38,6 +42,7 @@ beforeAll(async () => {
 }, 60_000);
 afterAll(async () => {
   delete process.env.FERRY_FAILOVER_BATCH_SIZE;
+  delete process.env.FERRY_FAILOVER_TRANSACTION_VOLUMES;
   delete process.env.FERRY_REPLICATION_INTERVAL_MS;
   await stack?.stop();
 });
@@ -292,6 +297,21 @@ describe('restart in the middle of a failover', () => {
     expect(s.active_backend_id).toBe('site-c');
     // Every volume counted once, by the batches' own counts (the resumed batch's included).
     expect(await getOperation(op!.id)).toMatchObject({ status: 'succeeded', volumeCount: 5, volumesDone: 5 });
+    // Each transaction counted in its own slot (two side by side never update one item): batches
+    // 0 and 1 have slots 0 and 1, the last batch of one volume slot 0 only.
+    const counts = await queryAll({
+      TableName: tableName('volume'),
+      KeyConditionExpression: 'pk = :p AND begins_with(sk, :s)',
+      ExpressionAttributeValues: { ':p': `REPLOP#${op!.id}`, ':s': 'PROGRESS#' },
+      ConsistentRead: true,
+    });
+    expect(counts.map((c) => [c.sk, c.done])).toEqual([
+      ['PROGRESS#00000#000', 1],
+      ['PROGRESS#00000#001', 1],
+      ['PROGRESS#00001#000', 1],
+      ['PROGRESS#00001#001', 1],
+      ['PROGRESS#00002#000', 1],
+    ]);
     for (const id of ids) expect((await getVolume(id))!).toMatchObject({ status: 'available', replicationStatus: 'failed-over', failoverOperationId: op!.id });
     expect(((await driverForHost(HOST)) as unknown as LocalVolumeDriver).activeBackendId).toBe('site-c');
 
