@@ -162,7 +162,7 @@ export const FUNCTIONS: FunctionWiring[] = [
     description: 'Step handlers of volume-failover (prepare: target and batches; batch: driver failover_host + per-volume rules; finish/fail: service state).',
     tables: ['volume'],
     callsVolumeDrivers: true,
-    // A batch of 200 volumes is one driver call and two transactions of writes; 10 minutes is ample.
+    // A batch of 198 volumes is one driver call and two transactions of writes; 10 minutes is ample.
     timeoutSeconds: 900,
     memoryMb: 1024,
   },
