@@ -177,6 +177,8 @@ process.env.FERRY_RECONCILE_INTERVAL ??= '0';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'ferry-bench-'));
 const stack = await startLocalStack({ dataDir, port: 0, quiet: true });
+// The start's reconcile pass runs after the stack answers: ended before anything is measured.
+await stack.reconciled;
 try {
   const base = `${stack.url}/volume/v3`;
   const volumes = await createVolumes(base, CLIENTS);

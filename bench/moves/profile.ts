@@ -184,6 +184,8 @@ async function main(): Promise<void> {
   instrument();
   const dataDir = mkdtempSync(join(tmpdir(), 'ferry-bench-profile-'));
   const stack = await startLocalStack({ dataDir, port: 0, quiet: true });
+  // The start's reconcile pass runs after the stack answers: ended before anything is measured.
+  await stack.reconciled;
   instrumentDynamo();
   const headers = { 'X-Auth-Token': 'admin:admin', 'Content-Type': 'application/json', Accept: 'application/json' };
   const call = async (base: string, method: string, path: string, body: unknown, version: string): Promise<any> => {

@@ -60,6 +60,8 @@ interface Sample {
 async function main(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), 'ferry-bench-moves-'));
   const stack = await startLocalStack({ dataDir, port: 0, quiet: true });
+  // The start's reconcile pass runs after the stack answers: ended before anything is measured.
+  await stack.reconciled;
   const compute = `${stack.url}/compute/v2.1`;
   const volume = `${stack.url}/volume/v3/admin`;
   const headers = { 'X-Auth-Token': 'admin:admin', 'Content-Type': 'application/json', Accept: 'application/json' };

@@ -13,6 +13,10 @@
  * `before` is the grace cut-off: nothing that changed after it is touched. Locally at start it is
  * the start time (nothing ran before it that is still running); otherwise now less the grace,
  * which must exceed any synchronous API call (29 s) and any step.
+ *
+ * `signal` ends a pass early (the local stack's stop while its start pass runs): it is checked
+ * between repairs, never inside one, so an interrupted pass leaves each repair done or not begun,
+ * as a pass that ended there would, and the next pass picks up what it left.
  */
 import { recoverPendingConnects, recoverPendingDisconnects, type AttachmentRepair } from '../attachments/recovery.js';
 import { DependencyError } from '../core/errors.js';
@@ -24,6 +28,7 @@ import { recoverPendingResizes } from '../shares/resize-recovery.js';
 import { recoverPendingSnapshots } from '../snapshots/recovery.js';
 import { recoverPendingExtends } from '../volumes/recovery.js';
 import { runAudit } from './audit.js';
+import { ReconcileInterrupted } from './interrupted.js';
 import { recordLastAudit } from './last-audit.js';
 import type { AuditFinding } from './findings.js';
 import { repairFinding, type RepairRecord } from './repair.js';
@@ -31,6 +36,7 @@ import { recoverShareRepairs } from './share-backend-repairs.js';
 
 export type { RepairRecord } from './repair.js';
 export { REPAIRABLE_KINDS } from './repair.js';
+export { ReconcileInterrupted } from './interrupted.js';
 
 /** On AWS: longer than any synchronous API call (29 s) and any state machine step (15 min Lambda max is the step bound; the steps that run that long hold their operation, which the repairs skip). */
 export const RECONCILE_GRACE_SECONDS = 600;
@@ -40,6 +46,8 @@ export interface ReconcileOptions {
   before: Date;
   /** Called with each record as it is made (the CLI prints them; the local stack logs them). */
   log?: (record: RepairRecord) => void;
+  /** Once aborted, the pass stops before its next repair and throws ReconcileInterrupted. */
+  signal?: AbortSignal;
 }
 
 export interface ReconcileResult {
@@ -62,13 +70,21 @@ export async function reconcile(options: ReconcileOptions): Promise<ReconcileRes
     options.log?.(r);
   };
 
-  for (const r of await finishIntents(options.before)) note(r);
+  const checkpoint = () => {
+    if (options.signal?.aborted) throw new ReconcileInterrupted(records.length);
+  };
 
+  checkpoint();
+  await finishIntents(options.before, note, checkpoint);
+
+  checkpoint();
   const audit = await runAudit();
   for (const finding of audit.findings) {
+    checkpoint();
     const r = await repairFinding(finding, { before: options.before });
     if (r) note(r);
   }
+  checkpoint();
   const after = records.some((r) => r.outcome === 'repaired') ? await runAudit() : audit;
   const result = {
     repaired: records.filter((r) => r.outcome === 'repaired'),
@@ -81,12 +97,12 @@ export async function reconcile(options: ReconcileOptions): Promise<ReconcileRes
   return result;
 }
 
-/** Step 1: intents of crashed synchronous calls and operations whose machine never started. */
-async function finishIntents(before: Date): Promise<RepairRecord[]> {
-  const out: RepairRecord[] = [];
-  for (const r of [...(await recoverPendingConnects({ before })), ...(await recoverPendingDisconnects({ before }))]) out.push(fromAttachmentRepair(r));
+/** Step 1: intents of crashed synchronous calls and operations whose machine never started, each noted as it is made; `checkpoint` between kinds and operations. */
+async function finishIntents(before: Date, note: (r: RepairRecord) => void, checkpoint: () => void): Promise<void> {
+  for (const r of [...(await recoverPendingConnects({ before })), ...(await recoverPendingDisconnects({ before }))]) note(fromAttachmentRepair(r));
   // Snapshots a crashed POST/DELETE /snapshots left creating or deleting (functions/snapshots/recovery.ts);
   // a creating one whose snapshot-create machine is running is the machine's and not listed.
+  checkpoint();
   for (const r of await recoverPendingSnapshots({ before })) {
     const outcome = r.action === 'pending' ? 'left' : r.action.endsWith('failed') || r.action === 'owner-unknown' ? 'failed' : 'repaired';
     const did =
@@ -95,40 +111,46 @@ async function finishIntents(before: Date): Promise<RepairRecord[]> {
         : r.action === 'owner-unknown'
           ? 'nothing: whether its snapshot-create machine is running could not be read; the next run looks again'
           : r.action;
-    out.push({ kind: 'pending-snapshot', resource: `snapshot ${r.snapshotId}`, saw: r.detail, did, outcome });
+    note({ kind: 'pending-snapshot', resource: `snapshot ${r.snapshotId}`, saw: r.detail, did, outcome });
   }
   // Image imports no machine runs any more (never started, or ended without ending them): back to queued (functions/images/import-recovery.ts).
+  checkpoint();
   for (const r of await recoverStuckImports({ before })) {
     const did = r.action === 'owner-unknown' ? 'nothing: whether its image-import machine is running could not be read; the next run looks again' : 'put it back to queued with the reason on its import task, its object removed';
-    out.push({ kind: 'stuck-image-import', resource: `image ${r.imageId}`, saw: r.detail, did, outcome: r.action === 'owner-unknown' ? 'failed' : 'repaired' });
+    note({ kind: 'stuck-image-import', resource: `image ${r.imageId}`, saw: r.detail, did, outcome: r.action === 'owner-unknown' ? 'failed' : 'repaired' });
   }
   // Extends a crashed os-extend left extending (functions/volumes/recovery.ts).
+  checkpoint();
   for (const r of await recoverPendingExtends({ before })) {
-    out.push({ kind: 'pending-extend', resource: `volume ${r.volumeId}`, saw: r.detail, did: r.action, outcome: r.action.endsWith('failed') ? 'failed' : 'repaired' });
+    note({ kind: 'pending-extend', resource: `volume ${r.volumeId}`, saw: r.detail, did: r.action, outcome: r.action.endsWith('failed') ? 'failed' : 'repaired' });
   }
   // Share access rules a crashed allow_access / deny_access left pending (functions/shares/recovery.ts).
+  checkpoint();
   for (const r of await recoverPendingAccess({ before })) {
-    out.push({ kind: 'pending-access', resource: `share ${r.shareId}`, saw: r.detail, did: r.action, outcome: r.action === 'failed' ? 'failed' : 'repaired' });
+    note({ kind: 'pending-access', resource: `share ${r.shareId}`, saw: r.detail, did: r.action, outcome: r.action === 'failed' ? 'failed' : 'repaired' });
   }
   // Share extends and shrinks a crashed action left extending or shrinking (functions/shares/resize-recovery.ts).
+  checkpoint();
   for (const r of await recoverPendingResizes({ before })) {
-    out.push({ kind: 'pending-resize', resource: `share ${r.shareId}`, saw: r.detail, did: r.action, outcome: r.action === 'failed' ? 'failed' : 'repaired' });
+    note({ kind: 'pending-resize', resource: `share ${r.shareId}`, saw: r.detail, did: r.action, outcome: r.action === 'failed' ? 'failed' : 'repaired' });
   }
   // Share backend repairs (quota, stray replications) a pass left as intents (functions/audit/share-backend-repairs.ts).
-  out.push(...(await recoverShareRepairs({ before })));
+  checkpoint();
+  for (const r of await recoverShareRepairs({ before })) note(r);
+  checkpoint();
   for (const op of await findOperationsWithoutExecution({ before })) {
+    checkpoint();
     const resource = `server ${op.instanceUuid}`;
     const saw = `operation ${op.requestId} with no execution of its machine, begun before ${before.toISOString()}`;
     try {
       const result = await abandonOperation(op.cellUuid, op.instanceUuid, op.requestId);
       const did: string = { abandoned: 'abandoned it: its API part undone, the task state cleared', 'not-found': 'left it: the server is gone', 'other-operation': 'left it: the server is in another operation now' }[result];
-      out.push({ kind: 'operation-without-execution', resource, saw, did, outcome: result === 'abandoned' ? 'repaired' : 'left' });
+      note({ kind: 'operation-without-execution', resource, saw, did, outcome: result === 'abandoned' ? 'repaired' : 'left' });
     } catch (e) {
       logger.error('could not abandon an operation without execution; the next run tries again', { resource, requestId: op.requestId, error: e as Error });
-      out.push({ kind: 'operation-without-execution', resource, saw, did: `abandoning it failed (${(e as Error).name}: ${(e as Error).message}); the next run tries again`, outcome: 'failed' });
+      note({ kind: 'operation-without-execution', resource, saw, did: `abandoning it failed (${(e as Error).name}: ${(e as Error).message}); the next run tries again`, outcome: 'failed' });
     }
   }
-  return out;
 }
 
 /** The attachments service's account of one intent it finished or undid (it logged it already), as a repair record. */

@@ -3,7 +3,8 @@
  * the embedded local stack, data in FERRY_DATA_DIR (default `.ferry`), HTTP on FERRY_PORT (default 8780). One stack per data directory: a second start on it exits at once
  * (code 1), naming the running one.
  *
- * Starting prints a line per stage with its time (start-stages.ts), then "ferry ready". The
+ * Starting prints a line per stage with its time (start-stages.ts), then "ferry ready"; the
+ * reconcile's line comes when it ends, after "ferry ready" (it runs while requests are served). The
  * DynamoDB Local JVM, the slowest stage, is launched right after the lock, before the stack's
  * modules load, so the JVM and Node's loading run side by side on two cores.
  *
@@ -70,7 +71,7 @@ const shutdown = (why: string) => {
   }, STOP_DEADLINE_MS);
   deadline.unref();
   stopStack().then(
-    () => process.exit(0),
+    () => process.exit(process.exitCode ?? 0),
     (e: unknown) => {
       console.error('ferry: stop failed:', e);
       process.exit(1);
@@ -106,6 +107,14 @@ try {
   throw e;
 }
 stopStack = () => stack.stop();
+// The start's reconcile pass runs on after "ferry ready" (stack.ts reconcileInBackground); its stage
+// line and its log line say when it ended. Resuming the previous executions after it cannot fail
+// quietly: the stack stops, with the reason.
+stack.reconciled.catch((e: unknown) => {
+  console.error('ferry: resuming the previous executions failed:', e);
+  process.exitCode = 1;
+  shutdown('resuming the previous executions failed');
+});
 
 const health = await fetch(`${stack.url}/healthz`);
 if (!health.ok) throw new Error(`the local stack does not answer on ${stack.url}/healthz (${health.status})`);

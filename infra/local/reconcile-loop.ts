@@ -1,8 +1,9 @@
 /**
  * The local stack's reconciler schedule (functions/audit/reconciler.ts does the work; on AWS an
- * EventBridge schedule runs it): once at start, before executions resume and before the HTTP
- * server listens, with `before` = the start time — the lock on the data directory proves nothing
- * of the previous process is alive, so everything older than this start is fair game; then every
+ * EventBridge schedule runs it): once at start, in the background once the HTTP server answers
+ * (stack.ts says why that is safe) and before the previous process's executions resume, with
+ * `before` = the start time — the lock on the data directory proves nothing of the previous
+ * process is alive, so everything older than this start is fair game; then every
  * FERRY_RECONCILE_INTERVAL seconds (default 300, 0 = never) with `before` = now minus
  * FERRY_RECONCILE_GRACE seconds (default 600), so a live operation's fresh intents are left alone.
  * One run at a time; a failed run is logged and the next tick tries again: the stack never stops
@@ -10,6 +11,7 @@
  */
 import { ConfigurationError } from '../../functions/core/errors.js';
 import { LISTED_FINDINGS } from '../../functions/audit/last-audit.js';
+import { ReconcileInterrupted } from '../../functions/audit/interrupted.js';
 import { logger } from '../../functions/core/logger.js';
 
 export const DEFAULT_RECONCILE_INTERVAL_SECONDS = 300;
@@ -22,8 +24,11 @@ export interface ReconcileOutcome {
   /** Findings after the repairs: an operator's. */
   remaining: readonly unknown[];
 }
-/** functions/audit/reconciler.ts `reconcile`, as the schedule calls it. */
-export type Reconcile = (options: { before: Date }) => Promise<ReconcileOutcome>;
+/**
+ * functions/audit/reconciler.ts `reconcile`, as the schedule calls it. Once `signal` is aborted (the
+ * stack stops) it throws ReconcileInterrupted between two repairs.
+ */
+export type Reconcile = (options: { before: Date; signal?: AbortSignal }) => Promise<ReconcileOutcome>;
 
 export interface ReconcileSchedule {
   /** Seconds between runs while the stack runs; 0: only the run at start. */
@@ -32,8 +37,8 @@ export interface ReconcileSchedule {
   graceSeconds: number;
 }
 
-/** What a run did, for the log (and tests). */
-export type ReconcileEvent = { trigger: 'start' | 'timer'; before: Date; durationMs: number } & ({ outcome: ReconcileOutcome } | { error: unknown });
+/** What a run did, for the log (and tests): its outcome, its failure, or that the stack's stop interrupted it. */
+export type ReconcileEvent = { trigger: 'start' | 'timer'; before: Date; durationMs: number } & ({ outcome: ReconcileOutcome } | { error: unknown } | { interrupted: ReconcileInterrupted });
 
 export type ReconcileLog = (event: ReconcileEvent) => void;
 
@@ -56,6 +61,11 @@ function seconds(env: NodeJS.ProcessEnv, name: string, fallback: number): number
 /** Logs a run (the reconciler logs each repair itself): counts and the operator's findings at info, a failure at error. */
 export const logReconcile: ReconcileLog = (event) => {
   const at = { trigger: event.trigger, before: event.before.toISOString(), durationMs: event.durationMs };
+  if ('interrupted' in event) {
+    // A stop, not a fault: the repairs made are logged each, the rest is the next pass's.
+    logger.info(`reconcile (${event.trigger}) interrupted by the stop; the next run does the rest`, { ...at, repairsMade: event.interrupted.repairsMade });
+    return;
+  }
   if ('error' in event) {
     const e = event.error as Error;
     logger.error('reconcile failed; the next run tries again', { ...at, error: { name: e?.name, message: e?.message } });
@@ -79,14 +89,20 @@ export function listedForLog<T>(list: readonly T[]): readonly T[] | { first: T[]
   return list.length <= LISTED_FINDINGS ? list : { first: list.slice(0, LISTED_FINDINGS), more: list.length - LISTED_FINDINGS };
 }
 
-/** One run; its failure is logged, never thrown. */
-export async function reconcileOnce(reconcile: Reconcile, trigger: 'start' | 'timer', before: Date, log: ReconcileLog = logReconcile): Promise<ReconcileEvent> {
+/** One run; its failure (or its interruption by `signal`) is logged, never thrown. */
+export async function reconcileOnce(
+  reconcile: Reconcile,
+  trigger: 'start' | 'timer',
+  before: Date,
+  log: ReconcileLog = logReconcile,
+  signal?: AbortSignal,
+): Promise<ReconcileEvent> {
   const started = performance.now();
-  let result: { outcome: ReconcileOutcome } | { error: unknown };
+  let result: { outcome: ReconcileOutcome } | { error: unknown } | { interrupted: ReconcileInterrupted };
   try {
-    result = { outcome: await reconcile({ before }) };
+    result = { outcome: await reconcile({ before, ...(signal ? { signal } : {}) }) };
   } catch (error) {
-    result = { error };
+    result = error instanceof ReconcileInterrupted ? { interrupted: error } : { error };
   }
   const event: ReconcileEvent = { trigger, before, durationMs: Math.round(performance.now() - started), ...result };
   log(event);
@@ -94,7 +110,7 @@ export async function reconcileOnce(reconcile: Reconcile, trigger: 'start' | 'ti
 }
 
 export interface ReconcileLoop {
-  /** Stops the timer and waits for a run in flight. */
+  /** Stops the timer and interrupts a run in flight (between two repairs), waiting for it. */
   stop(): Promise<void>;
 }
 
@@ -105,12 +121,13 @@ export function startReconcileLoop(
   options: { log?: ReconcileLog; now?: () => number } = {},
 ): ReconcileLoop {
   const now = options.now ?? Date.now;
+  const stopping = new AbortController();
   let stopped = schedule.intervalSeconds === 0;
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<unknown> | undefined;
   const tick = () => {
     timer = undefined;
-    running = reconcileOnce(reconcile, 'timer', new Date(now() - schedule.graceSeconds * 1000), options.log).then(() => {
+    running = reconcileOnce(reconcile, 'timer', new Date(now() - schedule.graceSeconds * 1000), options.log, stopping.signal).then(() => {
       running = undefined;
       scheduleNext();
     });
@@ -125,6 +142,7 @@ export function startReconcileLoop(
   return {
     async stop() {
       stopped = true;
+      stopping.abort();
       if (timer) clearTimeout(timer);
       timer = undefined;
       await running;

@@ -29,8 +29,7 @@ import { seedUsers, writeCloudsYaml } from './clouds.js';
 import { ECS_RUN_TASK_SYNC, LocalStepFunctions, type TaskIntegration } from './stepfunctions.js';
 import { copyTaskIntegration } from './copy-task.js';
 import { stopOrphanedDynamo } from './orphaned-dynamo.js';
-import { inProcessSfnClient } from './sfn-in-process.js';
-import { reconcileOnce, reconcileSchedule, startReconcileLoop, type Reconcile, type ReconcileSchedule } from './reconcile-loop.js';
+import { reconcileOnce, reconcileSchedule, startReconcileLoop, logReconcile, type Reconcile, type ReconcileEvent, type ReconcileLoop, type ReconcileSchedule } from './reconcile-loop.js';
 
 const require = createRequire(import.meta.url);
 
@@ -76,6 +75,12 @@ export interface LocalStack {
   dataDir: string;
   /** `<dataDir>/clouds.yaml`: the clouds ferry-admin and ferry-demo for the openstack CLI (clouds.ts). */
   cloudsYaml: string;
+  /**
+   * The start's reconcile pass, run once the server answers: settles with what it did (or that a
+   * stop interrupted it) once it has ended and the previous process's executions have resumed.
+   * Rejects only when resuming them failed.
+   */
+  reconciled: Promise<ReconcileEvent>;
   stop(): Promise<void>;
 }
 
@@ -168,12 +173,6 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
 
     await stages.run('inventory', () => seedSandbox(dataDir, { file: options.inventory, log: options.quiet ? undefined : (line) => console.log(line) }));
 
-    // What the previous process left half done (it is gone: we hold the lock), repaired before its
-    // executions resume and before the server listens, so no request starts anything meanwhile.
-    // The reconciler asks whether an operation has an execution: answered in process, no server yet.
-    setSfn(inProcessSfnClient(stepFunctions));
-    await stages.run('reconcile', () => reconcileOnce(reconciler, 'start', startedAt));
-
     const server = await stages.run('HTTP', () => startHttpServer({ port: options.port ?? 0, functions, stepFunctions, quiet: options.quiet }));
     // The server closes first (stops run in reverse), so no new request starts an execution while executions stop.
     stops.push(() => server.close());
@@ -182,8 +181,6 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
 
     // The clouds.yaml naming the users (its URLs need the server's port).
     const cloudsYaml = writeCloudsYaml(dataDir, server.url, await users);
-
-    stepFunctions.resumeRunning();
 
     // Replicated local backends copy changed chunks to their targets every
     // FERRY_REPLICATION_INTERVAL_MS. Backends and their active site are read on every tick, so a
@@ -203,19 +200,74 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     // Stopped before the server and DynamoDB go (stops run in reverse), so no pass reads a closed table.
     stops.push(() => replication.stop());
 
-    // Then every few minutes, for what a live operation leaves behind; stopped before DynamoDB goes.
-    const reconciling = startReconcileLoop(reconciler, schedule);
+    const reconciling = reconcileInBackground(reconciler, startedAt, schedule, stepFunctions, stages);
+    // Before the server closes (stops run in reverse): the pass is interrupted between two repairs
+    // and awaited while everything it talks to still answers.
     stops.push(() => reconciling.stop());
 
     // Where a running stack's services are, so `ferry audit` in another terminal can reach them.
     writeStackFile(lock, { url: server.url, dynamodbEndpoint: dynamo.endpoint, s3Endpoint: process.env.FERRY_S3_ENDPOINT, tablePrefix: process.env.FERRY_TABLE_PREFIX });
     stops.push(async () => void removeOwnStackFile(lock));
 
-    return { url: server.url, port: server.port, dataDir, cloudsYaml, stop: stopAll };
+    return { url: server.url, port: server.port, dataDir, cloudsYaml, reconciled: reconciling.reconciled, stop: stopAll };
   } catch (e) {
     await stopAll();
     throw e;
   }
+}
+
+/**
+ * The start's reconcile pass, in the background: the stack answers requests while it runs (issue
+ * 16: it was 0.4-0.5 s of a 3 s restart). Then the previous process's executions resume, and the
+ * timer's passes begin (so two passes never overlap).
+ *
+ * Why a request may be served before the pass ends: on AWS the reconciler runs on a schedule
+ * concurrently with live traffic, so its correctness cannot depend on running before the first
+ * request. Each repair acts only on what is older than `before` (here this start's time, which no
+ * request of this process predates) and re-checks under the same conditions as the operations
+ * (versioned writes, transactions), so a request that changes a resource first makes the repair's
+ * write fail and the repair leaves it. What keeps its old order: the executions the previous
+ * process left running resume only after the pass, as before, so the pass still sees them as
+ * they were left (and still finds them listed as running, which is all an operation's check asks).
+ *
+ * A stop during the pass aborts it between two repairs (reconciler.ts `signal`): an interrupted
+ * pass is like any pass that ended there; the executions then resume at the next start.
+ */
+function reconcileInBackground(
+  reconciler: Reconcile,
+  startedAt: Date,
+  schedule: ReconcileSchedule,
+  stepFunctions: LocalStepFunctions,
+  stages: StartStages,
+): { reconciled: Promise<ReconcileEvent>; stop(): Promise<void> } {
+  const stopping = new AbortController();
+  let timerPasses: ReconcileLoop | undefined;
+  const reconciled = stages
+    .run('reconcile', () => reconcileOnce(reconciler, 'start', startedAt, logReconcile, stopping.signal), reconcileNote)
+    .then((event) => {
+      if (!stopping.signal.aborted) {
+        stepFunctions.resumeRunning();
+        timerPasses = startReconcileLoop(reconciler, schedule);
+      }
+      return event;
+    });
+  return {
+    reconciled,
+    async stop() {
+      stopping.abort();
+      // Settled, whatever it was: a failure to resume is the caller's to report (main.ts), not the stop's.
+      await Promise.allSettled([reconciled]);
+      await timerPasses?.stop();
+    },
+  };
+}
+
+/** What the reconcile stage line says of its pass (the log line that follows it has the lists). */
+function reconcileNote(event: ReconcileEvent): string {
+  if ('interrupted' in event) return 'interrupted by the stop';
+  if ('error' in event) return 'failed (logged); the next run tries again';
+  const { repaired, left = [], remaining } = event.outcome;
+  return `${repaired.length} repaired, ${left.length} left, ${remaining.length} finding(s) for an operator`;
 }
 
 /** A DynamoDB Local the caller launched: answering, with Ferry's tables (one stage each). */

@@ -6,7 +6,9 @@
  * no DynamoDB Local (java). They are found in /proc by the data directory, in a process's command
  * line (java's `-dbPath`) or its environment (FERRY_DATA_DIR, which every process of the stack
  * inherits). Each next start on the same directory comes up, and every start prints a line per
- * stage and no Node or AWS SDK warning.
+ * stage and no Node or AWS SDK warning. The reconcile's line comes after "ferry ready" (its pass
+ * runs while requests are served); the first two rounds signal as soon as the stack is ready, with
+ * the pass most likely still running, and the stop must say no error of it either.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -20,8 +22,10 @@ import { freePort } from '../../infra/local/ports.js';
 
 /** The promise: everything of the stack gone this long after the signal. */
 const GONE_WITHIN_MS = 5000;
-/** The stages start.mjs, main.ts and stack.ts print, in no particular order (some run side by side). */
-const STAGES = ['bundle', 'lock', 'modules', 'DynamoDB Local', 'tables', 'S3', 'state machines', 'inventory', 'reconcile', 'HTTP', 'identity'];
+/** The stages start.mjs, main.ts and stack.ts print before "ferry ready", in no particular order (some run side by side). */
+const STAGES = ['bundle', 'lock', 'modules', 'DynamoDB Local', 'tables', 'S3', 'state machines', 'inventory', 'HTTP', 'identity'];
+/** The start's reconcile pass, which ends after "ferry ready": its stage line. */
+const RECONCILE_LINE = /^ferry: reconcile +\d+ ms +\(at \d+\.\d\d s\) /;
 
 const started: ChildProcess[] = [];
 let dataDir: string | undefined;
@@ -30,6 +34,8 @@ interface NpmStart {
   npm: ChildProcess;
   /** Resolves with stdout's lines up to "ferry ready"; rejects if npm exits first. */
   ready: Promise<string[]>;
+  /** Resolves with stdout's lines up to the reconcile's stage line (the start's pass ended); rejects if npm exits first. */
+  reconciled: Promise<string[]>;
   output: () => string;
 }
 
@@ -48,16 +54,22 @@ function npmStart(dir: string, port: number): NpmStart {
   const out: string[] = [];
   const lines: string[] = [];
   npm.stderr!.on('data', (d) => out.push(String(d)));
-  const ready = new Promise<string[]>((resolve, reject) => {
-    createInterface({ input: npm.stdout! }).on('line', (line) => {
-      out.push(`${line}\n`);
-      lines.push(line);
-      if (line.startsWith('ferry ready ')) resolve([...lines]);
-    });
-    npm.once('exit', (code, signal) => reject(new Error(`npm start exited (${code ?? signal}) before "ferry ready":\n${out.join('')}`)));
+  const waiters: { last: (line: string) => boolean; resolve: (lines: string[]) => void }[] = [];
+  createInterface({ input: npm.stdout! }).on('line', (line) => {
+    out.push(`${line}\n`);
+    lines.push(line);
+    for (const w of waiters) if (w.last(line)) w.resolve([...lines]);
   });
+  const linesUpTo = (what: string, last: (line: string) => boolean) =>
+    new Promise<string[]>((resolve, reject) => {
+      waiters.push({ last, resolve });
+      npm.once('exit', (code, signal) => reject(new Error(`npm start exited (${code ?? signal}) before ${what}:\n${out.join('')}`)));
+    });
+  const ready = linesUpTo('"ferry ready"', (line) => line.startsWith('ferry ready '));
+  const reconciled = linesUpTo('the reconcile line', (line) => RECONCILE_LINE.test(line));
   ready.catch(() => undefined);
-  return { npm, ready, output: () => out.join('') };
+  reconciled.catch(() => undefined);
+  return { npm, ready, reconciled, output: () => out.join('') };
 }
 
 /** Pids of the live processes that name `dir` in their command line or environment. */
@@ -136,14 +148,22 @@ describe('npm start, and a signal to npm', () => {
       expect(running.some((c) => c.includes('infra/local/start.mjs')), running.join('\n')).toBe(true);
       for (const stage of STAGES) expect(lines, `the stage line of "${stage}"`).toContainEqual(expect.stringMatching(new RegExp(`^ferry: ${stage} +\\d+ ms +\\(at \\d+\\.\\d\\d s\\)`)));
       expect(start.output()).not.toMatch(/NodeVersionSupportWarning|\(node:\d+\) \w*Warning/);
+      const signalDuringReconcile = seen.length < 2;
+      if (!signalDuringReconcile) {
+        // The pass ends on its own after "ferry ready", with its line.
+        const upToReconciled = await start.reconciled;
+        expect(upToReconciled.length, 'the reconcile line comes after "ferry ready"').toBeGreaterThan(lines.length);
+        expect(upToReconciled.at(-1)).toMatch(/repaired, \d+ left, \d+ finding\(s\) for an operator$/);
+      }
 
       // Act: the signal to npm alone, to the stack's node process alone, or to npm's group.
       const node = processesOf(dataDir).find((p) => commandOf(p).includes('infra/local/start.mjs'))!;
       process.kill(to === 'npm' ? start.npm.pid! : to === 'group' ? -start.npm.pid! : node, signal);
 
-      // Assess: nothing of the stack left within 5 s.
+      // Assess: nothing of the stack left within 5 s; a stop that met the pass said no error of it.
       const ms = await goneWithin(dataDir);
       expect(ms).toBeLessThanOrEqual(GONE_WITHIN_MS);
+      if (signal !== 'SIGKILL') expect(start.output()).not.toMatch(/"level":"ERROR"|stop failed|did not finish|start was interrupted|resuming the previous executions failed/);
       seen.push(`ready ${(readyMs / 1000).toFixed(1)} s, all gone ${(ms / 1000).toFixed(1)} s after ${signal} to ${to}`);
     }
     // For the record (the machine's load decides the start's time): what each round took.

@@ -7,7 +7,10 @@
  * Its Wait states and Retry intervals run at FERRY_LOCAL_WAIT_SCALE, which test/support/setup.ts
  * sets for every test file. To wait for something the stack does, use `eventually` (./poll.ts).
  * The reconciler runs at each start (as `npm start` does) but not on a timer, so no periodic run
- * repairs what a test planted; pass `reconcile: { intervalSeconds }` to have one.
+ * repairs what a test planted; pass `reconcile: { intervalSeconds }` to have one. The stack runs
+ * the start's pass after it answers (stack.ts reconcileInBackground); `useLocalStack` and
+ * `restart()` return once it has ended (LocalStack.reconciled), so a test reads what the restart
+ * repaired, unless `reconcileInBackground` asks to return as soon as the stack answers.
  *
  * Where the tier runs a shared DynamoDB Local (test/support/shared-dynamo.ts), the stack keeps its
  * tables there, under the file's table-name prefix, instead of starting a JVM of its own: a JVM
@@ -32,13 +35,15 @@ export interface TestLocalStack extends LocalStack {
 export interface TestStackOptions extends Omit<LocalStackOptions, 'dataDir' | 'port' | 'dynamo'> {
   /** A DynamoDB Local of the stack's own, on its data directory, stopped and started with it. */
   dedicatedDynamo?: boolean;
+  /** Return from a start as soon as the stack answers, its start's reconcile pass still running (`reconciled`). */
+  reconcileInBackground?: boolean;
 }
 
 /** Whether a stack of this file holds the shared DynamoDB Local's tables (one prefix per file). */
 let sharedTablesHeld = false;
 
 export async function useLocalStack(given: TestStackOptions = {}): Promise<TestLocalStack> {
-  const { dedicatedDynamo, ...rest } = given;
+  const { dedicatedDynamo, reconcileInBackground, ...rest } = given;
   const shared = sharedTablesHeld ? undefined : sharedDynamoEndpoint({ dedicated: dedicatedDynamo });
   if (shared) sharedTablesHeld = true;
   let holdsTables = shared !== undefined;
@@ -47,8 +52,12 @@ export async function useLocalStack(given: TestStackOptions = {}): Promise<TestL
   // A port below the kernel's ephemeral range (freePort): restart() reuses it, and a kernel-picked
   // port could meanwhile be taken by an outgoing connection (EADDRINUSE on restart).
   let current: LocalStack | undefined;
+  const started = async (stack: LocalStack) => {
+    if (!reconcileInBackground) await stack.reconciled;
+    return stack;
+  };
   try {
-    current = await startLocalStack({ quiet: true, ...options, dataDir, port: await freePort() });
+    current = await started(await startLocalStack({ quiet: true, ...options, dataDir, port: await freePort() }));
   } catch (e) {
     if (shared) await dropTables(shared).catch((dropError: unknown) => console.error('the failed stack left tables in the shared DynamoDB Local:', dropError));
     await rm(dataDir, { recursive: true, force: true });
@@ -59,12 +68,14 @@ export async function useLocalStack(given: TestStackOptions = {}): Promise<TestL
     port: current.port,
     dataDir,
     cloudsYaml: current.cloudsYaml,
+    reconciled: current.reconciled,
     async restart(whileStopped) {
       await current?.stop();
       current = undefined;
       await whileStopped?.();
-      current = await startLocalStack({ quiet: true, ...options, dataDir, port: handle.port });
+      current = await started(await startLocalStack({ quiet: true, ...options, dataDir, port: handle.port }));
       handle.url = current.url;
+      handle.reconciled = current.reconciled;
     },
     async stop() {
       try {

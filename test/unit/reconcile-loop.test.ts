@@ -1,9 +1,11 @@
 /**
  * The local stack's reconciler schedule (infra/local/reconcile-loop.ts): the settings, one run at a
- * time, a failed run logged and retried at the next tick, stop() waiting for the run in flight.
+ * time, a failed run logged and retried at the next tick, stop() interrupting the run in flight
+ * and waiting for it, an interrupted run told from a failed one.
  */
 import { afterEach, beforeEach, describe, expect, test, vi } from 'vitest';
 import { ConfigurationError } from '../../functions/core/errors.js';
+import { ReconcileInterrupted } from '../../functions/audit/interrupted.js';
 import { LISTED_FINDINGS } from '../../functions/audit/last-audit.js';
 import { listedForLog, reconcileOnce, reconcileSchedule, startReconcileLoop, type ReconcileEvent, type ReconcileOutcome } from '../../infra/local/reconcile-loop.js';
 
@@ -33,6 +35,25 @@ describe('reconcileOnce', () => {
     expect(event).toEqual({ trigger: 'start', before: new Date(NOW), durationMs: expect.any(Number), error: failure });
     expect(events).toEqual([event]);
   });
+
+  test('a run its signal stopped is logged as interrupted, not as an error, and does not throw', async () => {
+    const events: ReconcileEvent[] = [];
+    const stopping = new AbortController();
+    const seen: (AbortSignal | undefined)[] = [];
+    const reconcile = async (o: { signal?: AbortSignal }) => {
+      seen.push(o.signal);
+      stopping.abort();
+      if (o.signal?.aborted) throw new ReconcileInterrupted(3);
+      return EMPTY;
+    };
+
+    const event = await reconcileOnce(reconcile, 'start', new Date(NOW), (e) => events.push(e), stopping.signal);
+
+    expect(seen).toEqual([stopping.signal]);
+    expect(event).toMatchObject({ trigger: 'start', interrupted: { repairsMade: 3 } });
+    expect('error' in event).toBe(false);
+    expect(events).toEqual([event]);
+  });
 });
 
 describe('listedForLog', () => {
@@ -54,9 +75,11 @@ describe('startReconcileLoop', () => {
 
   test('runs every interval with before = now - grace, one run at a time, and stop() waits for the run in flight', async () => {
     const calls: Date[] = [];
+    const signals: (AbortSignal | undefined)[] = [];
     let finish: (() => void) | undefined;
-    const reconcile = (o: { before: Date }) => {
+    const reconcile = (o: { before: Date; signal?: AbortSignal }) => {
       calls.push(o.before);
+      signals.push(o.signal);
       return new Promise<ReconcileOutcome>((done) => (finish = () => done(EMPTY)));
     };
     const loop = startReconcileLoop(reconcile, { intervalSeconds: 300, graceSeconds: 600 }, { log: () => undefined });
@@ -65,6 +88,7 @@ describe('startReconcileLoop', () => {
     expect(calls).toEqual([]);
     await vi.advanceTimersByTimeAsync(1_000);
     expect(calls).toEqual([new Date(NOW + 300_000 - 600_000)]);
+    expect(signals[0]?.aborted).toBe(false);
     // The first run is still going: no second one however long it takes.
     await vi.advanceTimersByTimeAsync(900_000);
     expect(calls).toHaveLength(1);
@@ -76,6 +100,8 @@ describe('startReconcileLoop', () => {
     const stopping = loop.stop().then(() => (stopped = true));
     await vi.advanceTimersByTimeAsync(0);
     expect(stopped).toBe(false);
+    // The run in flight was told to stop (its signal), and is waited for.
+    expect(signals[1]?.aborted).toBe(true);
     finish!();
     await stopping;
     await vi.advanceTimersByTimeAsync(3_000_000);
@@ -95,7 +121,7 @@ describe('startReconcileLoop', () => {
     await vi.advanceTimersByTimeAsync(120_000);
     await loop.stop();
 
-    expect(events.map((e) => ('error' in e ? `error: ${(e.error as Error).message}` : `repaired ${e.outcome.repaired.length}`))).toEqual(['error: not yet', 'repaired 1']);
+    expect(events.map((e) => ('error' in e ? `error: ${(e.error as Error).message}` : 'outcome' in e ? `repaired ${e.outcome.repaired.length}` : 'interrupted'))).toEqual(['error: not yet', 'repaired 1']);
   });
 
   test('interval 0: never runs', async () => {
