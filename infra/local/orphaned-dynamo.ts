@@ -7,7 +7,6 @@
  * (`-dbPath <data dir>/dynamodb`) in /proc; where there is no /proc (macOS) nothing is found.
  */
 import { readdirSync, readFileSync } from 'node:fs';
-import { logger } from '../../functions/core/logger.js';
 import { processAlive } from './data-dir-lock.js';
 
 /** Pids of the processes whose arguments include `-dbPath <dbPath>`. */
@@ -39,6 +38,10 @@ export function dynamoProcessesOn(dbPath: string): number[] {
 /** Stops every DynamoDB Local still running on `dbPath` (SIGTERM, then SIGKILL after `graceMs`); returns their pids. */
 export async function stopOrphanedDynamo(dbPath: string, graceMs = 5000): Promise<number[]> {
   const pids = dynamoProcessesOn(dbPath);
+  // Loaded only when there is something to say: main.ts runs this before it launches the JVM, and
+  // the logger's import (Powertools, ~0.1 s of CPU here) would delay every start's JVM by that much.
+  if (pids.length === 0) return pids;
+  const { logger } = await import('../../functions/core/logger.js');
   for (const pid of pids) {
     logger.warn('stopping a DynamoDB Local left running on this data directory by a stack that died', { pid, dbPath });
     signal(pid, 'SIGTERM');
