@@ -166,7 +166,7 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     setSfn(undefined);
 
     // The admin and demo users (the token table: nothing the inventory or the reconcile touches),
-    // seeded beside them; awaited before the stack answers, with clouds.yaml written once the
+    // seeded beside the inventory; awaited before the stack answers, with clouds.yaml written once the
     // server's URL is known. Caught here so a start failing elsewhere first leaves no unhandled rejection.
     const users = stages.run('identity', () => seedUsers(dataDir));
     users.catch(() => undefined);

@@ -18,7 +18,7 @@ export interface NpmStartStack {
   stop(): Promise<void>;
 }
 
-/** A start on a busy 2-core machine: DynamoDB Local's JVM, the inventory, the reconciler. */
+/** A start on a busy 2-core machine: DynamoDB Local's JVM, the inventory, the identity seeding (the reconciler runs after "ferry ready"). */
 const READY_TIMEOUT_MS = 120_000;
 /** Ctrl-C's promise (infra/local/main.ts): the whole stack gone within 5 s; more on a loaded machine. */
 const STOP_TIMEOUT_MS = 15_000;
