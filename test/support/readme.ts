@@ -45,17 +45,29 @@ const CLAIM_ARROW = '→';
  */
 const NEVER_RUN = /\bnpm\s+(install|ci|test|start)\b|\bnpx\s+cdk\b|\bcdk\s+(deploy|destroy|bootstrap)\b/;
 
-export function readmeBlocks(text: string): ReadmeBlock[] {
+export interface BlockOptions {
+  /**
+   * Whether a block that is not marked skip may hold a NEVER_RUN command (default: no, it fails
+   * the parse). docs/aws.md's test (test/e2e/aws-docs.test.ts) lists such lines itself.
+   */
+  allowNeverRun?: boolean;
+}
+
+export function readmeBlocks(text: string, options: BlockOptions = {}): ReadmeBlock[] {
   const lines = text.split('\n');
   const blocks: ReadmeBlock[] = [];
   let section = '';
   let previous = '';
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i]!;
-    if (line.startsWith('```')) {
-      const end = lines.indexOf('```', i + 1);
-      if (end < 0) throw new ReadmeFormatError(`README line ${i + 1}: a code block that never ends`);
-      if (line.trim() === '```sh') blocks.push(block(lines.slice(i + 1, end), i + 2, section, kindOf(previous, i + 1)));
+    // A fence may be indented (a block inside a list item): its body loses the fence's indentation.
+    if (line.trimStart().startsWith('```')) {
+      const indent = line.length - line.trimStart().length;
+      let end = i + 1;
+      while (end < lines.length && lines[end]!.trim() !== '```') end++;
+      if (end >= lines.length) throw new ReadmeFormatError(`README line ${i + 1}: a code block that never ends`);
+      const body = lines.slice(i + 1, end).map((l) => l.slice(Math.min(indent, l.length - l.trimStart().length)));
+      if (line.trim() === '```sh') blocks.push(block(body, i + 2, section, kindOf(previous, i + 1), options));
       i = end;
       previous = '```';
       continue;
@@ -76,17 +88,27 @@ function kindOf(lineAbove: string, lineNo: number): BlockKind {
   throw new ReadmeFormatError(`README line ${lineNo - 1}: unknown readme-test marker "${m[1]}" (skip or restart)`);
 }
 
-function block(body: string[], firstLineNo: number, section: string, kind: BlockKind): ReadmeBlock {
+/** `<<WORD`, `<<'WORD'`, `<<"WORD"`, `<<-WORD`: the word that ends a here-document. */
+const HEREDOC = /<<-?\s*(['"]?)([A-Za-z_][A-Za-z0-9_]*)\1/;
+
+function block(body: string[], firstLineNo: number, section: string, kind: BlockKind, options: BlockOptions): ReadmeBlock {
   const out: ReadmeLine[] = [];
   for (let i = 0; i < body.length; i++) {
     const start = i;
-    // A trailing backslash continues the command on the next line, as in the shell.
+    // A trailing backslash continues the command on the next line, as in the shell; a
+    // here-document runs to the line holding only its word.
     while (body[i]!.endsWith('\\') && i + 1 < body.length) i++;
+    const heredoc = body[i]!.trimStart().startsWith('#') ? null : HEREDOC.exec(body[i]!);
+    if (heredoc) {
+      const end = body.findIndex((l, at) => at > i && l.trim() === heredoc[2]);
+      if (end < 0) throw new ReadmeFormatError(`README line ${firstLineNo + i}: a here-document that never ends (${heredoc[2]})`);
+      i = end;
+    }
     const command = body.slice(start, i + 1).join('\n');
     const trimmed = command.trim();
     if (!trimmed || trimmed.startsWith('#')) continue;
     const lineNo = firstLineNo + start;
-    if (kind === 'run' && NEVER_RUN.test(trimmed)) {
+    if (kind === 'run' && !options.allowNeverRun && NEVER_RUN.test(trimmed)) {
       throw new ReadmeFormatError(`README line ${lineNo} (${section}): "${trimmed.split('\n')[0]}" is never run by the README test: mark its block <!-- readme-test: skip (why) --> (or restart, for npm start)`);
     }
     out.push({ lineNo, section, command, claims: claimsOf(command, lineNo) });

@@ -24,6 +24,8 @@ export class ShellLineTimeout extends Error {
 const MARK = '__FERRY_SHELL_LINE_DONE__';
 
 export interface ShellSession {
+  /** The bash's process id (its /proc stat counts the CPU of the commands it waited for). */
+  readonly pid: number;
   run(command: string, timeoutMs: number): Promise<LineResult>;
   close(): Promise<void>;
 }
@@ -61,6 +63,7 @@ export async function startShell(options: { cwd: string; env: Record<string, str
   };
 
   return {
+    pid: bash.pid!,
     async run(command, timeoutMs) {
       if (exited) throw new Error(exited);
       const started = Date.now();
