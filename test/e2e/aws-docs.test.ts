@@ -19,7 +19,9 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, test } from 'vitest';
@@ -41,8 +43,13 @@ const SMOKE_TIMEOUT_MS = 600_000;
 const QUICK = ['Drive it with the upstream CLIs'];
 /** The sections the rest of the doc uses: a token, the clouds.yaml, the CLI setup. */
 const FIRST = ['Mint a token', 'Identity (Keystone v3) and the openstack CLI', 'Drive it with the upstream CLIs'];
-/** The image the import line fetches: what the doc's cirros URL stands for (no internet here). */
-const IMAGE_BYTES = Buffer.alloc(64 * 1024, 7);
+/**
+ * The image the import line fetches: what the doc's cirros URL stands for (no internet here). A
+ * real qcow2 (qemu-img), because the smoke test later boots a server from the first image listed.
+ */
+const IMAGE_FILE = join(tmpdir(), `ferry-aws-docs-${process.pid}.qcow2`);
+execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', IMAGE_FILE, '1M']);
+const IMAGE_BYTES = readFileSync(IMAGE_FILE);
 const CIRROS = 'https://download.cirros-cloud.net/0.6.2/cirros-0.6.2-x86_64-disk.img';
 const ALICE_PASSWORD = 'alice-doc-test-password';
 
@@ -141,7 +148,7 @@ const RULES: Rule[] = [
   { match: /^(IMAGE|TOKEN)=\$\(openstack --os-cloud ferry-aws /, run: true },
   { match: /^curl -sf -X POST .*web-download/s, run: true },
   { match: /^openstack --os-cloud ferry-aws image show big -c status -c size/, run: true, until: /\| status +\| active /, shows: [new RegExp(`\\| size +\\| ${IMAGE_BYTES.length} `)] },
-  { match: /^npm run smoke -- --endpoint /, run: true, long: true, shows: [/\| volume\S* +\| pass /, /\| share\S* +\| pass /] },
+  { match: /^npm run smoke -- --endpoint /, run: true, long: true, shows: [/\| volumes and attachments +\| pass /, /\| share migration both ways +\| pass /, /\| server moves +\| pass /] },
 
   // --- only against AWS: each checked for well-formedness
   { match: /^export (CDK_DISABLE_CLI_TELEMETRY|AWS_REGION)=/, awsOnly: 'the CDK CLI environment', check: (c) => expect(c).toMatch(/CDK_DISABLE_CLI_TELEMETRY=true/) },
@@ -188,6 +195,7 @@ afterAll(async () => {
   // where npm run finds package.json): only the full run writes it, so two runs of it in one
   // checkout at once would share it.
   if (FULL) await rm(join(ROOT, 'clouds.yaml'), { force: true });
+  await rm(IMAGE_FILE, { force: true });
 }, 60_000);
 
 class DocLineFailed extends Error {
