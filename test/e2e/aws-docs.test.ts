@@ -158,7 +158,7 @@ const RULES: Rule[] = [
   { match: /^docker build --platform linux\/arm64$/, awsOnly: 'cdk deploy builds the copy worker image with Docker', check: () => expect(readFileSync(join(ROOT, 'infra/aws/copy-worker.ts'), 'utf8')).toContain('Platform.LINUX_ARM64') },
 
   // --- not run here: builds, tests of their own, mentions of a subcommand the doc shows elsewhere
-  { match: /^npm run (synth|test:infra)\b/, notRun: 'builds and tests of their own (npm run test:infra runs the synth)', check: checkSubcommand },
+  { match: /^npm run (synth|test:infra|test:crash)\b/, notRun: 'builds and tests of their own (npm run test:infra runs the synth; npm run test:crash is the crash matrix)', check: checkSubcommand },
   { match: /^npm (ci|run smoke:local|run smoke)$/, notRun: 'a mention (npm run smoke:local is in .ci/run; npm run smoke is run above)', check: checkSubcommand },
   { match: /^ferry (audit|inventory|watch|token create --admin)/, notRun: 'a mention of the operator CLI (its tests: test/integration/inventory-deployed.test.ts, ferry-cli*.test.ts)', check: checkSubcommand },
   { match: /^cinder (unmanage|failover-host|manage ferry@ebs-a <vol-id>)$/, notRun: 'a mention (manage needs a volume Ferry did not make: test/integration/volume-manage*.test.ts)', check: checkSubcommand },
