@@ -247,7 +247,8 @@ export const FUNCTIONS: FunctionWiring[] = [
     // waiting for it (functions/snapshots/recovery.ts), whether an importing image's machine still runs
     // (functions/images/import-recovery.ts); abandoning an offloaded detach deletes its delete_on_termination volume.
     describes: [...STATE_MACHINES.map((m) => m.name).filter((m) => m.startsWith('server-')), 'snapshot-create', 'image-import'],
-    starts: ['volume-delete'],
+    // volume-attach-wait: an attach wait whose start failed is started under its recorded name (functions/attachments/attach-wait-recovery.ts).
+    starts: ['volume-delete', 'volume-attach-wait'],
     // An import its machine left (or never started) is put back to queued with what it stored removed.
     usesBucket: true,
     bucketPrefix: 'images/',

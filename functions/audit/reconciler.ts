@@ -4,7 +4,8 @@
  *
  * One pass, in this order:
  * 1. unfinished intents older than `before`: connects of crashed PUT /attachments calls (finished
- *    or undone by the attachments service), server operations whose machine never started
+ *    or undone by the attachments service), attach waits whose machine never started or whose
+ *    detach is still pending (attach-wait-recovery.ts), server operations whose machine never started
  *    (abandoned by the servers' engine, which undoes what their API part made), and the share
  *    backend repairs an earlier pass recorded but did not finish (share-backend-repairs.ts);
  * 2. an audit, and the repairs of repair.ts for the kinds it may repair (each re-checked);
@@ -18,6 +19,7 @@
  * between repairs, never inside one, so an interrupted pass leaves each repair done or not begun,
  * as a pass that ended there would, and the next pass picks up what it left.
  */
+import { recoverAttachWaits } from '../attachments/attach-wait-recovery.js';
 import { recoverPendingConnects, recoverPendingDisconnects, type AttachmentRepair } from '../attachments/recovery.js';
 import { DependencyError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
@@ -100,6 +102,11 @@ export async function reconcile(options: ReconcileOptions): Promise<ReconcileRes
 /** Step 1: intents of crashed synchronous calls and operations whose machine never started, each noted as it is made; `checkpoint` between kinds and operations. */
 async function finishIntents(before: Date, note: (r: RepairRecord) => void, checkpoint: () => void): Promise<void> {
   for (const r of [...(await recoverPendingConnects({ before })), ...(await recoverPendingDisconnects({ before }))]) note(fromAttachmentRepair(r));
+  // Attach waits whose volume-attach-wait never started, or whose detach after a failed attach is still pending (functions/attachments/attach-wait-recovery.ts).
+  checkpoint();
+  for (const r of await recoverAttachWaits({ before })) {
+    note({ kind: r.kind, resource: `attachment ${r.attachmentId}`, saw: r.saw, did: r.did, outcome: r.action === 'failed' ? 'failed' : r.action === 'ended' ? 'left' : 'repaired' });
+  }
   // Snapshots a crashed POST/DELETE /snapshots left creating or deleting (functions/snapshots/recovery.ts);
   // a creating one whose snapshot-create machine is running is the machine's and not listed.
   checkpoint();

@@ -242,6 +242,18 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
     }
   }
 
+  // Attach waits (attachments/attach-wait.ts) nothing ended: the reconciler starts a wait's machine
+  // that never started and retries a pending detach (attach-wait-recovery.ts); what remains is here.
+  for (const a of attachmentItems) {
+    const wait = a.attachWait;
+    if (!a.deleted && wait?.status === 'waiting' && wait.host === a.attachedHost && now - Date.parse(wait.startedAt) > stuckMs) {
+      find('stuck-attach-wait', `attachment ${a.id}`, `the attach to ${wait.host} has been waited for since ${wait.startedAt} (execution ${wait.execution})`);
+    }
+    if (wait?.status === 'failed' && wait.detachPending) {
+      find('attach-wait-detach-pending', `attachment ${a.id}`, `the attach to ${wait.host} failed ${wait.endedAt} (${wait.reason}); what the backend holds of it was not removed (execution ${wait.execution})`);
+    }
+  }
+
   // What the backends hold that DynamoDB does not know.
   let unmanaged = 0;
   for (const [host, b] of held) {

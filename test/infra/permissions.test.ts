@@ -387,6 +387,11 @@ describe('the image import steps', () => {
     expect(await denied(name)).toEqual([]);
   });
 
+  test.each([['reconciler', []], ['replication-steps', ['StartExecution', 'DescribeExecution']]])('%s: starting and describing volume-attach-wait (attach-wait-recovery.ts) is denied for %j', async (name, refused) => {
+    const machine = resolveIntrinsics(stack.resolve(stack.stateMachineArn('volume-attach-wait'))) as string;
+    const requests = [{ action: 'states:StartExecution', resource: machine, context: {} }, { action: 'states:DescribeExecution', resource: `${machine.replace(':stateMachine:', ':execution:')}:volume-attach-wait-a-1`, context: {} }];
+    expect(await denied(name, requests)).toEqual(refused.map((a, i) => `states:${a} ${requests[i]!.resource}`));
+  });
   test('the check can fail: a key outside images/, a role without the bucket that only reads its tables', async () => {
     const put = calls.find((c) => c.command === 'PutObjectCommand')!.requests[0]!;
     expect(await denied('image-import-steps', [{ ...put, resource: `arn:aws:s3:::${TOUR_BUCKET}/tmp/snapshot` }])).toHaveLength(1);

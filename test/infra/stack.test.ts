@@ -332,16 +332,16 @@ describe('the reconciler', () => {
     expect(resources()[fnId('reconciler')]!.Properties.Timeout).toBeLessThan(reconciler.scheduleRateMinutes! * 60);
   });
 
-  test('it may describe executions of the server machines, snapshot-create, image-import (and volume-delete, which it starts) only', () => {
+  test('it may describe executions of the server machines, snapshot-create, image-import (and volume-delete and volume-attach-wait, which it starts) only', () => {
     const describe = roleStatements('reconciler').filter((s) => actionsOf([s]).includes('states:DescribeExecution'));
     const text = JSON.stringify(describe);
     for (const m of STATE_MACHINES) {
-      if (m.name.startsWith('server-') || m.name === 'snapshot-create' || m.name === 'image-import' || m.name === 'volume-delete') expect(text).toContain(`:execution:${stack.stateMachineName(m.name)}:*`);
+      if (m.name.startsWith('server-') || m.name === 'snapshot-create' || m.name === 'image-import' || m.name === 'volume-delete' || m.name === 'volume-attach-wait') expect(text).toContain(`:execution:${stack.stateMachineName(m.name)}:*`);
       else expect(text).not.toContain(`:execution:${stack.stateMachineName(m.name)}:`);
     }
     expect(actionsOf(describe)).toEqual(describe.map(() => 'states:DescribeExecution'));
     expect(new Set(actionsOf(roleStatements('reconciler')).filter((a) => a.startsWith('states:')))).toEqual(new Set(['states:DescribeExecution', 'states:StartExecution']));
-    expect(reconciler.starts).toEqual(['volume-delete']);
+    expect(reconciler.starts).toEqual(['volume-delete', 'volume-attach-wait']);
   });
 
   test('it reads and writes the tables the audit and the repairs touch, never the tokens', () => {

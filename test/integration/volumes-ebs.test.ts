@@ -9,7 +9,7 @@
  * snapshots, a throttled call; the audit is clean after each.
  */
 import { DescribeVolumesCommand, DetachVolumeCommand, EC2Client } from '@aws-sdk/client-ec2';
-import { ListExecutionsCommand } from '@aws-sdk/client-sfn';
+import { ListExecutionsCommand, StartExecutionCommand, type SFNClient } from '@aws-sdk/client-sfn';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,7 +20,8 @@ import { ATTACH_WAIT_MACHINE } from '../../functions/attachments/attach-wait.js'
 import { attachWaitFailed } from '../../functions/attachments/attach-wait-steps.js';
 import { getAttachmentRecord } from '../../functions/attachments/repo.js';
 import { runAudit } from '../../functions/audit/audit.js';
-import { describeExecution, executionArnOf, sfn, startExecution, stateMachineArn } from '../../functions/core/executions.js';
+import { reconcile } from '../../functions/audit/reconciler.js';
+import { describeExecution, executionArnOf, setSfn, sfn, startExecution, stateMachineArn } from '../../functions/core/executions.js';
 import { clearDriverCache } from '../../functions/drivers/volume/registry.js';
 import type { Inventory } from '../../functions/inventory/schema.js';
 import { SANDBOX_INVENTORY, readInventoryFile } from '../../infra/inventory-file.js';
@@ -152,7 +153,7 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
 
   describe('an attach EC2 has not finished: volume-attach-wait (issue 13)', () => {
     beforeAll(() => {
-      for (const i of ['i-0n', 'i-0drop', 'i-0thr', 'i-0slow', 'i-0stuck']) fake.devices.set(i, ['/dev/sda1']);
+      for (const i of ['i-0n', 'i-0drop', 'i-0thr', 'i-0slow', 'i-0stuck', 'i-0nostart', 'i-0nodetach']) fake.devices.set(i, ['/dev/sda1']);
     });
 
     test('an attach that finishes after 3 looks: attached on the record; a second start of the same name starts nothing', async () => {
@@ -225,6 +226,74 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       expect((await getAttachmentRecord(attId))!).toMatchObject({ attachStatus: 'error_attaching', attachWait: { status: 'failed', reason: 'still attaching after the bound' } });
       fake.describeVolumes({ VolumeIds: [ebsVolume().VolumeId!] });
       expect(ebsVolume().Attachments).toEqual([]);
+      await detachAll(attId);
+      await auditClean();
+    });
+
+    /** One reconciler pass that takes every record as past its grace: its records about `attId`. */
+    const reconcileNow = async (attId: string) => {
+      const pass = await reconcile({ before: new Date(Date.now() + 1000) });
+      return [...pass.repaired, ...pass.left].filter((r) => r.resource === `attachment ${attId}`);
+    };
+
+    test('a wait whose start failed (a crash between the transaction and the start) is started by the reconciler, once', async () => {
+      // Prepare: Step Functions refuses the connect's start of volume-attach-wait, once.
+      const real = await sfn();
+      let refused = 0;
+      setSfn({
+        send: (command: unknown) => {
+          if (command instanceof StartExecutionCommand && command.input.name?.startsWith(`${ATTACH_WAIT_MACHINE}-`) && refused++ === 0) {
+            return Promise.reject(awsError('ServiceUnavailable', 'Step Functions is unavailable.'));
+          }
+          return real.send(command as never);
+        },
+      } as unknown as SFNClient);
+      fake.attachEnds.set('i-0nostart', { looks: 1, then: 'attached' });
+      const attId = await attachTo('i-0nostart');
+      setSfn(real);
+      const wait = (await getAttachmentRecord(attId))!.attachWait!;
+      expect([refused, wait.status, await executionsNamed(wait.execution)]).toEqual([1, 'waiting', 0]);
+      expect((await runAudit({ stuckAfterSeconds: 0 })).findings.filter((f) => f.resource === `attachment ${attId}`).map((f) => f.kind)).toContain('stuck-attach-wait');
+      // Act
+      const first = await reconcile({ before: new Date(Date.now() + 1000) });
+      // Assess: started under its recorded name; the machine records the attach; the next pass has nothing to do.
+      expect(first.repaired.filter((r) => r.resource === `attachment ${attId}`)).toEqual([expect.objectContaining({ kind: 'stuck-attach-wait', did: `started ${wait.execution}, which no start had made` })]);
+      expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
+      expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ execution: wait.execution, status: 'attached' });
+      expect(await reconcileNow(attId)).toEqual([]);
+      expect(await executionsNamed(wait.execution)).toBe(1);
+      await detachAll(attId);
+      await auditClean();
+    });
+
+    test('a failed wait whose detach failed is an audit finding, and the reconciler detaches it once EC2 lets it', async () => {
+      // Prepare: past the bound, EC2 refuses the Failed step's detach (the machine's retries would meet the same).
+      fake.attachEnds.set('i-0nodetach', { looks: 0, then: 'stuck' });
+      const attId = await attachTo('i-0nodetach');
+      let refuse = true;
+      const detaches = () => ec2.commandCalls(DetachVolumeCommand).filter((c) => c.args[0].input.InstanceId === 'i-0nodetach').length;
+      wireFakeEc2(ec2, fake, (command, input) => {
+        if (refuse && command === 'DetachVolume' && (input as { InstanceId?: string }).InstanceId === 'i-0nodetach') throw awsError('UnauthorizedOperation', 'You are not authorized to perform this operation.');
+      });
+      const error = { Error: 'BackendNotReady', Cause: JSON.stringify({ errorMessage: 'still attaching after the bound' }) };
+      await expect(attachWaitFailed(attId, error)).rejects.toThrow();
+      expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
+      expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ status: 'failed', detachPending: true });
+      // EC2's attachment is also what the audit calls an orphan host connection (no attachment uses it).
+      expect((await runAudit()).findings.map((f) => f.kind)).toEqual(['attach-wait-detach-pending', 'orphan-host-connection']);
+      // Act + Assess: a pass while EC2 still refuses fails and keeps the intent; once EC2 lets it, the pass detaches.
+      expect((await reconcile({ before: new Date(Date.now() + 1000) })).left.filter((r) => r.resource === `attachment ${attId}`).map((r) => [r.kind, r.outcome])).toEqual([['attach-wait-detach-pending', 'failed']]);
+      expect((await getAttachmentRecord(attId))!.attachWait!.detachPending).toBe(true);
+      refuse = false;
+      const before = detaches();
+      const pass = await reconcile({ before: new Date(Date.now() + 1000) });
+      expect(pass.repaired.filter((r) => r.resource === `attachment ${attId}`).map((r) => r.kind)).toEqual(['attach-wait-detach-pending']);
+      expect(detaches()).toBe(before + 1);
+      expect((await getAttachmentRecord(attId))!.attachWait!.detachPending).toBeUndefined();
+      fake.describeVolumes({ VolumeIds: [ebsVolume().VolumeId!] });
+      expect(ebsVolume().Attachments).toEqual([]);
+      expect(await reconcileNow(attId)).toEqual([]);
+      wireFakeEc2(ec2, fake);
       await detachAll(attId);
       await auditClean();
     });
