@@ -5,7 +5,8 @@
  * (waiting in the machine while EC2 is still at it), extend, an attachment whose connector host is
  * an EC2 instance (attachment_update answers at once with the volume, instance and device, and
  * volume-attach-wait looks at EC2 until the attach is done or failed: after N looks, dropped by
- * EC2, throttled looks, a delete while it waits, the bound reached),
+ * EC2, throttled looks, a delete while it waits, the bound reached; the reconciler starting a wait
+ * whose start failed, leaving one whose execution ended, retrying a detach EC2 refused),
  * snapshots, a throttled call; the audit is clean after each.
  */
 import { DescribeVolumesCommand, DetachVolumeCommand, EC2Client } from '@aws-sdk/client-ec2';
@@ -153,7 +154,7 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
 
   describe('an attach EC2 has not finished: volume-attach-wait (issue 13)', () => {
     beforeAll(() => {
-      for (const i of ['i-0n', 'i-0drop', 'i-0thr', 'i-0slow', 'i-0stuck', 'i-0nostart', 'i-0nodetach']) fake.devices.set(i, ['/dev/sda1']);
+      for (const i of ['i-0n', 'i-0drop', 'i-0thr', 'i-0slow', 'i-0stuck', 'i-0nostart', 'i-0nodetach', 'i-0ended']) fake.devices.set(i, ['/dev/sda1']);
     });
 
     test('an attach that finishes after 3 looks: attached on the record; a second start of the same name starts nothing', async () => {
@@ -264,6 +265,21 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       expect(await executionsNamed(wait.execution)).toBe(1);
       await detachAll(attId);
       await auditClean();
+    });
+
+    test('a wait whose execution ended without ending it is left to an operator: the reconciler cannot start its name again', async () => {
+      const real = await sfn();
+      setSfn({ send: (command: unknown) => (command instanceof StartExecutionCommand ? Promise.reject(awsError('ServiceUnavailable', 'Step Functions is unavailable.')) : real.send(command as never)) } as unknown as SFNClient);
+      fake.attachEnds.set('i-0ended', { looks: 0, then: 'stuck' });
+      const attId = await attachTo('i-0ended');
+      setSfn(real);
+      // A console start under the recorded name with an input naming no attachment: it ends at once, touching nothing.
+      const wait = (await getAttachmentRecord(attId))!.attachWait!;
+      await startExecution(ATTACH_WAIT_MACHINE, wait.execution, { attachmentId: 'no-such-attachment' });
+      expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
+      expect((await reconcileNow(attId)).map((r) => [r.kind, r.outcome, r.did])).toEqual([['stuck-attach-wait', 'left', expect.stringContaining('ended SUCCEEDED without ending the wait')]]);
+      expect([(await getAttachmentRecord(attId))!.attachWait!.status, await executionsNamed(wait.execution)]).toEqual(['waiting', 1]);
+      await detachAll(attId);
     });
 
     test('a failed wait whose detach failed is an audit finding, and the reconciler detaches it once EC2 lets it', async () => {
