@@ -81,8 +81,8 @@ export function failAttach(volume: Volume, attachment: Attachment, reason: strin
  * Starts the wait's execution after the connect transaction recorded it (a second start finds the
  * first: functions/core/executions.ts). A start that fails does not fail the connect, which the
  * backend and the records already hold: the failure is logged as an error with the execution's
- * name, and the attachment keeps its `waiting` record, which names the execution an operator
- * starts (docs/state-machines.md).
+ * name, and the attachment keeps its `waiting` record, which names the execution the reconciler
+ * starts past its grace (attach-wait-recovery.ts), or an operator by hand (docs/state-machines.md).
  */
 export async function startAttachWait(attachment: Attachment): Promise<void> {
   const wait = attachment.attachWait;
