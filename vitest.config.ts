@@ -1,7 +1,4 @@
-import { relative } from 'node:path';
 import { defineConfig } from 'vitest/config';
-import { BaseSequencer, type TestSpecification } from 'vitest/node';
-import { longestFirst } from './test/support/longest-first.js';
 
 /**
  * Four tiers, one vitest project each (README "Tests"):
@@ -38,26 +35,10 @@ const UNIT_ISOLATED = [
   'attachment-api-shapes', 'share-driver-local', 'volume-scheduler',
 ].map((f) => `test/unit/${f}.test.ts`);
 
-/**
- * Within each group, the files known to be long first, longest first, across tiers (the README
- * test, four minutes at the user's pace, first of all): test/support/longest-first.ts says why.
- */
-class LongestFirstSequencer extends BaseSequencer {
-  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
-    const root = this.ctx.config.root;
-    return longestFirst(
-      await super.sort(files),
-      (f) => f.project.config.sequence.groupOrder,
-      (f) => relative(root, f.moduleId).split('\\').join('/'),
-    );
-  }
-}
-
 export default defineConfig({
   test: {
     ...shared,
     maxWorkers: 2,
-    sequence: { sequencer: LongestFirstSequencer },
     projects: [
       // The unit files share one module registry per worker (isolate: false): each file's imports
       // (the AWS SDK, zod schemas, the handlers) load once per worker, not once per file, which
