@@ -33,6 +33,11 @@ import type { BackendConfig } from '../../functions/drivers/volume/driver.js';
 export const FAKE_EC2_BACKEND = 'ferry@ebs-a';
 /** The zone of the fake's volumes and instances unless told otherwise. */
 export const FAKE_EC2_ZONE = 'eu-west-1a';
+/** The gp backend of FAKE_EC2_BACKEND in FAKE_EC2_ZONE that the driver unit tests run on the fake. */
+export const FAKE_EC2_GP_BACKEND: BackendConfig = {
+  host: FAKE_EC2_BACKEND, driver: 'aws-ebs', availabilityZone: FAKE_EC2_ZONE, pools: [{ name: 'gp', totalCapacityGb: 100 }],
+  serviceUuid: '22222222-2222-4222-8222-222222222222', volumeBackendName: 'ebs-a',
+};
 const MIN_SIZE: Record<string, number> = { io1: 4, io2: 4, st1: 125, sc1: 125 };
 
 export const awsError = (name: string, message = name) => Object.assign(new Error(message), { name, $fault: 'client' });

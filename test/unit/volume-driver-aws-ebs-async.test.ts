@@ -8,7 +8,7 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BackendNotReady } from '../../functions/core/errors.js';
 import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
-import { FakeEc2, wireFakeEc2 } from '../support/fake-ec2.js';
+import { FAKE_EC2_GP_BACKEND, FakeEc2, wireFakeEc2 } from '../support/fake-ec2.js';
 
 const client = new EC2Client({ region: 'eu-west-1' });
 const ec2 = mockClient(client);
@@ -20,10 +20,7 @@ beforeEach(() => {
   fake = new FakeEc2();
   ec2.reset();
   wireFakeEc2(ec2, fake);
-  driver = new AwsEbsVolumeDriver(
-    { host: 'ferry@ebs-a', driver: 'aws-ebs', availabilityZone: 'eu-west-1a', pools: [{ name: 'gp', totalCapacityGb: 100 }], serviceUuid: '22222222-2222-4222-8222-222222222222', volumeBackendName: 'ebs-a' },
-    { client, pollIntervalMs: 0, pollAttempts: 3 },
-  );
+  driver = new AwsEbsVolumeDriver(FAKE_EC2_GP_BACKEND, { client, pollIntervalMs: 0, pollAttempts: 3 });
 });
 afterEach(() => ec2.reset());
 

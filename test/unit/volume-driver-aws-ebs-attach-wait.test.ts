@@ -11,7 +11,7 @@ import { attachWaitExecutionName, failAttach, liveWait, withAttachWait } from '.
 import { connect, reserve } from '../../functions/attachments/transitions.js';
 import { BackendNotReady, DriverError } from '../../functions/core/errors.js';
 import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
-import { awsError, FakeEc2, wireFakeEc2 } from '../support/fake-ec2.js';
+import { awsError, FAKE_EC2_GP_BACKEND, FakeEc2, wireFakeEc2 } from '../support/fake-ec2.js';
 import { connectorFor, INSTANCE_A, T0, T1, volumeFixture } from '../support/attachment-fixtures.js';
 
 const client = new EC2Client({ region: 'eu-west-1' });
@@ -23,10 +23,7 @@ beforeEach(() => {
   fake = new FakeEc2();
   ec2.reset();
   wireFakeEc2(ec2, fake);
-  driver = new AwsEbsVolumeDriver(
-    { host: 'ferry@ebs-a', driver: 'aws-ebs', availabilityZone: 'eu-west-1a', pools: [{ name: 'gp', totalCapacityGb: 100 }], serviceUuid: '22222222-2222-4222-8222-222222222222', volumeBackendName: 'ebs-a' },
-    { client, pollIntervalMs: 0, pollAttempts: 3 },
-  );
+  driver = new AwsEbsVolumeDriver(FAKE_EC2_GP_BACKEND, { client, pollIntervalMs: 0, pollAttempts: 3 });
 });
 afterEach(() => ec2.reset());
 
