@@ -4,10 +4,12 @@
  *
  * - operation: pk `REPLOP#<id>`, sk `OP` — kind, host, target, status, batchCount, progress.
  * - batch:     pk `REPLOP#<id>`, sk `BATCH#<nnnnn>` — the volume ids of one Map item (the Map's
- *   items are batch numbers, so an execution's payload stays small whatever the backend holds).
+ *   items are batch numbers, so an execution's payload stays small whatever the backend holds),
+ *   and once the driver chose them, the replicas its volumes start from (`replicaChoices`).
  * - progress:  pk `REPLOP#<id>`, sk `PROGRESS#<nnnnn>` — the volumes one batch switched (operation-record.ts).
  * - drill copies: pk `REPLOP#<drill op id>`, sk `COPIES#<nnnnn>` — what startDrill made for a batch.
  */
+import { unmarshall } from '@aws-sdk/util-dynamodb';
 import { BatchWriteCommand, DeleteCommand, GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { batchGetAll, db, isConditionFailure, queryAll, scanAll } from '../core/db.js';
 import { DependencyError, NotFound } from '../core/errors.js';
@@ -76,10 +78,42 @@ async function batchWrite(requests: Record<string, unknown>[]): Promise<void> {
   }
 }
 
-export async function getBatch(id: string, n: number): Promise<string[]> {
+/** Volume id -> the replica (driver-opaque) it starts from; null: it had none. */
+export type ReplicaChoices = Record<string, string | null>;
+
+export async function getBatch(id: string, n: number): Promise<{ volumeIds: string[]; replicaChoices?: ReplicaChoices }> {
   const out = await db().send(new GetCommand({ TableName: tableName('volume'), Key: batchKey(id, n), ConsistentRead: true }));
   if (!out.Item) throw new NotFound(`Batch ${n} of replication operation ${id} could not be found.`);
-  return out.Item.volumeIds as string[];
+  return { volumeIds: out.Item.volumeIds as string[], ...(out.Item.replicaChoices ? { replicaChoices: out.Item.replicaChoices as ReplicaChoices } : {}) };
+}
+
+/**
+ * The intent of a batch's failover or drill: which replica each volume starts from, recorded once
+ * (condition: none recorded yet) before the driver makes anything from them. Answers what is
+ * recorded: `chosen`, or an earlier run's choices (from the refused write's old item, no extra read).
+ */
+export async function recordReplicaChoices(id: string, n: number, chosen: ReplicaChoices): Promise<ReplicaChoices> {
+  try {
+    await db().send(
+      new UpdateCommand({
+        TableName: tableName('volume'),
+        Key: batchKey(id, n),
+        UpdateExpression: 'SET #choices = :chosen',
+        ConditionExpression: 'attribute_exists(pk) AND attribute_not_exists(#choices)',
+        ExpressionAttributeNames: { '#choices': 'replicaChoices' },
+        ExpressionAttributeValues: { ':chosen': chosen },
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+      }),
+    );
+    return chosen;
+  } catch (e) {
+    if (!isConditionFailure(e)) throw e;
+    // The old item comes back as DynamoDB attribute values, not through the document client.
+    const raw = (e as { Item?: Parameters<typeof unmarshall>[0] }).Item;
+    const recorded = raw ? (unmarshall(raw).replicaChoices as ReplicaChoices | undefined) : undefined;
+    if (!recorded) throw new NotFound(`Batch ${n} of replication operation ${id} could not be found.`);
+    return recorded;
+  }
 }
 
 /** running -> succeeded | failed, once (a re-run finds it finished and changes nothing). */

@@ -9,7 +9,8 @@
  * so the execution's payload and history stay small (about 8 events per batch of 198 volumes).
  *
  * Every step is idempotent: Prepare keeps the first run's plan, a Batch skips volumes this
- * operation already did (`failoverOperationId`) and the driver's calls are idempotent, Finish and
+ * operation already did (`failoverOperationId`), starts the others from the replicas its first run
+ * recorded (repo.ts recordReplicaChoices) and the driver's calls are idempotent, Finish and
  * Fail act only while the operation is running. So a retried Task, or a local stack that runs the
  * execution again from the start after a restart, finishes the same operation with the same result.
  */
@@ -19,7 +20,7 @@ import { db, isConditionFailure, withRetries } from '../core/db.js';
 import { BadRequest } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { negotiateVersion, VOLUME_VERSIONS } from '../core/microversion.js';
-import type { ReplicatedVolumeRef } from '../drivers/volume/driver.js';
+import type { RecordReplicaChoices, ReplicatedVolumeRef } from '../drivers/volume/driver.js';
 import { driverFor, isReplicationDriver } from '../drivers/volume/registry.js';
 import { snapshotErrorItem } from '../snapshots/repo.js';
 import { backendOf } from '../volumes/backends.js';
@@ -41,6 +42,7 @@ import {
   putDrillCopies,
   VOLUMES_PER_TRANSACTION,
   recordPlan,
+  recordReplicaChoices,
 } from './repo.js';
 import { fail, finish } from './operation-end.js';
 import { getBackendItem } from './service-repo.js';
@@ -160,9 +162,9 @@ export async function runBatch(operationId: string, batch: number): Promise<Batc
   // Two round trips, not three: the operation then its backend, beside the batch's volume ids then
   // the volumes (a drill-end batch lists none). Read even when the operation turns out ended: a
   // wasted read then, one round trip fewer on every batch that runs.
-  const [{ op, item }, volumeItems] = await Promise.all([
+  const [{ op, item }, { volumeItems, replicaChoices }] = await Promise.all([
     getOperationOrThrow(operationId).then(async (o) => ({ op: o, item: o.status === 'running' ? await getBackendItem(o.host) : undefined })),
-    getBatch(operationId, batch).then(batchGetVolumeItems),
+    getBatch(operationId, batch).then(async (b) => ({ volumeItems: await batchGetVolumeItems(b.volumeIds), replicaChoices: b.replicaChoices })),
   ]);
   if (op.status !== 'running' || !item) return { batch, volumes: 0 };
   const driver = driverFor(item.config, item.service.activeBackendId);
@@ -179,11 +181,15 @@ export async function runBatch(operationId: string, batch: number): Promise<Batc
 
   // Only volumes still on this backend (one deleted meanwhile is simply gone).
   const volumes = volumeItems.map(toVolume).filter((v) => v.host && backendOf(v.host) === op.host);
+  // The replicas the driver starts the batch's volumes from: recorded before it makes anything, and
+  // an earlier run's record handed back to it (refOf), so a re-run starts each from the same one.
+  const recordReplicas: RecordReplicaChoices = (chosen) => recordReplicaChoices(operationId, batch, chosen);
+  const refOf = (v: Volume): ReplicatedVolumeRef => ({ volumeId: v.id, backendName: v.backendName, sizeGb: v.size, ...(replicaChoices ? { replica: replicaChoices[v.id] ?? null } : {}) });
 
   if (op.kind === 'drill') {
     const replicated = volumes.filter(isReplicatedVolume);
     if (replicated.length) {
-      const copies = await driver.startDrill(replicated.map(refOf), op.target!);
+      const copies = await driver.startDrill(replicated.map(refOf), op.target!, recordReplicas);
       await putDrillCopies(operationId, batch, copies);
     }
     return { batch, volumes: replicated.length };
@@ -200,7 +206,8 @@ export async function runBatch(operationId: string, batch: number): Promise<Batc
   if (replicated.length) {
     let updates: Map<string, DriverVolumeUpdate>;
     try {
-      const result = await driver.failoverHost(replicated.map(refOf), op.failback ? FAILBACK_SENTINEL : op.target!);
+      // A failback brings home the volume that is there: nothing to choose.
+      const result = op.failback ? await driver.failoverHost(replicated.map(refOf), FAILBACK_SENTINEL) : await driver.failoverHost(replicated.map(refOf), op.target!, recordReplicas);
       updates = new Map(result.volumeUpdates.map((u) => [u.volumeId, u.updates]));
     } catch (e) {
       if (isInvalidReplicationTarget(e)) throw new InvalidReplicationTarget((e as Error).message, e);
@@ -211,8 +218,6 @@ export async function runBatch(operationId: string, batch: number): Promise<Batc
   await writeOutcomes(operationId, batch, pending);
   return { batch, volumes: todo.length };
 }
-
-const refOf = (v: Volume): ReplicatedVolumeRef => ({ volumeId: v.id, backendName: v.backendName, sizeGb: v.size });
 
 interface PendingOutcome {
   before: Volume;

@@ -5,10 +5,14 @@
  * and copies them; freeze stops it; a drill brings copies up in the target and ending it removes them;
  * failover_host runs the volume-failover machine with the primary region not answering; a failed-
  * over volume attaches to an instance of the target zone; failback ('default') brings the volumes
- * home, waiting in the machine while the copies travel; the audit is clean at the end.
+ * home, waiting in the machine while the copies travel; the audit is clean at the end; a failover
+ * right after, whose first CreateVolume reply is lost while newer copies arrive, runs its batch
+ * again from the copies it recorded: one volume each.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
+import { getBatch, listOperations } from '../../functions/replication/repo.js';
+import { getVolume } from '../../functions/volumes/repo.js';
 import { awsError, type FakeEc2 } from '../support/fake-ec2.js';
 import { startReplicatedEbsStack, type EbsStack } from '../support/ebs-stack.js';
 import { eventually } from '../support/poll.js';
@@ -122,5 +126,48 @@ describe('EBS replication to another region through the API (EC2 mocked per regi
     expect(homeNames).toEqual(ids.map((id) => `volume-${id}`).sort());
     expect(kinds(home).filter((k) => k.startsWith('failback'))).toEqual([]);
     expect((await runAudit()).findings).toEqual([]);
+  });
+
+  test('failing over again at once, the first CreateVolume\'s reply lost while newer copies arrive: the batch runs again from the copies it recorded, one volume each', async () => {
+    // Prepare: no pass since the failback, so Frankfurt holds the copies the first failover started
+    // from; Frankfurt's DescribeVolumes by tag lists none made from now on (EC2's eventual consistency).
+    const since = new Date();
+    const real = { createVolume: frankfurt.createVolume, describeVolumes: frankfurt.describeVolumes };
+    frankfurt.describeVolumes = (input) => {
+      const out = real.describeVolumes.call(frankfurt, input);
+      return input.Filters ? { ...out, Volumes: out.Volumes.filter((v) => !(v.CreateTime && v.CreateTime >= since)) } : out;
+    };
+    let lost = 0;
+    frankfurt.createVolume = (input) => {
+      const made = real.createVolume.call(frankfurt, input);
+      if (lost++ > 0) return made;
+      // Copies that started before the failover arrive now, their sources taken later.
+      for (const arrived of [...frankfurt.snapshots.values()].filter((c) => c.State === 'completed')) {
+        const Tags = arrived.Tags!.map((t) => (t.Key === 'ferry:source-time' ? { ...t, Value: new Date().toISOString() } : t));
+        frankfurt.snapshots.set(`${arrived.SnapshotId}-newer`, { ...arrived, SnapshotId: `${arrived.SnapshotId}-newer`, Tags });
+      }
+      throw awsError('RequestTimeout', 'the reply was lost');
+    };
+
+    // Act
+    try {
+      expect((await api('PUT', '/os-services/failover_host', { host: HOST, backend_id: 'frankfurt' })).status).toBe(202);
+      await serviceBecomes('failed-over');
+    } finally {
+      Object.assign(frankfurt, real);
+    }
+
+    // Assess: one volume per record, from the copy recorded in the batch (not a newer one), where the record points.
+    expect(lost).toBeGreaterThan(ids.length);
+    const [op] = await listOperations(HOST);
+    const { replicaChoices } = await getBatch(op!.id, 0);
+    for (const id of ids) {
+      const made = [...frankfurt.volumes.values()].filter((v) => v.Tags?.some((t) => t.Key === 'ferry:backend-name' && t.Value === `volume-${id}`));
+      expect(made).toHaveLength(1);
+      expect(made[0]!.SnapshotId).not.toMatch(/-newer$/);
+      expect(made[0]!.SnapshotId).toBe(replicaChoices?.[id]?.split('@')[0]);
+      expect(await volume(id)).toMatchObject({ replication_status: 'failed-over', status: 'available' });
+      expect((await getVolume(id))!.providerLocation).toBe(made[0]!.VolumeId);
+    }
   });
 });

@@ -198,6 +198,98 @@ describe('failover, failback and drills', () => {
     expect(made!.VolumeId).not.toBe(first.volumeUpdates[0]!.updates.providerLocation);
   });
 
+  it('fails over again right after a failback, before a newer copy arrived: a new volume from the same copy, not the first failover\'s deleted one', async () => {
+    // Prepare: failed over and back home, with no pass since (the copy in Frankfurt is the one the first failover used).
+    await replicated('volume-1', 5);
+    const recorder = () => {
+      let recorded: Record<string, string | null> | undefined;
+      return async (chosen: Record<string, string | null>) => (recorded ??= chosen);
+    };
+    const first = await driverOn().failoverHost([ref('volume-1')], 'frankfurt', recorder());
+    for (let i = 0; i < 5; i++) if (await driverOn('frankfurt').failoverHost([ref('volume-1')], 'default').catch(() => undefined)) break;
+    expect(fake('eu-central-1').volumes.size).toBe(0);
+    clock += 60_000;
+
+    // Act: a new operation, so a new record
+    const second = await driverOn().failoverHost([ref('volume-1')], 'frankfurt', recorder());
+
+    // Assess
+    const [made] = [...fake('eu-central-1').volumes.values()];
+    expect(made?.VolumeId).toBeDefined();
+    expect(made!.VolumeId).not.toBe(first.volumeUpdates[0]!.updates.providerLocation);
+    expect(second.volumeUpdates).toEqual([{ volumeId: 'id-volume-1', updates: { replicationStatus: 'failed-over', providerLocation: made!.VolumeId } }]);
+  });
+
+  describe('a batch run again after a lost CreateVolume reply, while a newer copy has arrived and Frankfurt does not list the first volume yet', () => {
+    /** The copy of volume-1 in Frankfurt as a copy that started before the failover and arrives during it: its source taken later. */
+    const newerCopyArrives = () => {
+      const [arrived] = [...fake('eu-central-1').snapshots.values()].filter((s) => s.State === 'completed');
+      const later = new Date(clock + 1_000).toISOString();
+      const tags = arrived!.Tags!.map((t) => (t.Key === 'ferry:source-time' ? { ...t, Value: later } : t));
+      fake('eu-central-1').snapshots.set('snap-newer', { ...arrived!, SnapshotId: 'snap-newer', Tags: tags });
+    };
+    /** CreateVolume makes the volume, a newer copy arrives, and the reply is lost; DescribeVolumes by tag lists no volume made from now on. */
+    const loseFirstReply = () => {
+      const frankfurt = fake('eu-central-1');
+      const create = frankfurt.createVolume.bind(frankfurt);
+      const describe = frankfurt.describeVolumes.bind(frankfurt);
+      frankfurt.describeVolumes = (input) => ({ ...describe(input), ...(input.Filters ? { Volumes: [] } : {}) });
+      let lost = false;
+      frankfurt.createVolume = (input) => {
+        const made = create(input);
+        if (lost) return made;
+        lost = true;
+        newerCopyArrives();
+        throw awsError('RequestTimeout', 'the reply was lost');
+      };
+    };
+    const volumesOf = (name: string) => [...fake('eu-central-1').volumes.values()].filter((v) => v.Tags?.some((t) => t.Value === name));
+    let recorded: Record<string, string | null> | undefined;
+    const record = async (chosen: Record<string, string | null>) => (recorded ??= chosen);
+    beforeEach(() => {
+      recorded = undefined;
+    });
+
+    it('failover starts from the copy its first run recorded: the same ClientToken, one volume', async () => {
+      // Prepare
+      await replicated('volume-1', 5);
+      loseFirstReply();
+      await expect(driverOn().failoverHost([ref('volume-1')], 'frankfurt', record)).rejects.toThrow(/RequestTimeout/);
+      const chosen = recorded!['id-volume-1'];
+      expect(chosen).toMatch(/^snap-eu-central-1a-\d+@2026-/);
+
+      // Act: the re-run, with the batch's record
+      const again = await driverOn().failoverHost([{ ...ref('volume-1'), replica: chosen }], 'frankfurt', record);
+
+      // Assess
+      const made = volumesOf('volume-1');
+      expect(made.map((v) => v.SnapshotId)).toEqual([chosen!.split('@')[0]]);
+      expect(again.volumeUpdates).toEqual([{ volumeId: 'id-volume-1', updates: { replicationStatus: 'failed-over', providerLocation: made[0]!.VolumeId } }]);
+    });
+
+    it('a drill does the same: one drill copy, from the copy recorded', async () => {
+      await replicated('volume-1', 5);
+      loseFirstReply();
+      await expect(driverOn().startDrill([ref('volume-1')], 'frankfurt', record)).rejects.toThrow(/RequestTimeout/);
+
+      const copies = await driverOn().startDrill([{ ...ref('volume-1'), replica: recorded!['id-volume-1'] }], 'frankfurt', record);
+
+      expect(volumesOf('volume-1').map((v) => v.VolumeId)).toEqual([copies[0]!.location]);
+      expect(volumesOf('volume-1')[0]!.SnapshotId).toBe(recorded!['id-volume-1']!.split('@')[0]);
+    });
+
+    it('a recorded copy that is gone, with no volume made from it, leaves that volume in error and makes nothing; a recorded none is none', async () => {
+      await replicated('volume-1', 5);
+      await replicated('volume-2', 5);
+
+      const result = await driverOn().failoverHost([{ ...ref('volume-1'), replica: 'snap-gone' }, { ...ref('volume-2'), replica: null }], 'frankfurt', record);
+
+      expect(result.volumeUpdates.map((u) => u.updates)).toEqual([{ status: 'error' }, { status: 'error' }]);
+      expect(fake('eu-central-1').volumes.size).toBe(0);
+      expect(recorded).toBeUndefined();
+    });
+  });
+
   it('a drill makes copies in the target that are never the backend\'s volumes, and its end removes them', async () => {
     await replicated('volume-1', 5);
     const driver = driverOn();

@@ -9,21 +9,25 @@
  * Failover creates, in the target zone, a volume from the newest copy that has arrived of each
  * volume, tagged as the backend's under the same backend name, so the driver built for the target
  * (activeBackendId) finds it as any other; nothing is asked of the primary region, which may be
- * gone. Its ClientToken derives from the backend, target, name and the copy it starts from, so a
- * failover repeated after a crash makes no second volume, and a failover after a failback (a newer
- * copy) is a new request: EC2 answers a reused token with what it first made, even deleted, or
- * IdempotentParameterMismatch when the request differs, for at least 24 hours. Failback runs the
- * same way the other way round (aws-ebs-failback.ts).
+ * gone. The copy chosen is recorded in the failover's batch before the first CreateVolume (the
+ * step's recordReplicas), and the ClientToken derives from the backend, target, name and that
+ * recorded choice (the copy and when it was chosen), so a failover repeated after a crash starts
+ * from the same copy and makes no second volume, even when a newer copy arrived in between; and a
+ * failover after a failback is a new request, from a newer copy or the same one: EC2 answers a
+ * reused token with what it first made, even deleted, or IdempotentParameterMismatch when the
+ * request differs, for at least 24 hours. Failback runs the same way the other way round
+ * (aws-ebs-failback.ts).
  *
  * Every object is found by its tags (`ferry:backend`, `ferry:replica-of`, `ferry:replication`),
  * never by a remembered id, so each call is idempotent.
  */
 import type { EC2Client, Filter, Snapshot, Volume, VolumeType } from '@aws-sdk/client-ec2';
-import { ConfigurationError, type DriverError } from '../../core/errors.js';
-import { InvalidReplicationTarget, type BackendConfig, type DrillCopy, type FailoverResult, type ReplicatedVolumeRef } from './driver.js';
+import { ConfigurationError, DriverError } from '../../core/errors.js';
+import { InvalidReplicationTarget, type BackendConfig, type DrillCopy, type FailoverResult, type RecordReplicaChoices, type ReplicatedVolumeRef } from './driver.js';
 import {
   DEFAULT_EBS_VOLUME_TYPE,
   NOT_FOUND_CODES,
+  SNAPSHOT_NOT_FOUND_CODES,
   TAG_BACKEND,
   TAG_BACKEND_NAME,
   TAG_DRILL,
@@ -120,10 +124,9 @@ export class EbsReplication {
     }
   }
 
-  /** The newest completed copy of a volume in a region (what a failover or drill there starts from). */
-  async newestCopy(region: string, backendName: string): Promise<Snapshot | undefined> {
-    const copies = (await this.snapshots(region, { [TAG_REPLICA_OF]: backendName, [TAG_REPLICATION]: 'copy' })).filter((s) => s.State === 'completed');
-    return copies.sort((a, b) => sourceTime(b) - sourceTime(a))[0];
+  /** The completed copies of a volume in a region (what a failover or drill there may start from). */
+  async completedCopies(region: string, backendName: string): Promise<Snapshot[]> {
+    return (await this.snapshots(region, { [TAG_REPLICA_OF]: backendName, [TAG_REPLICATION]: 'copy' })).filter((s) => s.State === 'completed');
   }
 
   /** Per target: when the newest arrived copy's snapshot was taken, and the lag that makes. */
@@ -131,8 +134,8 @@ export class EbsReplication {
     const now = this.c.now();
     const out = [];
     for (const t of this.c.targets) {
-      const newest = await this.newestCopy(t.region, backendName);
-      const at = newest ? sourceTime(newest) : null;
+      const arrived = newest(await this.completedCopies(t.region, backendName));
+      const at = arrived ? sourceTime(arrived) : null;
       out.push({ targetBackendId: t.backendId, lastSyncAt: at, lagMs: Math.max(0, now - (at ?? createdAt)) });
     }
     return out;
@@ -236,45 +239,84 @@ export class EbsReplication {
 
   /**
    * To a target: each volume's newest arrived copy becomes a volume in the target zone under the
-   * same backend name (`{status: 'error'}` for one with no copy there). Not waited for: the volume
-   * is `creating` for a moment, and attaching it waits as any attach does. What is already there
-   * and the copies are read for the whole batch at once (EC2 takes up to 200 values per filter), so
-   * a volume costs its one CreateVolume and a share of two Describe calls.
+   * same backend name (`{status: 'error'}` for one with no copy there, or whose copy is gone). Not
+   * waited for: the volume is `creating` for a moment, and attaching it waits as any attach does.
+   * What is already there and the copies are read for the whole batch at once (EC2 takes up to 200
+   * values per filter), so a volume costs its one CreateVolume and a share of two Describe calls.
    */
-  async failOver(volumes: ReplicatedVolumeRef[], targetId: string): Promise<FailoverResult> {
+  async failOver(volumes: ReplicatedVolumeRef[], targetId: string, recordReplicas?: RecordReplicaChoices): Promise<FailoverResult> {
     const t = this.target(targetId);
     const there = new Map<string, string>();
-    const copies = new Map<string, Snapshot>();
+    const copies = new Map<string, Snapshot[]>();
     for (let i = 0; i < volumes.length; i += MAX_FILTER_VALUES) {
       const names = volumes.slice(i, i + MAX_FILTER_VALUES).map((v) => v.backendName);
       for (const v of await this.c.volumes(t.region, [{ Name: `tag:${TAG_BACKEND_NAME}`, Values: names }])) there.set(tagOf(v, TAG_BACKEND_NAME)!, v.VolumeId!);
       for (const c of await this.snapshots(t.region, { [TAG_REPLICATION]: 'copy' }, [{ Name: `tag:${TAG_REPLICA_OF}`, Values: names }])) {
         const name = tagOf(c, TAG_REPLICA_OF)!;
-        const best = copies.get(name);
-        if (c.State === 'completed' && (!best || sourceTime(c) > sourceTime(best))) copies.set(name, c);
+        if (c.State === 'completed') copies.set(name, [...(copies.get(name) ?? []), c]);
       }
     }
+    const chosen = await this.chosenCopies(volumes, copies, recordReplicas);
     const volumeUpdates: FailoverResult['volumeUpdates'] = [];
     for (const v of volumes) {
-      const copy = copies.get(v.backendName);
+      const { copy, choice } = chosen.get(v.volumeId) ?? {};
       let id = there.get(v.backendName);
       if (!id && copy) {
-        const token = clientTokenFor(this.c.host, `failover:${t.backendId}:${v.backendName}:${copy.SnapshotId}`);
-        id = await this.volumeFrom(t, copy, token, { [TAG_NAME]: v.backendName, [TAG_BACKEND_NAME]: v.backendName, [TAG_POOL]: tagOf(copy, TAG_POOL) ?? '' });
+        const token = clientTokenFor(this.c.host, `failover:${t.backendId}:${v.backendName}:${choice}`);
+        id = await this.volumeFrom(t, copy, token, { [TAG_NAME]: v.backendName, [TAG_BACKEND_NAME]: v.backendName, [TAG_POOL]: tagOf(copy, TAG_POOL) ?? '' }).catch((e: unknown) => {
+          // The copy chosen is gone (deleted since it was listed or recorded) and no volume was made from it.
+          if (e instanceof DriverError && SNAPSHOT_NOT_FOUND_CODES.has(String(e.context.code))) return undefined;
+          throw e;
+        });
       }
       volumeUpdates.push({ volumeId: v.volumeId, updates: id ? { replicationStatus: 'failed-over', providerLocation: id } : { status: 'error' } });
     }
     return { activeBackendId: t.backendId, volumeUpdates };
   }
 
-  /** Copies of the volumes in a target from their newest arrived copies, tagged as a drill (never the backend's volumes). */
-  async startDrill(volumes: ReplicatedVolumeRef[], targetId: string): Promise<DrillCopy[]> {
+  /**
+   * The copy each volume starts from (undefined: none) and the ClientToken's part for it: the
+   * choice an earlier run of the batch recorded (`replica`), else the newest completed copy, these
+   * choices recorded (recordReplicas) before any is used. So a batch run again after a crash starts
+   * every volume from the copy its first run chose, with the same ClientToken, even when a copy in
+   * flight has arrived since and the target's DescribeVolumes does not list the volume made yet: no
+   * second volume. A recorded choice also names when it was made (`<snapshot id>@<time>`), so a
+   * later operation from the same copy (a failover after a failback before a newer copy arrived, a
+   * second drill) is a new request, not the first one's token, which EC2 would answer with the
+   * volume it made then, deleted since. Unrecorded (a caller without recordReplicas), the token
+   * names the copy alone. A recorded copy no longer listed is named by its id alone (its volume's
+   * size): EC2 answers a token it knows with the volume it made, and a new one InvalidSnapshot.NotFound.
+   */
+  private async chosenCopies(volumes: ReplicatedVolumeRef[], copies: Map<string, Snapshot[]>, recordReplicas?: RecordReplicaChoices): Promise<Map<string, { copy: Snapshot; choice: string } | undefined>> {
+    const unchosen = volumes.filter((v) => v.replica === undefined);
+    let recorded: Record<string, string | null> = {};
+    if (unchosen.length > 0) {
+      const at = new Date(this.c.now()).toISOString();
+      const choiceOf = (copy: Snapshot | undefined) => (copy ? (recordReplicas ? `${copy.SnapshotId}@${at}` : copy.SnapshotId!) : null);
+      const chosen = Object.fromEntries(unchosen.map((v) => [v.volumeId, choiceOf(newest(copies.get(v.backendName) ?? []))]));
+      recorded = recordReplicas ? await recordReplicas(chosen) : chosen;
+    }
+    return new Map(
+      volumes.map((v) => {
+        const choice = v.replica === undefined ? (recorded[v.volumeId] ?? null) : v.replica;
+        if (choice === null) return [v.volumeId, undefined];
+        const id = choice.split('@')[0]!;
+        return [v.volumeId, { copy: copies.get(v.backendName)?.find((c) => c.SnapshotId === id) ?? { SnapshotId: id, VolumeSize: v.sizeGb }, choice }];
+      }),
+    );
+  }
+
+  /** Copies of the volumes in a target from their newest arrived copies, tagged as a drill (never the backend's volumes); the copies chosen recorded first, as failOver's. */
+  async startDrill(volumes: ReplicatedVolumeRef[], targetId: string, recordReplicas?: RecordReplicaChoices): Promise<DrillCopy[]> {
     const t = this.target(targetId);
+    const copies = new Map<string, Snapshot[]>();
+    for (const v of volumes) copies.set(v.backendName, await this.completedCopies(t.region, v.backendName));
+    const chosen = await this.chosenCopies(volumes, copies, recordReplicas);
     const out: DrillCopy[] = [];
     for (const v of volumes) {
-      const copy = await this.newestCopy(t.region, v.backendName);
+      const { copy, choice } = chosen.get(v.volumeId) ?? {};
       if (!copy) throw this.c.fail(`no replica of ${v.backendName} has arrived in ${t.backendId} yet: nothing to drill on`, { backendName: v.backendName, target: t.backendId });
-      const token = clientTokenFor(this.c.host, `drill:${t.backendId}:${v.backendName}:${copy.SnapshotId}`);
+      const token = clientTokenFor(this.c.host, `drill:${t.backendId}:${v.backendName}:${choice}`);
       const id = await this.volumeFrom(t, copy, token, { [TAG_NAME]: `drill-${v.backendName}`, [TAG_DRILL]: v.backendName, [TAG_REPLICATION]: 'drill' });
       out.push({ volumeId: v.volumeId, backendName: v.backendName, targetBackendId: t.backendId, location: id });
     }
@@ -304,3 +346,5 @@ export class EbsReplication {
 const tags = (o: Record<string, string>) => Object.entries(o).map(([Key, Value]) => ({ Key, Value }));
 const time = (s: Snapshot) => (s.StartTime ? new Date(s.StartTime).getTime() : 0);
 const sourceTime = (s: Snapshot) => Date.parse(tagOf(s, TAG_SOURCE_TIME) ?? '') || time(s);
+/** The copy whose source was taken last. */
+const newest = (copies: Snapshot[]) => copies.reduce<Snapshot | undefined>((best, c) => (!best || sourceTime(c) > sourceTime(best) ? c : best), undefined);

@@ -28,6 +28,7 @@ import {
   type DrillCopy,
   type FailoverResult,
   type PoolCapabilities,
+  type RecordReplicaChoices,
   type ReplicatedVolumeRef,
   type ReplicationDriver,
   type SnapshotDriver,
@@ -134,7 +135,7 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
     await this.replication.removeReplicas(backendName);
   }
 
-  async failoverHost(volumes: ReplicatedVolumeRef[], secondaryId: string | null): Promise<FailoverResult> {
+  async failoverHost(volumes: ReplicatedVolumeRef[], secondaryId: string | null, recordReplicas?: RecordReplicaChoices): Promise<FailoverResult> {
     if (secondaryId === FAILBACK_SENTINEL) {
       if (!this.activeTarget) throw new InvalidReplicationTarget(`${this.backendHost} is not failed over; there is nothing to fail back from.`, { host: this.backendHost });
       return failBack(this.replication, this.replicationContext, this.activeTarget, volumes);
@@ -143,17 +144,16 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
     const target = secondaryId ?? this.targets[0]?.backendId;
     if (!target) throw new InvalidReplicationTarget(`${this.backendHost} has no replication targets.`, { host: this.backendHost });
     if (this.activeTarget && this.activeTarget.backendId !== target) throw new InvalidReplicationTarget(`${this.backendHost} is failed over to ${this.activeTarget.backendId}; fail back first.`, { host: this.backendHost });
-    return this.replication.failOver(volumes, target);
+    return this.replication.failOver(volumes, target, recordReplicas);
   }
 
   /** The service's `frozen` flag is what refuses changes and stops the passes (the schedule reads it); EBS holds no state of its own for it. */
   async freezeBackend(): Promise<void> {}
-
   async thawBackend(): Promise<void> {}
 
-  async startDrill(volumes: ReplicatedVolumeRef[], targetBackendId: string): Promise<DrillCopy[]> {
+  async startDrill(volumes: ReplicatedVolumeRef[], targetBackendId: string, recordReplicas?: RecordReplicaChoices): Promise<DrillCopy[]> {
     if (this.activeTarget?.backendId === targetBackendId) throw new InvalidReplicationTarget(`${targetBackendId} is the active site of ${this.backendHost}, not a replica to drill on.`, { host: this.backendHost, targetBackendId });
-    return this.replication.startDrill(volumes, targetBackendId);
+    return this.replication.startDrill(volumes, targetBackendId, recordReplicas);
   }
 
   endDrill(copies: DrillCopy[]): Promise<void> {

@@ -186,7 +186,21 @@ export interface ReplicatedVolumeRef {
   volumeId: string;
   backendName: string;
   sizeGb: number;
+  /**
+   * The replica this volume starts from, as recorded by an earlier run of the same batch (an opaque
+   * value only the driver resolves; null: it had none). Absent: not chosen yet, the driver chooses.
+   */
+  replica?: string | null;
 }
+
+/**
+ * The failover step's record of the replicas a driver chose (volume id -> replica, null: none),
+ * made before the driver acts on any of them: it answers what is recorded for the batch, which is
+ * an earlier run's choice when there was one. A driver that starts volumes from one of several
+ * replicas (aws-ebs: the newest copy, which a copy in flight can change between two runs) calls it
+ * once per call, before its first effect, and uses what it answers.
+ */
+export type RecordReplicaChoices = (chosen: Record<string, string | null>) => Promise<Record<string, string | null>>;
 
 /** `failover_host`'s answer: the backend now active, and model updates per volume (upstream's `volume_update_list`). */
 export interface FailoverResult {
@@ -218,12 +232,14 @@ export interface ReplicationDriver {
    * Upstream `failover_host(volumes, secondary_id)`: `secondaryId` null = the driver picks a target,
    * 'default' = fail back to the primary. Throws InvalidReplicationTarget (a FerryError 400) for an
    * unknown target. Volumes it cannot bring up get `{status: 'error'}` updates instead of throwing.
+   * `recordReplicas` (the failover step's, not for failback) records which replica each volume
+   * starts from before anything is made, and a volume's `replica` is an earlier run's record.
    */
-  failoverHost(volumes: ReplicatedVolumeRef[], secondaryId: string | null): Promise<FailoverResult>;
+  failoverHost(volumes: ReplicatedVolumeRef[], secondaryId: string | null, recordReplicas?: RecordReplicaChoices): Promise<FailoverResult>;
   freezeBackend(): Promise<void>;
   thawBackend(): Promise<void>;
-  /** Beyond upstream: bring the volumes up on a target as copies, leaving the primary untouched. */
-  startDrill(volumes: ReplicatedVolumeRef[], targetBackendId: string): Promise<DrillCopy[]>;
+  /** Beyond upstream: bring the volumes up on a target as copies, leaving the primary untouched (`recordReplicas` as failoverHost's). */
+  startDrill(volumes: ReplicatedVolumeRef[], targetBackendId: string, recordReplicas?: RecordReplicaChoices): Promise<DrillCopy[]>;
   /** Removes every copy a drill made (idempotent). */
   endDrill(copies: DrillCopy[]): Promise<void>;
 }

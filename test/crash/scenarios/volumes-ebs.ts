@@ -9,7 +9,9 @@
  * `failed-over`, and the audit is clean. While the failover runs, Frankfurt's DescribeVolumes by
  * tag does not list the volumes it made (EC2's eventual consistency, longest right after a create):
  * so a batch re-run after a crash does not find the volume its first run made and sends CreateVolume
- * again, and only the ClientToken keeps it from making a second one.
+ * again, and only the ClientToken keeps it from making a second one. A copy in flight when the
+ * failover starts arrives during it (copiesInFlight), so that token must come from the copy the
+ * batch recorded, not from the newest one the re-run sees.
  */
 import { getVolume } from '../../../functions/volumes/repo.js';
 import type { CrashOutcome, CrashScenario } from '../../support/crash.js';
@@ -52,6 +54,22 @@ const fakeOf = (region: string): FakeEc2 => {
 const inFrankfurt = (volumeId: string) =>
   [...fakeOf('eu-central-1').volumes.values()].filter((v) => v.Tags?.some((t) => t.Key === 'ferry:backend-name' && t.Value === `volume-${volumeId}`) && !v.Tags?.some((t) => t.Key === 'ferry:drill'));
 
+/**
+ * A copy of each volume that started before the failover and is still pending in Frankfurt, its
+ * source taken later than the arrived one's: the fake completes it once it is described, so the
+ * batch's first run sees it pending and a re-run after a crash sees a newer arrived copy. Only the
+ * copy the first run recorded keeps the re-run's ClientToken the first run's.
+ */
+function copiesInFlight(ids: string[]): void {
+  const frankfurt = fakeOf('eu-central-1');
+  for (const id of ids) {
+    const arrived = [...frankfurt.snapshots.values()].find((s) => s.State === 'completed' && s.Tags?.some((t) => t.Key === 'ferry:replica-of' && t.Value === `volume-${id}`));
+    if (!arrived) throw new Error(`no copy of volume ${id} has arrived in Frankfurt`);
+    const Tags = arrived.Tags!.map((t) => (t.Key === 'ferry:source-time' ? { ...t, Value: new Date().toISOString() } : t));
+    frankfurt.snapshots.set(`${arrived.SnapshotId}-in-flight`, { ...arrived, SnapshotId: `${arrived.SnapshotId}-in-flight`, State: 'pending', Tags });
+  }
+}
+
 export function ebsFailoverScenarios(): CrashScenario<any>[] {
   const api = (method: string, path: string, body?: unknown) => ebs!.api(method, path, body);
   const { service, failoverTo, homeFirst } = replicatedService(api, EBS_CRASH_HOST);
@@ -72,8 +90,9 @@ export function ebsFailoverScenarios(): CrashScenario<any>[] {
       for (let i = 0; i < PASSES_TO_A_COPY; i++) await replicationPass(EBS_CRASH_HOST);
       return { ids };
     },
-    async start() {
+    async start(f) {
       unlistedSince = new Date();
+      copiesInFlight(f.ids);
       const res = await failoverTo('frankfurt');
       if (res.status !== 202) throw new Error(`failover: ${res.status} ${JSON.stringify(res.body)}`);
     },
