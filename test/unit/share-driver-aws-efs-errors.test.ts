@@ -1,7 +1,7 @@
 /**
  * The EFS and EC2 error codes the aws-efs share driver acts on, each as the API reference lists it
- * for the operation (aws-efs-sdk.ts RETRY_LATER_CODES and the not-found codes): a throttle or a
- * dependency timeout is tried again in the call, and throughout is BackendNotReady carrying the
+ * for the operation (aws-efs-sdk.ts RETRY_LATER_CODES and the not-found codes): a throttle, a
+ * dependency timeout or too little throughput capacity is tried again in the call, and throughout is BackendNotReady carrying the
  * code; a not-found answer to a delete is the delete done; an in-use answer is waited for. Also
  * the quota's shrink (Manila's ShareShrinkingPossibleDataLoss), enforcement with the record's rules,
  * and the replications the audit lists and deletes. Against test/support/fake-efs.ts.
@@ -65,6 +65,23 @@ describe('throttling and dependency timeouts are tried again', () => {
     await create();
     expect(count('CreateMountTarget')).toBe(3);
     expect(fake.mountTargets.size).toBe(2);
+  });
+
+  test('CreateFileSystem answering InsufficientThroughputCapacity ("try again later") is sent again: one file system; refused at every try it is BackendNotReady carrying the code, nothing made, and the next call makes one', async () => {
+    const { fake, driver, create, count, caught } = setup();
+    const insufficient = () => efsError('InsufficientThroughputCapacity', 'Not enough capacity to provision additional throughput.', { $metadata: { httpStatusCode: 503 } });
+    fake.failNext('CreateFileSystem', insufficient());
+    await create();
+    expect(count('CreateFileSystem')).toBe(2);
+    expect([...fake.fileSystems.values()]).toHaveLength(1);
+
+    for (let n = 0; n < ATTEMPTS; n++) fake.failNext('CreateFileSystem', insufficient());
+    const e = await caught(driver.createShare({ name: REPLICA, sizeGb: 1, proto: 'NFS', pool: 'pool0' }));
+    expect(e).toBeInstanceOf(BackendNotReady);
+    expect(e!.context).toMatchObject({ operation: 'CreateFileSystem', code: 'InsufficientThroughputCapacity' });
+    expect(fake.fileSystemNamed(REPLICA)).toBeUndefined();
+    await create(driver, REPLICA);
+    expect(fake.fileSystemNamed(REPLICA)).toBeDefined();
   });
 
   test('a code that is no throttle (BadRequest) is a DriverError at once, sent once', async () => {

@@ -16,7 +16,7 @@ import { AwsEfsShareDriver } from '../../functions/drivers/share/aws-efs.js';
 import type { MigrationRequest } from '../../functions/drivers/share/driver.js';
 import { awsError } from '../support/fake-ec2.js';
 import { efsBackend, FakeEfs, untilReady, wireFakeEfs } from '../support/fake-efs.js';
-import { efsThrottle, linkEfsRegions } from '../support/fake-efs-replication.js';
+import { efsError, efsThrottle, linkEfsRegions } from '../support/fake-efs-replication.js';
 
 /** The driver's looks per call, and so its tries of a throttled call. */
 const ATTEMPTS = 3;
@@ -109,6 +109,37 @@ describe('aws-efs migration, phase 1', () => {
     expect(replicaId()).toBeUndefined();
     expect([...b.fake.groups.values()].filter((g) => g.Tags?.some((t) => t.Value === DST))).toEqual([]);
     expect(await src.getShare(SRC)).toEqual(made);
+  });
+
+  test('"later" answers at the start: UpdateFileSystemProtection\'s TooManyRequests and CreateReplicationConfiguration\'s InsufficientThroughputCapacity are sent again; throughout, BackendNotReady carrying the code; one replication in the end', async () => {
+    const { a, src, req } = await setup();
+    const later = { TooManyRequests: 429, InsufficientThroughputCapacity: 503 };
+    const refusal = (code: keyof typeof later) => efsError(code, `${code}: try again later`, { $metadata: { httpStatusCode: later[code] } });
+    a.fake.failNext('UpdateFileSystemProtection', refusal('TooManyRequests'));
+    a.fake.failNext('CreateReplicationConfiguration', refusal('InsufficientThroughputCapacity'));
+    await untilReady(() => src.migrationStart(req));
+    expect(a.fake.calls.filter((c) => c.command === 'UpdateFileSystemProtection')).toHaveLength(2);
+    expect(a.fake.calls.filter((c) => c.command === 'CreateReplicationConfiguration')).toHaveLength(2);
+    expect(a.fake.replication.replications.size).toBe(1);
+
+    // Refused at every try: the step's wait, with the code (a new migration of another share, so a new start).
+    const second = await setup();
+    /** The start's answers until one is BackendNotReady with this code (the mount targets' waits come first). */
+    const refusedWith = async (code: string) => {
+      for (let i = 0; i < 30; i++) {
+        const e = await second.src.migrationStart(second.req).then(() => undefined, (x: unknown) => x);
+        if (!(e instanceof BackendNotReady) || e.context.code === code) return e;
+      }
+    };
+    for (const [command, code] of [['UpdateFileSystemProtection', 'TooManyRequests'], ['CreateReplicationConfiguration', 'InsufficientThroughputCapacity']] as const) {
+      for (let n = 0; n < ATTEMPTS; n++) second.a.fake.failNext(command, refusal(code));
+      const e = await refusedWith(code);
+      expect(e).toBeInstanceOf(BackendNotReady);
+      expect((e as BackendNotReady).context).toMatchObject({ operation: command, code });
+    }
+    expect(second.a.fake.replication.replications.size).toBe(0);
+    await untilReady(() => second.src.migrationStart(second.req));
+    expect(second.a.fake.replication.replications.size).toBe(1);
   });
 
   test('a lost CreateReplicationConfiguration reply: the retry finds the replication and makes no second one', async () => {

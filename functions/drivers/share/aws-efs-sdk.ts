@@ -54,18 +54,23 @@ export const RULE_NOT_FOUND = 'InvalidPermission.NotFound';
 export const REPLICATION_NOT_FOUND = 'ReplicationNotFound';
 /**
  * Answers that say "the same call, again, later", checked against the EFS API reference (the
- * errors each operation lists, @aws-sdk/client-efs 3.1141's model) and AWS's common errors:
- * ThrottlingException (the common error of every AWS API, and EFS's own for CreateAccessPoint),
- * RequestLimitExceeded (EC2's throttle), DependencyTimeout (DeleteMountTarget: "the client should
- * try the call again"), IncorrectFileSystemLifeCycleState (CreateMountTarget, PutFileSystemPolicy,
- * UpdateFileSystemProtection, CreateReplicationConfiguration: "not available"; the driver makes
- * these calls only on a file system it saw available, so it is `updating` for a moment, or being
- * deleted, which the next look finds). The SDK retries throttles itself first; what reaches the
+ * errors each operation the driver makes lists, @aws-sdk/client-efs 3.1141's model) and AWS's
+ * common errors: ThrottlingException (the common error of every AWS API, and EFS's own for
+ * CreateAccessPoint), RequestLimitExceeded (EC2's throttle), DependencyTimeout (DeleteMountTarget:
+ * "the client should try the call again"), IncorrectFileSystemLifeCycleState (CreateMountTarget,
+ * PutFileSystemPolicy, UpdateFileSystemProtection, CreateReplicationConfiguration: "not available";
+ * the driver makes these calls only on a file system it saw available, so it is `updating` for a
+ * moment, or being deleted, which the next look finds), InsufficientThroughputCapacity
+ * (CreateFileSystem, CreateReplicationConfiguration, UpdateFileSystemProtection: "not enough
+ * capacity to provision additional throughput... Try again later", HTTP 503) and TooManyRequests
+ * (UpdateFileSystemProtection, HTTP 429: a throughput change less than 24 hours ago; the same call
+ * succeeds once the day is over, so it is a wait, not a failure: the machine's bounded wait, and
+ * the code in the error its end carries). The SDK retries throttles itself first; what reaches the
  * driver is retried a few times in the call and then answered with BackendNotReady (the step runs
- * again after its wait). Not here: EFS's TooManyRequests, which UpdateFileSystemProtection answers
- * when a throughput change came within 24 hours (a wait of a day, not of a retry: a DriverError).
+ * again after its wait). Not here: InternalServerError, which every operation lists with no advice
+ * to try again (the SDK's own retries of a 5xx have been spent when it reaches the driver).
  */
-export const RETRY_LATER_CODES = new Set(['ThrottlingException', 'Throttling', 'RequestLimitExceeded', 'DependencyTimeout', 'IncorrectFileSystemLifeCycleState']);
+export const RETRY_LATER_CODES = new Set(['ThrottlingException', 'Throttling', 'RequestLimitExceeded', 'DependencyTimeout', 'IncorrectFileSystemLifeCycleState', 'InsufficientThroughputCapacity', 'TooManyRequests']);
 
 export interface AwsEfsDriverOptions {
   /** The EFS client of the backend's region (tests inject a mocked one); default: made on first use. */
