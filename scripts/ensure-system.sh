@@ -4,6 +4,9 @@
 # upstream cinder, manila, nova, glance and openstack CLIs, openstacksdk and Tempest for the e2e
 # tests (`test`), and the npm packages when node_modules is absent. First it checks Node itself (`node`: only that, what .ci/run asks before `npm ci`).
 # Usage: scripts/ensure-system.sh start|test|node
+# `npm start` runs it (`start`) from infra/local/start.mjs only when something it checks changed
+# since it last passed (infra/local/system-check.mjs keeps a stamp of what that was): edit the
+# checks of `start` below and the next start runs it again (the stamp holds this file's hash).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-test}

@@ -23,7 +23,7 @@ import { freePort } from '../../infra/local/ports.js';
 /** The promise: everything of the stack gone this long after the signal. */
 const GONE_WITHIN_MS = 5000;
 /** The stages start.mjs, main.ts and stack.ts print before "ferry ready", in no particular order (some run side by side). */
-const STAGES = ['bundle', 'lock', 'modules', 'DynamoDB Local', 'tables', 'S3', 'state machines', 'inventory', 'HTTP', 'identity'];
+const STAGES = ['system', 'bundle', 'lock', 'modules', 'DynamoDB Local', 'tables', 'S3', 'state machines', 'inventory', 'HTTP', 'identity'];
 /** The start's reconcile pass, which ends after "ferry ready": its stage line. */
 const RECONCILE_LINE = /^ferry: reconcile +\d+ ms +\(at \d+\.\d\d s\) /;
 
