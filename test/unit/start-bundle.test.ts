@@ -5,7 +5,7 @@
  * own import.meta.url and runs a handler module through the registry, from the bundle's own chunk.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -79,6 +79,26 @@ describe('the start bundle', () => {
     expect(run(started.file).split('\n').slice(0, 2)).toEqual(['bonjour from main', 'bonjour from handler']);
     // Built once: the next start uses it.
     expect(((await startBundle(repo, cache)) as Started).state).toBe('current');
+  });
+
+  it('hashes only a source whose stat differs: a touched file is re-recorded, an edit that keeps size and modification time is still seen', async () => {
+    const file = (await buildStartBundle(repo, cache)) as string;
+    const record = () => JSON.parse(readFileSync(join(cache, 'current.json'), 'utf8')) as { stats: Record<string, string> };
+    const statBefore = record().stats['functions/greeting.ts'];
+    expect(statBefore).toMatch(/^\d+:\d+:\d+:\d+$/);
+    // The kernel's file times move in ticks of a few ms: each write below lands in a later tick than the stat before it.
+    const nextTick = () => new Promise((r) => setTimeout(r, 20));
+    await nextTick();
+    // Rewritten as it was (a checkout): the same bundle, and the new stat recorded so the next start hashes nothing.
+    write('functions/greeting.ts', readFileSync(join(repo, 'functions/greeting.ts'), 'utf8'));
+    expect(currentBundle(repo, cache) as Current).toEqual({ file });
+    expect(record().stats['functions/greeting.ts']).not.toBe(statBefore);
+    // Same length, modification time set back: the change time still moved, so it is hashed and found changed.
+    const { atime, mtime } = statSync(join(repo, 'functions/greeting.ts'));
+    await nextTick();
+    write('functions/greeting.ts', readFileSync(join(repo, 'functions/greeting.ts'), 'utf8').replace('hello', 'HELLO'));
+    utimesSync(join(repo, 'functions/greeting.ts'), atime, mtime);
+    expect(currentBundle(repo, cache) as Current).toEqual({ stale: 'functions/greeting.ts changed' });
   });
 
   it('is rebuilt when a source it was built from is gone, or its record is unreadable', async () => {
