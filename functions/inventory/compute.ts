@@ -102,35 +102,49 @@ function cellOf(entry: CellEntry): CellMapping {
   return { uuid: cellUuid(entry.name), name: entry.name, table: entry.table, createdAt: new Date().toISOString() };
 }
 
-/** The cell mapping and its control services (each only when absent). */
+/** The cell mapping and its control services (each only when absent), side by side. */
 export async function addCell(entry: CellEntry): Promise<void> {
   const cell = cellOf(entry);
-  await putIfAbsent(api(), { ...cellMappingKey(cell.uuid), gsi1pk: GSI.cells, gsi1sk: cell.name, ...cell });
-  await ensureControlServices(entry);
+  await Promise.all([putIfAbsent(api(), { ...cellMappingKey(cell.uuid), gsi1pk: GSI.cells, gsi1sk: cell.name, ...cell }), ensureControlServices(entry)]);
 }
 
+/**
+ * The cell's control services that are missing, made: read side by side, their Nova integer ids
+ * taken one after another in the inventory's order (as before), written side by side (issue 16:
+ * a first start waited for each service's three round trips in turn).
+ */
 export async function ensureControlServices(entry: CellEntry): Promise<void> {
   const cell = cellOf(entry);
-  for (const c of entry.control) {
-    const present = (await db().send(new GetCommand({ TableName: tableName(cell.table), Key: serviceKey(serviceUuid(c.host, c.binary)) }))).Item;
-    if (!present) await putService(cell, newService(c.host, c.binary, await nextServiceId(), cell.createdAt), undefined);
-  }
+  const present = await Promise.all(entry.control.map(async (c) => (await db().send(new GetCommand({ TableName: tableName(cell.table), Key: serviceKey(serviceUuid(c.host, c.binary)) }))).Item !== undefined));
+  const missing = entry.control.filter((_, i) => !present[i]);
+  const ids: number[] = [];
+  while (ids.length < missing.length) ids.push(await nextServiceId());
+  await Promise.all(missing.map((c, i) => putService(cell, newService(c.host, c.binary, ids[i]!, cell.createdAt), undefined)));
 }
 
+/**
+ * A compute host: its service's and node's integer ids (side by side: two counters), then its host
+ * mapping, service, free-capacity counters and host tree side by side, and its compute node last:
+ * the node is what says the host exists (liveHosts), so a crash before it leaves a host that the
+ * next apply adds again, finding the others made (each write is conditional on absence).
+ */
 export async function addHost(cellEntry: CellEntry, h: HostEntry): Promise<void> {
   const cell = cellOf(cellEntry);
   const at = cell.createdAt;
   const config = hostConfig(cellEntry, h);
-  const svc = newService(h.host, COMPUTE_BINARY, await nextServiceId(), at);
-  const node = computeNodeFor(config, await nextNodeId(), svc.uuid, at);
-  await putIfAbsent(api(), { ...hostMappingKey(h.host), gsi1pk: GSI.hosts, gsi1sk: h.host, host: h.host, cellUuid: cell.uuid, cellName: cell.name, createdAt: at });
-  await putService(cell, svc, undefined).catch((e) => {
-    if (!(e instanceof Error && e.name === 'ConcurrentModification')) throw e;
-  });
+  const [serviceId, nodeId] = await Promise.all([nextServiceId(), nextNodeId()]);
+  const svc = newService(h.host, COMPUTE_BINARY, serviceId, at);
+  const node = computeNodeFor(config, nodeId, svc.uuid, at);
+  await Promise.all([
+    putIfAbsent(api(), { ...hostMappingKey(h.host), gsi1pk: GSI.hosts, gsi1sk: h.host, host: h.host, cellUuid: cell.uuid, cellName: cell.name, createdAt: at }),
+    putService(cell, svc, undefined).catch((e) => {
+      if (!(e instanceof Error && e.name === 'ConcurrentModification')) throw e;
+    }),
+    ensureNodeUsage(node.uuid, { vcpus: node.vcpus, memoryMb: node.memoryMb, diskGb: node.localGb }),
+    // The driver's host tree (host.json, guests/, incoming/, connections/).
+    computeDriverFor(config).getHostInfo(),
+  ]);
   await putIfAbsent(tableName(cell.table), { ...computeNodeKey(node.uuid), gsi1pk: GSI.nodes, gsi1sk: h.host, ...node });
-  await ensureNodeUsage(node.uuid, { vcpus: node.vcpus, memoryMb: node.memoryMb, diskGb: node.localGb });
-  // The driver's host tree (host.json, guests/, incoming/, connections/).
-  await computeDriverFor(config).getHostInfo();
 }
 
 /** Removes a host with nothing allocated on it: counters, node, service and mapping in one transaction. */
