@@ -74,6 +74,12 @@ export interface EnsureUserOptions {
 
 /** The user, with this password, its default project and these roles on it. Returns the ids and the stored hash. */
 export async function ensureUser(u: SeedUser, options: EnsureUserOptions = {}): Promise<{ userId: string; projectId: string; passwordHash: string | undefined }> {
+  // The user is looked up beside the roles and the project, and when it is not there its password's
+  // hash (scrypt, on libuv's threads) is made meanwhile: a first start waited for the three in turn
+  // (issue 16). A failed lookup is thrown where it is awaited below, not here.
+  let userLookup: Promise<string | undefined> | undefined = store.userIdByName(DEFAULT_DOMAIN.id, u.name);
+  const hashForNewUser = userLookup.then((id) => (id === undefined ? hashSecret(u.password) : undefined));
+  hashForNewUser.catch(() => undefined);
   // Reads, and conditional writes where missing: independent of each other, so side by side.
   const [defaultRoleIds, projectId] = await Promise.all([Promise.all(DEFAULT_ROLES.map((r) => ensureRole(r))), ensureProject(u.project)]);
   // The user's roles are mostly default ones, ensured just now: their ids are not read again
@@ -82,16 +88,22 @@ export async function ensureUser(u: SeedUser, options: EnsureUserOptions = {}): 
   // The hash this call made for a user it created: of `password` by construction, so not checked again.
   let createdHash: string | undefined;
   const userId = await ensure(
-    () => store.userIdByName(DEFAULT_DOMAIN.id, u.name),
+    // The lookup made above first; a second look (after a conflict) reads again.
+    () => {
+      const lookup = userLookup ?? store.userIdByName(DEFAULT_DOMAIN.id, u.name);
+      userLookup = undefined;
+      return lookup;
+    },
     async () => {
       const id = store.newId();
-      const hash = await hashSecret(u.password);
+      const hash = (await hashForNewUser) ?? (await hashSecret(u.password));
       await store.createUser({ id, name: u.name, domainId: DEFAULT_DOMAIN.id, enabled: true, defaultProjectId: projectId, passwordHash: hash });
       createdHash = hash;
       return id;
     },
   );
-  let { passwordHash } = await store.mustUser(userId);
+  // A user created just now has the hash it was created with: not read back.
+  let passwordHash = createdHash ?? (await store.mustUser(userId)).passwordHash;
   const known = passwordHash !== undefined && (passwordHash === options.knownHash || passwordHash === createdHash);
   if ((options.resetPassword ?? true) && !known && !(await verifySecret(u.password, passwordHash))) {
     passwordHash = await hashSecret(u.password);
