@@ -141,3 +141,20 @@ describe('applyInWaves keeps the hosts in order', () => {
     expect(incomplete.notTried.map(say)).toEqual([say(hosts[2]!)]);
   });
 });
+
+describe('applyInWaves starts the slow kinds first', () => {
+  test("a wave's images and cells start before its quick changes, whatever the plan's order, so none waits behind them for a worker", async () => {
+    // Prepare: more quick changes than workers, the slow ones last in the plan.
+    const quick = Array.from({ length: 6 }, (_, i) => add('flavor', `f${i}`));
+    const changes = [...quick, add('network', 'n1'), add('cell', 'cell1'), add('image', 'i1')];
+    const started: string[] = [];
+    // Act
+    await applyInWaves(changes, async (c) => {
+      started.push(say(c));
+      await sleep(5);
+    }, 2);
+    // Assess
+    expect(started.slice(0, 2)).toEqual([say(add('image', 'i1')), say(add('cell', 'cell1'))]);
+    expect(started.slice(2)).toEqual([...quick, add('network', 'n1')].map(say));
+  });
+});
