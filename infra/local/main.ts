@@ -14,6 +14,7 @@
  * reparents this process, which then stops itself (parent-watch.ts); a kill -9 of this process
  * takes DynamoDB Local with it (dynamo-process.ts: the kernel's parent-death signal).
  */
+import { get } from 'node:http';
 import { join, resolve } from 'node:path';
 import { acquireDataDirLock, DataDirInUse, type DataDirLock } from './data-dir-lock.js';
 import { DYNAMO_SUBDIR, launchDynamo } from './dynamo-process.js';
@@ -116,8 +117,15 @@ stack.reconciled.catch((e: unknown) => {
   shutdown('resuming the previous executions failed');
 });
 
-const health = await fetch(`${stack.url}/healthz`);
-if (!health.ok) throw new Error(`the local stack does not answer on ${stack.url}/healthz (${health.status})`);
+// Through node:http, which the stack has loaded already: the first fetch() loads undici (~0.09 s
+// of CPU, measured here against ~0.02 s for a first http.get), on the path to "ferry ready".
+const healthStatus = await new Promise<number | undefined>((resolve, reject) => {
+  get(`${stack.url}/healthz`, (res) => {
+    res.resume();
+    res.on('end', () => resolve(res.statusCode));
+  }).on('error', reject);
+});
+if (healthStatus !== 200) throw new Error(`the local stack does not answer on ${stack.url}/healthz (${healthStatus})`);
 
 const line = (label: string, url: string) => `  ${label.padEnd(8)} ${url}`;
 const lines = [`ferry ready ${stack.url}`];
