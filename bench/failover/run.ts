@@ -138,30 +138,52 @@ async function seed(dataDir: string): Promise<string[]> {
  * backend by a scan of the volume table, which at 10,000 volumes kept DynamoDB Local scanning
  * 20,000 items four times a second beside the failover it measured.
  */
-async function waitForOperation(startedAfter: string): Promise<{ id: string; status: string }> {
+async function waitForOperation(startedAfter: string, onPlanned: () => void): Promise<{ id: string; status: string }> {
+  let planned = false;
   for (;;) {
     const view = await watchOperation(`backend:${REPLICATED_BACKEND}`).catch((e: unknown) => {
       if ((e as Error).name === 'NotFound') return undefined;
       throw e;
     });
+    if (view && view.startedAt >= startedAfter && !planned && view.progress) {
+      planned = true;
+      onPlanned();
+    }
     if (view && view.startedAt >= startedAfter && view.status !== 'running') return { id: view.id, status: view.status };
     await new Promise((r) => setTimeout(r, 250));
   }
 }
 
-/** One failover through the API and the machine: wall time from the request to the operation's end, item writes per volume. */
-async function machineFailover(base: string, backendId: string): Promise<{ seconds: number; writesPerVolume: number; requests: number }> {
+/** Where a phase of the machine ended: seconds from the request, CPU seconds of the stack and of DynamoDB Local so far. */
+interface PhaseMark {
+  seconds: number;
+  nodeCpu: number;
+  dynamoCpu: number;
+}
+
+/**
+ * One failover through the API and the machine: wall time from the request to the operation's end,
+ * item writes per volume, and where Prepare ended (the first poll that sees the plan recorded: up
+ * to one poll, 250 ms, late), so the CPU splits into the listing and the batches.
+ */
+async function machineFailover(base: string, backendId: string): Promise<{ seconds: number; writesPerVolume: number; requests: number; prepared?: PhaseMark }> {
   resetDynamoRequests();
   itemWrites = 0;
   const startedAt = new Date().toISOString();
   const t0 = performance.now();
+  const node0 = process.cpuUsage();
+  const dynamo0 = childrenCpuSeconds();
+  let prepared: PhaseMark | undefined;
   await api(base, 'PUT', '/os-services/failover_host', { host: REPLICATED_BACKEND, backend_id: backendId });
-  const op = await waitForOperation(startedAt);
+  const op = await waitForOperation(startedAt, () => {
+    const node = process.cpuUsage(node0);
+    prepared = { seconds: (performance.now() - t0) / 1000, nodeCpu: (node.user + node.system) / 1e6, dynamoCpu: childrenCpuSeconds() - dynamo0 };
+  });
   const seconds = (performance.now() - t0) / 1000;
   // The polling's own reads write nothing; its scans are subtracted from nothing: only writes are counted.
   const record = await getOperation(op.id);
   if (op.status !== 'succeeded') throw new Error(`failover ${op.id} ${op.status}: ${record?.error}`);
-  return { seconds, writesPerVolume: itemWrites / N, requests: dynamoRequests().total };
+  return { seconds, writesPerVolume: itemWrites / N, requests: dynamoRequests().total, prepared };
 }
 
 /** The naive loop: one volume at a time, one driver call and one conditional write each, in-process. */
@@ -245,6 +267,10 @@ async function main(): Promise<void> {
     console.log(`state machine failover -> site-b: ${machine.seconds.toFixed(1)} s wall (goal for 10,000: <= 20 s), ${(N / machine.seconds).toFixed(0)} volumes/s`);
     console.log(`  DynamoDB item writes per volume: ${machine.writesPerVolume.toFixed(3)} (goal <= 1.1); DynamoDB requests (reads, writes, the bench's polling): ${machine.requests}`);
     console.log(`  ${cpuNote(machine)}`);
+    const p = machine.prepared;
+    if (p) {
+      console.log(`  of which Prepare (request to the plan recorded, as polled): ${p.seconds.toFixed(1)} s, ${cpuNote(p)}; the batches and Finish: ${(machine.seconds - p.seconds).toFixed(1)} s, ${cpuNote({ nodeCpu: machine.nodeCpu - p.nodeCpu, dynamoCpu: machine.dynamoCpu - p.dynamoCpu })}`);
+    }
     const floors: { inFlight: number; seconds: number; nodeCpu: number; dynamoCpu: number }[] = [];
     for (const inFlight of [...new Set([4, concurrency * 2])]) floors.push({ inFlight, ...(await withCpu(() => floor(ids, inFlight))) });
     const best = floors.reduce((a, b) => (b.seconds < a.seconds ? b : a));
