@@ -17,13 +17,17 @@ import { tableName } from '../core/tables.js';
 export const operationKey = (id: string) => ({ pk: `REPLOP#${id}`, sk: 'OP' });
 
 const PROGRESS_PREFIX = 'PROGRESS#';
+
+/** The sort-key prefix of one batch's progress slots. */
+const batchProgressPrefix = (batch: number) => `${PROGRESS_PREFIX}${String(batch).padStart(5, '0')}#`;
+
 /**
  * One count per transaction slot of a batch (`PROGRESS#<batch>#<slot>`): a batch writes its
  * transactions side by side, and two transactions that update one item at once would cancel each
  * other (TransactionConflict). A re-run's transaction in slot k adds to the same item as the first
  * run's: the sum stays exact whichever volumes each slot held.
  */
-export const progressKey = (id: string, batch: number, slot: number) => ({ pk: `REPLOP#${id}`, sk: `${PROGRESS_PREFIX}${String(batch).padStart(5, '0')}#${String(slot).padStart(3, '0')}` });
+export const progressKey = (id: string, batch: number, slot: number) => ({ pk: `REPLOP#${id}`, sk: `${batchProgressPrefix(batch)}${String(slot).padStart(3, '0')}` });
 
 /** The Update (for a TransactWriteItems) that counts `volumes` more switched by slot `slot` of batch `batch`. */
 export function progressUpdate(id: string, batch: number, slot: number, volumes: number, at: string): NonNullable<NonNullable<TransactWriteCommandInput['TransactItems']>[number]['Update']> {
@@ -52,6 +56,22 @@ export async function withVolumesDone(op: ReplicationOperation): Promise<Replica
   const volumesDone = counts.reduce((n, c) => n + Number(c.done ?? 0), op.volumesDone ?? 0);
   const updatedAt = counts.reduce((latest, c) => (typeof c.updatedAt === 'string' && c.updatedAt > latest ? c.updatedAt : latest), op.updatedAt);
   return { ...op, volumesDone, updatedAt };
+}
+
+/**
+ * The volumes one batch's transactions have counted so far (0 before its first transaction
+ * committed): a batch that finds some knows it ran before (a retried Task, a restart) and that
+ * the volumes it carries from Prepare's listing are stale (steps.ts).
+ */
+export async function batchVolumesDone(id: string, batch: number): Promise<number> {
+  const counts = await queryAll({
+    TableName: tableName('volume'),
+    KeyConditionExpression: 'pk = :p AND begins_with(sk, :prefix)',
+    ProjectionExpression: 'done',
+    ExpressionAttributeValues: { ':p': operationKey(id).pk, ':prefix': batchProgressPrefix(batch) },
+    ConsistentRead: true,
+  });
+  return counts.reduce((n, c) => n + Number(c.done ?? 0), 0);
 }
 
 /** DynamoDB's limit of items in one TransactWriteItems. */

@@ -3,9 +3,11 @@
  * in the volume table (the backend item's service state: service-repo.ts).
  *
  * - operation: pk `REPLOP#<id>`, sk `OP` — kind, host, target, status, batchCount, progress.
- * - batch:     pk `REPLOP#<id>`, sk `BATCH#<nnnnn>` — the volume ids of one Map item (the Map's
- *   items are batch numbers, so an execution's payload stays small whatever the backend holds),
- *   and once the driver chose them, the replicas its volumes start from (`replicaChoices`).
+ * - batch:     pk `REPLOP#<id>`, sk `BATCH#<nnnnn>` — one Map item's volumes as Prepare's listing
+ *   read them (`volumes`: FailoverVolumeState, keys, versions and what the failover decides on; a
+ *   plan recorded before these were carried has `volumeIds` only), and once the driver chose them,
+ *   the replicas its volumes start from (`replicaChoices`). The Map's items are batch numbers, so an
+ *   execution's payload stays small whatever the backend holds.
  * - progress:  pk `REPLOP#<id>`, sk `PROGRESS#<nnnnn>` — the volumes one batch switched (operation-record.ts).
  * - drill copies: pk `REPLOP#<drill op id>`, sk `COPIES#<nnnnn>` — what startDrill made for a batch.
  */
@@ -16,10 +18,11 @@ import { DependencyError, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import type { DrillCopy } from '../drivers/volume/driver.js';
 import { backendOf } from '../volumes/backends.js';
+import type { Volume } from '../volumes/model.js';
 import { operationKey, withVolumesDone, type ReplicationOperation } from './operation-record.js';
 
 // The operation record's shape and key live in operation-record.ts (no driver behind them: ferry ops reads them).
-export { FAILOVER_BATCH_SIZE, MAX_TRANSACTION_ITEMS, operationKey, progressUpdate, VOLUMES_PER_TRANSACTION, type OperationKind, type ReplicationOperation } from './operation-record.js';
+export { batchVolumesDone, FAILOVER_BATCH_SIZE, MAX_TRANSACTION_ITEMS, operationKey, progressUpdate, VOLUMES_PER_TRANSACTION, type OperationKind, type ReplicationOperation } from './operation-record.js';
 
 const batchKey = (id: string, n: number) => ({ pk: `REPLOP#${id}`, sk: `BATCH#${String(n).padStart(5, '0')}` });
 const copiesKey = (id: string, n: number) => ({ pk: `REPLOP#${id}`, sk: `COPIES#${String(n).padStart(5, '0')}` });
@@ -47,10 +50,10 @@ export async function getOperationOrThrow(id: string): Promise<ReplicationOperat
 }
 
 /** Records the resolved target and the batches, once: a re-run keeps the first run's. */
-export async function recordPlan(id: string, plan: { target: string; batches: string[][] }): Promise<ReplicationOperation> {
+export async function recordPlan(id: string, plan: { target: string; batches: FailoverVolumeState[][] }): Promise<ReplicationOperation> {
   const op = await getOperationOrThrow(id);
   if (op.batchCount !== undefined) return op;
-  const items = plan.batches.map((ids, n) => ({ PutRequest: { Item: { ...batchKey(id, n), volumeIds: ids } } }));
+  const items = plan.batches.map((volumes, n) => ({ PutRequest: { Item: { ...batchKey(id, n), volumes } } }));
   for (let i = 0; i < items.length; i += 25) await batchWrite(items.slice(i, i + 25));
   await db().send(
     new UpdateCommand({
@@ -81,10 +84,17 @@ async function batchWrite(requests: Record<string, unknown>[]): Promise<void> {
 /** Volume id -> the replica (driver-opaque) it starts from; null: it had none. */
 export type ReplicaChoices = Record<string, string | null>;
 
-export async function getBatch(id: string, n: number): Promise<{ volumeIds: string[]; replicaChoices?: ReplicaChoices }> {
+/**
+ * A batch as recorded: its volumes as Prepare read them, or (a plan recorded before they were
+ * carried) their ids only; and the replicas its volumes start from once the driver chose them.
+ */
+export type RecordedBatch = ({ volumes: FailoverVolumeState[] } | { volumeIds: string[] }) & { replicaChoices?: ReplicaChoices };
+
+export async function getBatch(id: string, n: number): Promise<RecordedBatch> {
   const out = await db().send(new GetCommand({ TableName: tableName('volume'), Key: batchKey(id, n), ConsistentRead: true }));
   if (!out.Item) throw new NotFound(`Batch ${n} of replication operation ${id} could not be found.`);
-  return { volumeIds: out.Item.volumeIds as string[], ...(out.Item.replicaChoices ? { replicaChoices: out.Item.replicaChoices as ReplicaChoices } : {}) };
+  const choices = out.Item.replicaChoices ? { replicaChoices: out.Item.replicaChoices as ReplicaChoices } : {};
+  return Array.isArray(out.Item.volumes) ? { volumes: out.Item.volumes as FailoverVolumeState[], ...choices } : { volumeIds: out.Item.volumeIds as string[], ...choices };
 }
 
 /**
@@ -179,30 +189,55 @@ export async function listDrillCopies(drillOperationId: string): Promise<DrillCo
 const SCAN_SEGMENTS = 4;
 
 /**
- * The ids of every volume on a backend (`host` `<backend>#<pool>`), sorted. A parallel scan with
- * a projection: the volume table has no index by host, and a failover lists a backend once, so a
- * scan of the table (about 10 MB for 10,000 volumes) costs less than keeping a second index
- * entry on every volume write. On a table much larger than one backend's volumes, a GSI on host
- * would be the next step (docs/state-machines.md).
+ * What a failover batch decides on and writes from, as Prepare's listing read it (Volume's own
+ * names), so a batch reads no volume: each write is conditional on `version`, which proves nothing
+ * changed since the listing; one that did is read again and decided alone (steps.ts). A volume's
+ * snapshot ids are not carried, only how many it has (`snapshots`): a volume with many would make
+ * a batch's item outgrow DynamoDB's 400 KB, and only the outcomes that set them `error`
+ * (not-capable, failover-error) need them, which read that volume again. About 200 bytes a volume:
+ * a batch of 198 is ~40 KB, whatever the volumes hold.
  */
-export async function listVolumeIdsOnBackend(host: string): Promise<string[]> {
+export type FailoverVolumeState = Pick<Volume, 'id' | 'version' | 'host' | 'status' | 'replicationStatus' | 'backendName' | 'size' | 'failoverOperationId'> & {
+  /** How many snapshots the volume has (their ids are read again when an outcome needs them). */
+  snapshots: number;
+};
+
+/** The attributes the listing projects: FailoverVolumeState's, with the snapshot ids it counts. */
+const LISTED_ATTRIBUTES = ['id', 'version', 'host', 'status', 'replicationStatus', 'backendName', 'size', 'failoverOperationId', 'snapshotIds'];
+
+/**
+ * Every volume on a backend (`host` `<backend>#<pool>`), sorted by id, as FailoverVolumeState. A
+ * parallel scan with a projection: the volume table has no index by host, and a failover lists a
+ * backend once, so a scan of the table (about 10 MB for 10,000 volumes) costs less than keeping a
+ * second index entry on every volume write. On a table much larger than one backend's volumes, a
+ * GSI on host would be the next step (docs/failover-at-scale.md).
+ */
+export async function listFailoverVolumesOnBackend(host: string): Promise<FailoverVolumeState[]> {
   const backend = backendOf(host);
+  const names = Object.fromEntries(LISTED_ATTRIBUTES.map((a, i) => [`#p${i}`, a]));
   const segments = await Promise.all(
     Array.from({ length: SCAN_SEGMENTS }, async (_, segment) => {
       const items = await scanAll({
         TableName: tableName('volume'),
         Segment: segment,
         TotalSegments: SCAN_SEGMENTS,
-        ProjectionExpression: 'id',
-        FilterExpression: 'sk = :vol AND begins_with(#host, :prefix)',
-        ExpressionAttributeNames: { '#host': 'host' },
+        ProjectionExpression: Object.keys(names).join(', '),
+        FilterExpression: 'sk = :vol AND begins_with(#p2, :prefix)',
+        ExpressionAttributeNames: names,
         ExpressionAttributeValues: { ':vol': 'VOL', ':prefix': `${backend}#` },
         ConsistentRead: true,
       });
-      return items.map((i) => i.id as string);
+      return items.map(failoverVolumeState);
     }),
   );
-  return segments.flat().sort();
+  return segments.flat().sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}
+
+/** A listed (or read) volume item as a batch carries it (an attribute the item lacks stays absent; a null stays null: replication_status null means not replicated). */
+export function failoverVolumeState(item: Record<string, unknown>): FailoverVolumeState {
+  const state: Record<string, unknown> = { snapshots: Array.isArray(item.snapshotIds) ? item.snapshotIds.length : 0 };
+  for (const a of LISTED_ATTRIBUTES) if (a !== 'snapshotIds' && item[a] !== undefined) state[a] = item[a];
+  return state as FailoverVolumeState;
 }
 
 /** BatchGetItem's limit of keys per request. */

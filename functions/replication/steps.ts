@@ -5,8 +5,11 @@
  *   Prepare  -> Map over batch numbers (MaxConcurrency) of Batch -> Finish
  *   any failure -> Fail (service state per reference §2.3, operation failed)
  *
- * The Map's items are batch numbers, never volumes: a batch's volume ids live in DynamoDB (repo.ts),
+ * The Map's items are batch numbers, never volumes: a batch's volumes live in DynamoDB (repo.ts),
  * so the execution's payload and history stay small (about 8 events per batch of 198 volumes).
+ * Prepare records each batch's volumes as its listing read them (keys, versions and what the
+ * failover decides on), so a batch reads one item, not its 198 volumes: every volume's write is
+ * conditional on the version listed, and a volume changed since is read again and decided alone.
  *
  * Every step is idempotent: Prepare keeps the first run's plan, a Batch skips volumes this
  * operation already did (`failoverOperationId`), starts the others from the replicas its first run
@@ -24,25 +27,28 @@ import type { RecordReplicaChoices, ReplicatedVolumeRef } from '../drivers/volum
 import { driverFor, isReplicationDriver } from '../drivers/volume/registry.js';
 import { snapshotErrorItem } from '../snapshots/repo.js';
 import { backendOf } from '../volumes/backends.js';
-import type { Volume } from '../volumes/model.js';
+import { REPLICATION, type Volume } from '../volumes/model.js';
 import { cancellationCodes, getVolume, toVolume, volumeUpdate, type TransactItem } from '../volumes/repo.js';
 import type { CaughtError } from '../core/errors.js';
 import { InvalidReplicationTarget, isInvalidReplicationTarget, ReplicationNotSupported } from './errors.js';
 import {
   batchGetVolumeItems,
+  batchVolumesDone,
   deleteDrillCopies,
   FAILOVER_BATCH_SIZE,
   getBatch,
   getDrillCopies,
   getOperationOrThrow,
   getOperationRecord,
-  listVolumeIdsOnBackend,
+  listFailoverVolumesOnBackend,
+  type FailoverVolumeState,
   MAX_TRANSACTION_ITEMS,
   progressUpdate,
   putDrillCopies,
   VOLUMES_PER_TRANSACTION,
   recordPlan,
   recordReplicaChoices,
+  type ReplicaChoices,
 } from './repo.js';
 import { fail, finish } from './operation-end.js';
 import { getBackendItem } from './service-repo.js';
@@ -123,10 +129,10 @@ export async function prepare(input: FailoverStepInput): Promise<{ operationId: 
       }
     }
   }
-  const ids = await listVolumeIdsOnBackend(op.host);
-  const batches: string[][] = [];
+  const volumes = await listFailoverVolumesOnBackend(op.host);
+  const batches: FailoverVolumeState[][] = [];
   const size = batchSize();
-  for (let i = 0; i < ids.length; i += size) batches.push(ids.slice(i, i + size));
+  for (let i = 0; i < volumes.length; i += size) batches.push(volumes.slice(i, i + size));
   const planned = await recordPlan(op.id, { target, batches });
   return { operationId, batches: range(planned.batchCount ?? 0) };
 }
@@ -159,12 +165,12 @@ export interface BatchResult {
 }
 
 export async function runBatch(operationId: string, batch: number): Promise<BatchResult> {
-  // Two round trips, not three: the operation then its backend, beside the batch's volume ids then
-  // the volumes (a drill-end batch lists none). Read even when the operation turns out ended: a
-  // wasted read then, one round trip fewer on every batch that runs.
-  const [{ op, item }, { volumeItems, replicaChoices }] = await Promise.all([
+  // Two round trips: the operation then its backend, beside the batch's item and its progress
+  // (then its volumes only when they must be read again; a drill-end batch lists none). Read even
+  // when the operation turns out ended: a wasted read then, one round trip fewer on every batch.
+  const [{ op, item }, carried] = await Promise.all([
     getOperationOrThrow(operationId).then(async (o) => ({ op: o, item: o.status === 'running' ? await getBackendItem(o.host) : undefined })),
-    getBatch(operationId, batch).then(async (b) => ({ volumeItems: await batchGetVolumeItems(b.volumeIds), replicaChoices: b.replicaChoices })),
+    batchVolumes(operationId, batch),
   ]);
   if (op.status !== 'running' || !item) return { batch, volumes: 0 };
   const driver = driverFor(item.config, item.service.activeBackendId);
@@ -180,10 +186,11 @@ export async function runBatch(operationId: string, batch: number): Promise<Batc
   }
 
   // Only volumes still on this backend (one deleted meanwhile is simply gone).
-  const volumes = volumeItems.map(toVolume).filter((v) => v.host && backendOf(v.host) === op.host);
+  const volumes = carried.volumes.filter((v) => onBackend(v, op.host));
   // The replicas the driver starts the batch's volumes from: recorded before it makes anything, and
   // an earlier run's record handed back to it (refOf), so a re-run starts each from the same one.
   const recordReplicas: RecordReplicaChoices = (chosen) => recordReplicaChoices(operationId, batch, chosen);
+  const { replicaChoices } = carried;
   const refOf = (v: Volume): ReplicatedVolumeRef => ({ volumeId: v.id, backendName: v.backendName, sizeGb: v.size, ...(replicaChoices ? { replica: replicaChoices[v.id] ?? null } : {}) });
 
   if (op.kind === 'drill') {
@@ -215,9 +222,47 @@ export async function runBatch(operationId: string, batch: number): Promise<Batc
     }
     for (const v of replicated) pending.push({ before: v, decide: (fresh) => applyFailoverUpdate(fresh, updates.get(v.id), op.failback, operationId, at) });
   }
-  await writeOutcomes(operationId, batch, pending);
+  await writeOutcomes(op.host, operationId, batch, await withSnapshotIds(pending, carried.withoutSnapshotIds));
   return { batch, volumes: todo.length };
 }
+
+const onBackend = (v: Pick<Volume, 'host'>, host: string): boolean => !!v.host && backendOf(v.host) === host;
+
+/**
+ * A batch's volumes. On its first run, as Prepare's listing recorded them (no read: each write's
+ * condition on the version listed proves the volume unchanged). A batch whose progress shows
+ * volumes done ran before (a retried Task, a restarted stack): what it carries is stale for those,
+ * so it reads them all again, as does a plan recorded with ids only. `withoutSnapshotIds`: the
+ * carried volumes that have snapshots whose ids were not carried (withSnapshotIds reads them when
+ * an outcome needs them).
+ */
+async function batchVolumes(operationId: string, batch: number): Promise<{ volumes: Volume[]; withoutSnapshotIds: Set<string>; replicaChoices?: ReplicaChoices }> {
+  const [recorded, done] = await Promise.all([getBatch(operationId, batch), batchVolumesDone(operationId, batch)]);
+  if ('volumes' in recorded && done === 0) {
+    const volumes = recorded.volumes.map(({ snapshots: _count, ...v }) => toVolume(v));
+    return { volumes, withoutSnapshotIds: new Set(recorded.volumes.filter((v) => v.snapshots > 0).map((v) => v.id)), replicaChoices: recorded.replicaChoices };
+  }
+  const ids = 'volumes' in recorded ? recorded.volumes.map((v) => v.id) : recorded.volumeIds;
+  return { volumes: (await batchGetVolumeItems(ids)).map(toVolume), withoutSnapshotIds: new Set(), replicaChoices: recorded.replicaChoices };
+}
+
+/**
+ * The outcomes that set a volume's snapshots `error` (not-capable, failover-error) need the
+ * snapshot ids a batch does not carry: those volumes are read again (one BatchGetItem) and decided
+ * on what was read; one gone meanwhile is left out (its write would find nothing to change).
+ */
+async function withSnapshotIds(pending: PendingOutcome[], withoutSnapshotIds: Set<string>): Promise<PendingOutcome[]> {
+  const stale = pending.filter((p) => withoutSnapshotIds.has(p.before.id) && setsSnapshotsError(p.decide(p.before)));
+  if (!stale.length) return pending;
+  const fresh = new Map((await batchGetVolumeItems(stale.map((p) => p.before.id))).map((i) => [i.id as string, toVolume(i)]));
+  return pending.flatMap((p) => {
+    if (!stale.includes(p)) return [p];
+    const v = fresh.get(p.before.id);
+    return v ? [{ ...p, before: v }] : [];
+  });
+}
+
+const setsSnapshotsError = (o: VolumeOutcome): boolean => o.volume.replicationStatus === REPLICATION.notCapable || o.volume.replicationStatus === REPLICATION.failoverError;
 
 interface PendingOutcome {
   before: Volume;
@@ -249,10 +294,10 @@ function volumesPerTransaction(): number {
  * The transactions are written side by side (TRANSACTIONS_IN_FLIGHT): each is atomic with its own
  * count, so a crash between them leaves the done volumes counted and the rest to the re-run. A
  * transaction refused because some volume changed meanwhile (an attach, a rename) falls back to
- * writing its volumes one by one, each re-read and re-decided; one this operation already did is
- * skipped (and was counted when it was done).
+ * writing its volumes one by one, each re-read and re-decided; one this operation already did, or
+ * one gone or no longer on the backend, is skipped (the first was counted when it was done, the others are not failed over).
  */
-async function writeOutcomes(operationId: string, batch: number, pending: PendingOutcome[]): Promise<void> {
+async function writeOutcomes(host: string, operationId: string, batch: number, pending: PendingOutcome[]): Promise<void> {
   const at = now();
   // One slot of every transaction is the progress count.
   const room = MAX_TRANSACTION_ITEMS - 1;
@@ -274,7 +319,7 @@ async function writeOutcomes(operationId: string, batch: number, pending: Pendin
       await db().send(new TransactWriteCommand({ TransactItems: [...c.items, { Update: progressUpdate(operationId, batch, slot, c.members.length, at) }] }));
     } catch (e) {
       if (!isConditionFailure(e) && !cancellationCodes(e).includes('TransactionConflict')) throw e;
-      for (const p of c.members) await writeOne(operationId, batch, slot, p);
+      for (const p of c.members) await writeOne(host, operationId, batch, slot, p);
     }
   };
   let next = 0;
@@ -294,11 +339,12 @@ async function writeOutcomes(operationId: string, batch: number, pending: Pendin
   if (failed) throw failed.reason;
 }
 
-async function writeOne(operationId: string, batch: number, slot: number, p: PendingOutcome): Promise<void> {
+async function writeOne(host: string, operationId: string, batch: number, slot: number, p: PendingOutcome): Promise<void> {
   await withRetries(
     async () => {
       const fresh = await getVolume(p.before.id);
-      if (!fresh || doneBy(fresh, operationId)) return;
+      // Gone, moved to another backend (a migration finished since the listing) or already done.
+      if (!fresh || !onBackend(fresh, host) || doneBy(fresh, operationId)) return;
       const at = now();
       await db().send(new TransactWriteCommand({ TransactItems: [...outcomeItems(fresh, p.decide(fresh), at), { Update: progressUpdate(operationId, batch, slot, 1, at) }] }));
     },

@@ -284,6 +284,8 @@ describe('restart in the middle of a failover', () => {
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push(await createVolume('replicated'));
     await syncNow();
+    const created = new Map<string, number>();
+    for (const id of ids) created.set(id, (await getVolume(id))!.version);
     injectFault({ kind: 'volume', backend: HOST, method: 'failoverHost', mode: 'hang', times: 1 });
     // Act
     expect((await failover('site-c')).status).toBe(202);
@@ -291,6 +293,9 @@ describe('restart in the middle of a failover', () => {
     const [op] = await listOperations(HOST);
     await eventually(async () => ((await getOperation(op!.id))!.volumesDone! >= 2 ? true : undefined), 'the other batches to finish');
     expect((await service()).replication_status).toBe('failing-over');
+    // Every volume renamed after Prepare listed it: the hung batch carries versions that are stale
+    // by then, so its writes must be refused and its volumes read again (versions below).
+    for (const id of ids) expect((await api('PUT', `/volumes/${id}`, { volume: { name: 'renamed-mid-failover' } })).status).toBe(200);
     await stack.restart(() => clearFaults());
     // Assess: the resumed execution finishes the same operation.
     const s = await serviceBecomes('failed-over');
@@ -313,6 +318,13 @@ describe('restart in the middle of a failover', () => {
       ['PROGRESS#00002#000', 1],
     ]);
     for (const id of ids) expect((await getVolume(id))!).toMatchObject({ status: 'available', replicationStatus: 'failed-over', failoverOperationId: op!.id });
+    // Each volume written twice, the rename and the failover, whichever came first: a failover
+    // write from a stale read that went through would have left the version one short (both
+    // writes setting the same next version), one that undid the rename, the old name.
+    for (const id of ids) {
+      const v = (await getVolume(id))!;
+      expect({ name: v.name, version: v.version }).toEqual({ name: 'renamed-mid-failover', version: created.get(id)! + 2 });
+    }
     expect(((await driverForHost(HOST)) as unknown as LocalVolumeDriver).activeBackendId).toBe('site-c');
 
     // And back, for the next scenario.
