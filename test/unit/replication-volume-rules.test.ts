@@ -2,7 +2,9 @@
  * The per-volume failover rules of VolumeManager.failover (reference §2.4), as pure functions.
  */
 import { describe, expect, test } from 'vitest';
+import { FAILOVER_BATCH_SIZE, failoverVolumeState } from '../../functions/replication/repo.js';
 import { applyFailoverUpdate, doneBy, markNotCapable } from '../../functions/replication/volume-rules.js';
+import { volumeUpdate } from '../../functions/volumes/repo.js';
 import { isReplicatedVolume } from '../../functions/volumes/capabilities.js';
 import type { Volume } from '../../functions/volumes/model.js';
 
@@ -70,5 +72,35 @@ describe('replicated volume after the driver', () => {
     const v = volume();
     applyFailoverUpdate(v, { status: 'error' }, false, OP, AT);
     expect(v).toEqual(volume());
+  });
+});
+
+describe('a volume as a failover batch carries it (replication/repo.ts failoverVolumeState)', () => {
+  test('the listed fields and a snapshot count; replication_status null stays null (not replicated)', () => {
+    // Prepare: a stored item (with its keys) of a plain volume with snapshots.
+    const item = { pk: 'VOL#v1', sk: 'VOL', ...volume({ replicationStatus: null, failoverOperationId: null }) };
+    // Act
+    const carried = failoverVolumeState(item);
+    // Assess
+    expect(carried).toEqual({ id: 'v1', version: 3, host: 'ferry@lvm-r#pool0', status: 'available', replicationStatus: null, backendName: 'volume-v1', size: 1, failoverOperationId: null, snapshots: 2 });
+    expect(isReplicatedVolume(carried)).toBe(false);
+    expect(failoverVolumeState({ ...item, snapshotIds: undefined }).snapshots).toBe(0);
+  });
+
+  test('the write built from a carried volume sets only what the failover changes, on the listed version', () => {
+    const { snapshots: _count, ...carried } = failoverVolumeState({ ...volume() });
+    const before = carried as unknown as Volume;
+    // Act
+    const update = volumeUpdate(before, applyFailoverUpdate(before, undefined, false, OP, AT).volume);
+    // Assess: no attribute the listing did not read is written or removed.
+    expect(update.ConditionExpression).toBe('#version = :expected');
+    expect(update.ExpressionAttributeValues).toMatchObject({ ':expected': 3, ':next': 4 });
+    expect(Object.values(update.ExpressionAttributeNames!).sort()).toEqual(['failoverOperationId', 'replicationStatus', 'updatedAt', 'version']);
+    expect(update.UpdateExpression).not.toMatch(/REMOVE/);
+  });
+
+  test('a batch of the largest volumes fits a DynamoDB item (400 KB) whatever their snapshots', () => {
+    const largest = failoverVolumeState({ ...volume({ id: 'f'.repeat(36), backendName: 'x'.repeat(255), host: `${'h'.repeat(64)}@${'b'.repeat(64)}#${'p'.repeat(64)}`, failoverOperationId: 'o'.repeat(36), snapshotIds: Array.from({ length: 1000 }, (_, i) => `snapshot-${i}`) }) });
+    expect(JSON.stringify(Array.from({ length: FAILOVER_BATCH_SIZE }, () => largest)).length).toBeLessThan(400 * 1024);
   });
 });
