@@ -222,7 +222,7 @@ export async function runBatch(operationId: string, batch: number): Promise<Batc
     }
     for (const v of replicated) pending.push({ before: v, decide: (fresh) => applyFailoverUpdate(fresh, updates.get(v.id), op.failback, operationId, at) });
   }
-  await writeOutcomes(op.host, operationId, batch, await withSnapshotIds(pending, carried.withoutSnapshotIds));
+  await writeOutcomes(op.host, operationId, batch, await withSnapshotIds(op.host, pending, carried.withoutSnapshotIds));
   return { batch, volumes: todo.length };
 }
 
@@ -249,16 +249,16 @@ async function batchVolumes(operationId: string, batch: number): Promise<{ volum
 /**
  * The outcomes that set a volume's snapshots `error` (not-capable, failover-error) need the
  * snapshot ids a batch does not carry: those volumes are read again (one BatchGetItem) and decided
- * on what was read; one gone meanwhile is left out (its write would find nothing to change).
+ * on what was read; one gone or moved to another backend meanwhile is left out, as writeOne does.
  */
-async function withSnapshotIds(pending: PendingOutcome[], withoutSnapshotIds: Set<string>): Promise<PendingOutcome[]> {
+async function withSnapshotIds(host: string, pending: PendingOutcome[], withoutSnapshotIds: Set<string>): Promise<PendingOutcome[]> {
   const stale = pending.filter((p) => withoutSnapshotIds.has(p.before.id) && setsSnapshotsError(p.decide(p.before)));
   if (!stale.length) return pending;
   const fresh = new Map((await batchGetVolumeItems(stale.map((p) => p.before.id))).map((i) => [i.id as string, toVolume(i)]));
   return pending.flatMap((p) => {
     if (!stale.includes(p)) return [p];
     const v = fresh.get(p.before.id);
-    return v ? [{ ...p, before: v }] : [];
+    return v && onBackend(v, host) ? [{ ...p, before: v }] : [];
   });
 }
 
@@ -294,8 +294,9 @@ function volumesPerTransaction(): number {
  * The transactions are written side by side (TRANSACTIONS_IN_FLIGHT): each is atomic with its own
  * count, so a crash between them leaves the done volumes counted and the rest to the re-run. A
  * transaction refused because some volume changed meanwhile (an attach, a rename) falls back to
- * writing its volumes one by one, each re-read and re-decided; one this operation already did, or
- * one gone or no longer on the backend, is skipped (the first was counted when it was done, the others are not failed over).
+ * writing its volumes one by one, each re-read and re-decided; one this operation already did is
+ * skipped (it was counted when it was done), and so is one gone or moved to another backend since
+ * the listing (it is no longer this backend's to fail over).
  */
 async function writeOutcomes(host: string, operationId: string, batch: number, pending: PendingOutcome[]): Promise<void> {
   const at = now();
