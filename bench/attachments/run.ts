@@ -10,7 +10,12 @@
  * (ceiling, API, ceiling, API, ...), so the machine's load drifts alike over both; the ratio is
  * printed per round and its median is the figure.
  *
+ * Each round also prints the CPU milliseconds per call of this node process (client, front door,
+ * handlers, SDK) and of the DynamoDB Local JVM, in the ceiling's loops and in the API calls: where
+ * the API's extra cost is, in a figure the machine's load does not move as it moves throughput.
+ *
  *   npm run bench:attachments     (BENCH_CYCLES=50 cycles per client in all, over BENCH_ROUNDS=4 rounds)
+ *   BENCH_PROFILE=FILE            a V8 CPU profile of the 32-client API rounds only (FILE.cpuprofile), its top self times printed
  */
 import { GetCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -21,6 +26,7 @@ import { tableName } from '../../functions/core/tables.js';
 import { startLocalStack } from '../../infra/local/stack.js';
 import { Recorder, fmt, percentile } from '../support/stats.js';
 import { quietAwsSdk } from '../../infra/local/quiet-sdk.js';
+import { childJvmPids, cpuNow, cpuSince, SpanProfiler, type CpuSnapshot } from './cpu.js';
 
 // The SDK's Node-version warning is not the bench's output (as npm start, infra/local/quiet-sdk.ts).
 quietAwsSdk();
@@ -76,6 +82,8 @@ interface ApiRun {
   rec: Recorder;
   seconds: number;
   requests: number;
+  /** CPU per call in the API rounds and in the ceiling's rounds, each round's figure. */
+  cpu: { api: CpuSnapshot[]; ceiling: CpuSnapshot[] };
 }
 
 /** `cycles` cycles by each of `clients` clients at once, recorded into `rec`: the seconds and DynamoDB requests they took. */
@@ -151,20 +159,33 @@ const loadText = () => loadavg().map((l) => l.toFixed(1)).join(' ');
  * clients, each round doing about the same number of calls in both (CYCLES/ROUNDS cycles of 4
  * calls per client). Each round's ratio compares two measurements a few seconds apart.
  */
-async function interleaved(base: string, volumes: string[], clients: number): Promise<{ api: ApiRun; ratios: number[] }> {
+async function interleaved(base: string, volumes: string[], clients: number, profiler?: SpanProfiler): Promise<{ api: ApiRun; ratios: number[] }> {
   const rec = new Recorder();
-  const api: ApiRun = { rec, seconds: 0, requests: 0 };
+  const api: ApiRun = { rec, seconds: 0, requests: 0, cpu: { api: [], ceiling: [] } };
   const ratios: number[] = [];
+  const jvm = childJvmPids();
+  const perCallOf = (cpu: CpuSnapshot, calls: number): CpuSnapshot => ({ nodeMs: cpu.nodeMs / calls, jvmMs: cpu.jvmMs / calls });
   for (let round = 0; round < ROUNDS; round++) {
     const cycles = Math.floor(CYCLES / ROUNDS) + (round < CYCLES % ROUNDS ? 1 : 0);
+    let cpu = cpuNow(jvm);
     const ceiling = await dynamoCeiling(clients, cycles * 4);
+    const ceilingCpu = perCallOf(cpuSince(cpu, jvm), clients * cycles * 4);
     const callsBefore = rec.count();
+    await profiler?.start();
+    cpu = cpuNow(jvm);
     const r = await runApi(base, volumes, clients, cycles, rec);
+    const apiCpu = perCallOf(cpuSince(cpu, jvm), rec.count() - callsBefore);
+    await profiler?.stop();
     api.seconds += r.seconds;
     api.requests += r.requests;
+    api.cpu.api.push(apiCpu);
+    api.cpu.ceiling.push(ceilingCpu);
     const throughput = (rec.count() - callsBefore) / r.seconds;
     ratios.push(throughput / ceiling);
-    console.log(`  ${clients} client(s), round ${round + 1}/${ROUNDS}: ceiling ${ceiling.toFixed(1)}/s, API ${throughput.toFixed(1)} calls/s, ratio ${(throughput / ceiling).toFixed(2)}x (load ${loadText()})`);
+    console.log(
+      `  ${clients} client(s), round ${round + 1}/${ROUNDS}: ceiling ${ceiling.toFixed(1)}/s, API ${throughput.toFixed(1)} calls/s, ratio ${(throughput / ceiling).toFixed(2)}x; ` +
+        `CPU ms per call node ${ceilingCpu.nodeMs.toFixed(2)} / ${apiCpu.nodeMs.toFixed(2)}, JVM ${ceilingCpu.jvmMs.toFixed(2)} / ${apiCpu.jvmMs.toFixed(2)} (ceiling / API) (load ${loadText()})`,
+    );
   }
   return { api, ratios };
 }
@@ -188,13 +209,18 @@ try {
   const oneThroughput = report('1 client', one.api, getItemP50);
   console.log('  DynamoDB requests per call (1 client, exact): ' + [...perCall].map(([n, v]) => `${n} ${(v.reduce((a, b) => a + b, 0) / v.length).toFixed(2)}`).join(', '));
   perCall.clear();
-  const many = await interleaved(base, volumes, CLIENTS);
+  const profiler = new SpanProfiler(process.env.BENCH_PROFILE);
+  const many = await interleaved(base, volumes, CLIENTS, profiler);
   const manyThroughput = report(`${CLIENTS} clients`, many.api, getItemP50);
   console.log(`\nthroughput ratio ${CLIENTS} clients / 1 client: ${(manyThroughput / oneThroughput).toFixed(2)}x`);
   console.log('DynamoDB-only ceiling: 2 GetItems + 1 two-item TransactWriteItems per call, as many loops as clients, measured before each API round');
   for (const [label, r] of [['1 client', one], [`${CLIENTS} clients`, many]] as const) {
     console.log(`API throughput / DynamoDB-only ceiling, ${label}: median ${median(r.ratios).toFixed(2)}x (rounds ${r.ratios.map((x) => x.toFixed(2)).join(', ')})`);
+    const { api: apiCpu, ceiling: ceilingCpu } = r.api.cpu;
+    const med = (xs: CpuSnapshot[], k: keyof CpuSnapshot) => median(xs.map((x) => x[k])).toFixed(2);
+    console.log(`  CPU ms per call, median of rounds: node ${med(ceilingCpu, 'nodeMs')} (ceiling) / ${med(apiCpu, 'nodeMs')} (API), JVM ${med(ceilingCpu, 'jvmMs')} / ${med(apiCpu, 'jvmMs')}`);
   }
+  profiler.finish();
   console.log(`load average at the end: ${loadText()}`);
 } finally {
   await stack.stop();
