@@ -71,20 +71,40 @@ export function loadHandler(fn: FunctionWiring): Promise<LambdaHandler> {
   return loaded;
 }
 
+type ContainerFields = Pick<Context, 'functionName' | 'functionVersion' | 'invokedFunctionArn' | 'memoryLimitInMB' | 'logGroupName' | 'logStreamName'>;
+
+/**
+ * What stays the same over the invocations of one Lambda container, this process being one
+ * container per function: its names and its log stream (Lambda names a stream once per
+ * container, by the day it started). Made once, not on every request.
+ */
+const containers = new Map<string, ContainerFields>();
+
+function containerOf(fn: FunctionWiring): ContainerFields {
+  let fields = containers.get(fn.name);
+  if (!fields) {
+    const functionName = lambdaName(fn);
+    const day = new Date().toISOString().slice(0, 10).replace(/-/g, '/');
+    fields = {
+      functionName,
+      functionVersion: '$LATEST',
+      invokedFunctionArn: lambdaArn(fn),
+      memoryLimitInMB: String(fn.memoryMb ?? DEFAULT_FUNCTION_MEMORY_MB),
+      logGroupName: `/aws/lambda/${functionName}`,
+      logStreamName: `${day}/[$LATEST]${randomBytes(16).toString('hex')}`,
+    };
+    containers.set(fn.name, fields);
+  }
+  return fields;
+}
+
 /** A Lambda-like Context for one invocation of `fn`. */
 export function lambdaContext(fn: FunctionWiring, awsRequestId: string = randomUUID()): Context {
-  const functionName = lambdaName(fn);
   const deadline = Date.now() + (fn.timeoutSeconds ?? DEFAULT_FUNCTION_TIMEOUT_SECONDS) * 1000;
-  const day = new Date().toISOString().slice(0, 10).replace(/-/g, '/');
   return {
     callbackWaitsForEmptyEventLoop: true,
-    functionName,
-    functionVersion: '$LATEST',
-    invokedFunctionArn: lambdaArn(fn),
-    memoryLimitInMB: String(fn.memoryMb ?? DEFAULT_FUNCTION_MEMORY_MB),
+    ...containerOf(fn),
     awsRequestId,
-    logGroupName: `/aws/lambda/${functionName}`,
-    logStreamName: `${day}/[$LATEST]${randomBytes(16).toString('hex')}`,
     getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
     done: () => undefined,
     fail: () => undefined,
