@@ -4,28 +4,41 @@
  *   failed (Step Functions refused, or the process died between the transaction and the start).
  *   The execution is started under that name; its steps decide from the record, so a start that
  *   races another (ExecutionAlreadyExists) is harmless. One RUNNING is the machine's and left
- *   alone (it may wait up to its bound, 3.8 hours); one that ended without ending the record
- *   (aborted, or its Failed step ran out of retries) cannot be started again under its name: that
- *   is left for an operator (the audit's `stuck-attach-wait`).
+ *   alone (it may wait up to its bound, 3.8 hours).
+ * - `waiting`, its execution ended without ending it (aborted, timed out, its Failed step out of
+ *   retries, or a console start with another input): an execution cannot start again under its
+ *   name, so the pass does what the machine's next step would, from one look at the backend
+ *   (attach-wait-steps.ts backendAttachState): attached -> the wait recorded `attached`; still
+ *   attaching -> a new wait (the attachment's next version names its execution: renewAttachWait),
+ *   written before its execution starts, so a start that fails leaves a `waiting` record with no
+ *   execution, which the next pass starts; gone -> the attachment `error_attaching` and what the
+ *   backend holds detached, as the machine's Failed step does (attachWaitFailed). Each write is
+ *   conditioned on the wait still being the one read, so a delete or a connect meanwhile wins.
  * - `failed` with `detachPending` ended before `before`, whose execution is not running: the
  *   machine's removal of what the backend holds failed after its retries. The removal is run again
  *   as the machine's Failed step runs it (attachWaitFailed: releaseHost under the same conditions
  *   as every release, so a host another attachment uses is kept), which clears the intent.
- * When Step Functions cannot say whether the execution runs, nothing is done: the next pass looks again.
+ * When Step Functions or the backend cannot say where things stand, nothing is done: the next pass looks again.
  */
 import { scanAll } from '../core/db.js';
 import { executionStatus, startExecution } from '../core/executions.js';
 import { logger } from '../core/logger.js';
 import { tableName } from '../core/tables.js';
-import { ATTACH_WAIT_MACHINE, liveWait } from './attach-wait.js';
-import { attachWaitFailed } from './attach-wait-steps.js';
+import { now } from './connections.js';
+import { ATTACH_WAIT_MACHINE, liveWait, renewAttachWait } from './attach-wait.js';
+import { attachLostMessage, attachWaitFailed, backendAttachState, updateWait, writeRenewedWait } from './attach-wait-steps.js';
 import { ATTACHMENT_SK, attachmentFromItem, type Attachment, type AttachWait } from './model.js';
 
 export interface AttachWaitRecovery {
   kind: 'stuck-attach-wait' | 'attach-wait-detach-pending';
   attachmentId: string;
-  /** started / detached: done; ended: the execution ended without ending the wait (an operator's); failed: nothing done, the next pass tries again. */
-  action: 'started' | 'detached' | 'ended' | 'failed';
+  /**
+   * started / detached / attached / renewed / errored: done; superseded: nothing to do (a delete or
+   * a connect changed the wait meanwhile); ended: the execution ended and the pass could not look
+   * at the backend (the volume or the connector gone): an operator's; failed: nothing done, the
+   * next pass tries again.
+   */
+  action: 'started' | 'detached' | 'attached' | 'renewed' | 'errored' | 'superseded' | 'ended' | 'failed';
   /** What the pass saw on the record. */
   saw: string;
   /** What it did, or why nothing. */
@@ -70,11 +83,30 @@ export async function recoverAttachWaits(options: { before: Date }): Promise<Att
 }
 
 async function startOrReport(attachment: Attachment, wait: AttachWait, status: string | undefined, saw: string): Promise<AttachWaitRecovery> {
-  if (status !== undefined) {
-    return { kind: 'stuck-attach-wait', attachmentId: attachment.id, action: 'ended', saw, did: `nothing: its execution ${wait.execution} ended ${status} without ending the wait and cannot start again under its name; left for an operator` };
-  }
+  if (status !== undefined) return repairEnded(attachment, wait, status, saw);
   await startExecution(ATTACH_WAIT_MACHINE, wait.execution, { attachmentId: attachment.id });
   return { kind: 'stuck-attach-wait', attachmentId: attachment.id, action: 'started', saw, did: `started ${wait.execution}, which no start had made` };
+}
+
+/** A wait whose execution ended without ending it: one look at the backend decides (see the top of this file). */
+async function repairEnded(attachment: Attachment, wait: AttachWait, status: string, saw: string): Promise<AttachWaitRecovery> {
+  const report = (action: AttachWaitRecovery['action'], did: string): AttachWaitRecovery => ({ kind: 'stuck-attach-wait', attachmentId: attachment.id, action, saw, did });
+  const ended = `its execution ${wait.execution} ended ${status} without ending the wait`;
+  const superseded = () => report('superseded', `nothing: ${ended}, and a delete or a connect changed the wait meanwhile`);
+  const state = await backendAttachState(attachment);
+  if (!state) return report('ended', `nothing: ${ended}, and there is no backend attachment to look at (the volume or its connector is gone); left for an operator`);
+  if (state.state === 'attached') {
+    return (await updateWait(attachment.id, wait, 'waiting', { status: 'attached', endedAt: now() })) ? report('attached', `recorded attached: ${ended}, and the backend holds the attachment`) : superseded();
+  }
+  if (state.state === 'attaching') {
+    const renewed = renewAttachWait(attachment, now());
+    if (!(await writeRenewedWait(attachment, renewed))) return superseded();
+    await startExecution(ATTACH_WAIT_MACHINE, renewed.attachWait!.execution, { attachmentId: attachment.id });
+    return report('renewed', `started ${renewed.attachWait!.execution}: ${ended}, and the backend is still attaching`);
+  }
+  const cause = JSON.stringify({ errorMessage: attachLostMessage(attachment, wait, state.reason) });
+  const failed = await attachWaitFailed(attachment.id, { Error: 'AttachmentLost', Cause: cause }, wait.execution);
+  return failed.outcome === 'failed' ? report('errored', `error_attaching (${failed.reason}), what the backend held detached: ${ended}`) : superseded();
 }
 
 async function detachAgain(attachment: Attachment, saw: string): Promise<AttachWaitRecovery> {

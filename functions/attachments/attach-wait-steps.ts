@@ -20,6 +20,7 @@ import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { db, withRetries } from '../core/db.js';
 import { BackendNotReady, FerryError, reasonOf, type CaughtError } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
+import type { AttachmentState } from '../drivers/volume/driver.js';
 import { driverForVolume, loadVolumeOf, now, releaseHost, RETRY } from './connections.js';
 import { failAttach, liveWait } from './attach-wait.js';
 import { attachmentKey, type Attachment, type AttachWait } from './model.js';
@@ -38,7 +39,7 @@ export type AttachWaitOutcome = { outcome: 'attached' } | { outcome: 'superseded
  * One conditional update of the attachment's wait, if it is still the execution's and in status
  * `from`; false when it is not (deleted, ended or replaced meanwhile: the step is superseded).
  */
-async function updateWait(attachmentId: string, wait: AttachWait, from: AttachWait['status'], set: Record<string, unknown>, remove: string[] = []): Promise<boolean> {
+export async function updateWait(attachmentId: string, wait: AttachWait, from: AttachWait['status'], set: Record<string, unknown>, remove: string[] = []): Promise<boolean> {
   const names: Record<string, string> = { '#w': 'attachWait', '#st': 'status', '#ex': 'execution' };
   const values: Record<string, unknown> = { ':ex': wait.execution, ':from': from, ':one': 1 };
   const sets = Object.entries(set).map(([field, value], i) => {
@@ -50,17 +51,22 @@ async function updateWait(attachmentId: string, wait: AttachWait, from: AttachWa
     names[`#r${i}`] = field;
     return `#w.#r${i}`;
   });
+  return updatedIfCondition(
+    new UpdateCommand({
+      TableName: tableName('volume'),
+      Key: attachmentKey(attachmentId),
+      UpdateExpression: `${sets.length ? `SET ${sets.join(', ')} ` : ''}${removes.length ? `REMOVE ${removes.join(', ')} ` : ''}ADD version :one`,
+      ConditionExpression: '#w.#ex = :ex AND #w.#st = :from',
+      ExpressionAttributeNames: names,
+      ExpressionAttributeValues: values,
+    }),
+  );
+}
+
+/** One conditional update of the attachment: true when written, false when its condition failed (superseded). */
+async function updatedIfCondition(update: UpdateCommand): Promise<boolean> {
   try {
-    await db().send(
-      new UpdateCommand({
-        TableName: tableName('volume'),
-        Key: attachmentKey(attachmentId),
-        UpdateExpression: `${sets.length ? `SET ${sets.join(', ')} ` : ''}${removes.length ? `REMOVE ${removes.join(', ')} ` : ''}ADD version :one`,
-        ConditionExpression: '#w.#ex = :ex AND #w.#st = :from',
-        ExpressionAttributeNames: names,
-        ExpressionAttributeValues: values,
-      }),
-    );
+    await db().send(update);
     return true;
   } catch (e) {
     if ((e as { name?: string }).name === 'ConditionalCheckFailedException') return false;
@@ -68,35 +74,69 @@ async function updateWait(attachmentId: string, wait: AttachWait, from: AttachWa
   }
 }
 
+/**
+ * Where the backend's attachment of a live wait stands (the driver's attachmentState; a driver
+ * without it never answers `pending`, so what it connected is made), or undefined when the wait
+ * has nothing to look at (no connector, the volume gone). A throttled look is BackendNotReady.
+ */
+export async function backendAttachState(attachment: Attachment): Promise<AttachmentState | undefined> {
+  const volume = attachment.connector ? await getVolumeRecord(attachment.volumeId) : undefined;
+  if (!volume) return undefined;
+  const driver = await driverForVolume(volume.volume);
+  return driver.attachmentState ? driver.attachmentState(volume.volume.backendName, attachment.connector!) : { state: 'attached' };
+}
+
+/** Why an attach the backend no longer holds failed, in words (the attachment's attachWait.reason). */
+export function attachLostMessage(attachment: Attachment, wait: AttachWait, reason: string): string {
+  return `Attach of volume ${attachment.volumeId} to ${wait.host} failed on the backend: ${reason}.`;
+}
+
 /** `attach-wait-look`: one look at the backend's attachment. */
 export async function lookAtAttach(attachmentId: string): Promise<AttachWaitOutcome> {
   const attachment = await getAttachmentRecord(attachmentId);
   const wait = liveWait(attachment);
-  if (!attachment || !wait || !attachment.connector) return { outcome: 'superseded' };
-  const volume = await getVolumeRecord(attachment.volumeId);
-  if (!volume) return { outcome: 'superseded' };
-  const driver = await driverForVolume(volume.volume);
-  // A driver without the look never answers `pending`: what it connected is made.
-  const state = driver.attachmentState ? await driver.attachmentState(volume.volume.backendName, attachment.connector) : ({ state: 'attached' } as const);
+  if (!attachment || !wait) return { outcome: 'superseded' };
+  const state = await backendAttachState(attachment);
+  if (!state) return { outcome: 'superseded' };
   const context = { attachmentId, volumeId: attachment.volumeId, host: wait.host, execution: wait.execution };
   if (state.state === 'attaching') {
     throw new BackendNotReady(`attachment ${attachmentId}: the backend is still attaching volume ${attachment.volumeId} to ${wait.host}`, { context });
   }
-  if (state.state === 'gone') throw new AttachmentLost(`Attach of volume ${attachment.volumeId} to ${wait.host} failed on the backend: ${state.reason}.`, context);
+  if (state.state === 'gone') throw new AttachmentLost(attachLostMessage(attachment, wait, state.reason), context);
   const recorded = await updateWait(attachmentId, wait, 'waiting', { status: 'attached', endedAt: now() });
   return recorded ? { outcome: 'attached' } : { outcome: 'superseded' };
 }
 
 /**
+ * The renewal of a wait (renewAttachWait) written: one conditional update, if the attachment is
+ * still the version read, live, with the same `waiting` wait; false when it is not (a delete, a
+ * connect or another renewal won).
+ */
+export async function writeRenewedWait(before: Attachment, after: Attachment): Promise<boolean> {
+  return updatedIfCondition(
+    new UpdateCommand({
+      TableName: tableName('volume'),
+      Key: attachmentKey(before.id),
+      UpdateExpression: 'SET #w = :wait, updatedAt = :now, version = :next',
+      ConditionExpression: 'version = :version AND attribute_not_exists(deleted) AND #w.#ex = :ex AND #w.#st = :waiting',
+      ExpressionAttributeNames: { '#w': 'attachWait', '#ex': 'execution', '#st': 'status' },
+      ExpressionAttributeValues: { ':wait': after.attachWait, ':now': after.updatedAt, ':next': after.version, ':version': before.version, ':ex': before.attachWait!.execution, ':waiting': 'waiting' },
+    }),
+  );
+}
+
+/**
  * `attach-wait-failed`: records the failure (once: a re-run finds it recorded and goes on with the
  * removal), removes the backend's connection unless another attachment uses the host, and
- * records that done. A wait that is not this failure's any more is left alone.
+ * records that done. A wait that is not this failure's any more is left alone; given `execution`
+ * (the reconciler's), so is a wait of another execution.
  */
-export async function attachWaitFailed(attachmentId: string, error: CaughtError | undefined): Promise<AttachWaitOutcome> {
+export async function attachWaitFailed(attachmentId: string, error: CaughtError | undefined, execution?: string): Promise<AttachWaitOutcome> {
   const reason = reasonOf(error);
   const failed = await withRetries(async () => {
     const attachment = await getAttachmentRecord(attachmentId);
     const wait = attachment?.attachWait;
+    if (execution !== undefined && wait?.execution !== execution) return undefined;
     if (attachment && wait?.status === 'failed' && wait.detachPending) return attachment;
     if (!liveWait(attachment)) return undefined;
     const volume = await loadVolumeOf(attachment!);

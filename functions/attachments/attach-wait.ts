@@ -48,6 +48,18 @@ export function liveWait(attachment: Attachment | undefined): AttachWait | undef
 }
 
 /**
+ * A new wait for the same attach (the reconciler's, attach-wait-recovery.ts): the execution that
+ * watched it ended without ending it while the backend is still attaching, and an execution cannot
+ * start again under its name. The attachment's next version names the new execution, so a retried
+ * renewal of the same record names the same one.
+ */
+export function renewAttachWait(attachment: Attachment, now: string): Attachment {
+  const version = attachment.version + 1;
+  const wait: AttachWait = { execution: attachWaitExecutionName(attachment.id, version), host: attachment.attachWait!.host, status: 'waiting', startedAt: now };
+  return { ...attachment, attachWait: wait, updatedAt: now, version };
+}
+
+/**
  * The attach failed on the backend (its attachment gone, or still not made when the machine's
  * bound was reached): the attachment goes `error_attaching` (Cinder's status for a failed attach)
  * without its connection_info, it no longer counts as a user of its host's connection, and the

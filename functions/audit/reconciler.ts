@@ -4,7 +4,8 @@
  *
  * One pass, in this order:
  * 1. unfinished intents older than `before`: connects of crashed PUT /attachments calls (finished
- *    or undone by the attachments service), attach waits whose machine never started or whose
+ *    or undone by the attachments service), attach waits whose machine never started, ended without
+ *    ending them (repaired from one look at the backend) or whose
  *    detach is still pending (attach-wait-recovery.ts), server operations whose machine never started
  *    (abandoned by the servers' engine, which undoes what their API part made), and the share
  *    backend repairs an earlier pass recorded but did not finish (share-backend-repairs.ts);
@@ -102,10 +103,10 @@ export async function reconcile(options: ReconcileOptions): Promise<ReconcileRes
 /** Step 1: intents of crashed synchronous calls and operations whose machine never started, each noted as it is made; `checkpoint` between kinds and operations. */
 async function finishIntents(before: Date, note: (r: RepairRecord) => void, checkpoint: () => void): Promise<void> {
   for (const r of [...(await recoverPendingConnects({ before })), ...(await recoverPendingDisconnects({ before }))]) note(fromAttachmentRepair(r));
-  // Attach waits whose volume-attach-wait never started, or whose detach after a failed attach is still pending (functions/attachments/attach-wait-recovery.ts).
+  // Attach waits whose volume-attach-wait never started or ended without ending them, or whose detach after a failed attach is still pending (functions/attachments/attach-wait-recovery.ts).
   checkpoint();
   for (const r of await recoverAttachWaits({ before })) {
-    note({ kind: r.kind, resource: `attachment ${r.attachmentId}`, saw: r.saw, did: r.did, outcome: r.action === 'failed' ? 'failed' : r.action === 'ended' ? 'left' : 'repaired' });
+    note({ kind: r.kind, resource: `attachment ${r.attachmentId}`, saw: r.saw, did: r.did, outcome: r.action === 'failed' ? 'failed' : r.action === 'ended' || r.action === 'superseded' ? 'left' : 'repaired' });
   }
   // Snapshots a crashed POST/DELETE /snapshots left creating or deleting (functions/snapshots/recovery.ts);
   // a creating one whose snapshot-create machine is running is the machine's and not listed.

@@ -3,7 +3,9 @@
  * what each backend really holds (volumes, host connections, snapshots) against the records,
  * attachments against their volumes, and replication operations and drills.
  */
+import { ATTACH_WAIT_MACHINE } from '../attachments/attach-wait.js';
 import { attachmentFromItem, type Attachment } from '../attachments/model.js';
+import { MACHINE_WORST_CASE_SECONDS } from '../core/machine-bounds.js';
 import { scanAll } from '../core/db.js';
 import { tableName } from '../core/tables.js';
 import type { BackendConfig, BackendConnection, BackendVolume } from '../drivers/volume/driver.js';
@@ -243,10 +245,13 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
   }
 
   // Attach waits (attachments/attach-wait.ts) nothing ended: the reconciler starts a wait's machine
-  // that never started and retries a pending detach (attach-wait-recovery.ts); what remains is here.
+  // that never started, repairs one whose execution ended and retries a pending detach
+  // (attach-wait-recovery.ts); what remains is here. A wait counts as stuck only past its machine's
+  // worst case (3.8 hours, infra/asl/policy.ts ATTACH_WAIT): before that its execution may still run.
+  const attachWaitStuckMs = Math.max(stuckMs, MACHINE_WORST_CASE_SECONDS[ATTACH_WAIT_MACHINE] * 1000);
   for (const a of attachmentItems) {
     const wait = a.attachWait;
-    if (!a.deleted && wait?.status === 'waiting' && wait.host === a.attachedHost && now - Date.parse(wait.startedAt) > stuckMs) {
+    if (!a.deleted && wait?.status === 'waiting' && wait.host === a.attachedHost && now - Date.parse(wait.startedAt) > attachWaitStuckMs) {
       find('stuck-attach-wait', `attachment ${a.id}`, `the attach to ${wait.host} has been waited for since ${wait.startedAt} (execution ${wait.execution})`);
     }
     if (wait?.status === 'failed' && wait.detachPending) {

@@ -2,13 +2,15 @@
  * `npm run asl:policy`: writes the policy of infra/asl/policy.ts into every ASL file of the wiring
  * table (the machine's TimeoutSeconds, each Task's Retry, the copy task's TimeoutSeconds), then
  * prints what still drifts from it, which needs a person (a Lambda Task without its TimeoutSeconds,
- * a Catch of another shape). Exit 1 while anything drifts. `--check` writes nothing.
+ * a Catch of another shape), and each machine's worst case into functions/core/machine-bounds.ts
+ * (infra/asl/machine-bounds.ts). Exit 1 while anything drifts. `--check` writes nothing.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { STATE_MACHINES } from '../../functions/wiring.js';
 import { applyPolicy, policyDrift } from './check.js';
+import { MACHINE_BOUNDS_FILE, machineBoundsSource } from './machine-bounds.js';
 import { MACHINE_POLICIES } from './policy.js';
 import type { JsonObject } from './subset.js';
 
@@ -34,6 +36,17 @@ function main(check: boolean): number {
     for (const problem of policyDrift(definition, policy)) {
       console.error(`${machine.file}: ${problem}`);
       drifting++;
+    }
+  }
+  const boundsFile = resolve(REPO_ROOT, MACHINE_BOUNDS_FILE);
+  const bounds = machineBoundsSource(REPO_ROOT);
+  if (readFileSync(boundsFile, 'utf8') !== bounds) {
+    if (check) {
+      console.error(`${MACHINE_BOUNDS_FILE}: not the machines' worst cases: run npm run asl:policy`);
+      drifting++;
+    } else {
+      writeFileSync(boundsFile, bounds);
+      console.log(`wrote ${MACHINE_BOUNDS_FILE}`);
     }
   }
   return drifting > 0 ? 1 : 0;

@@ -15,6 +15,8 @@ import { FUNCTIONS, STATE_MACHINES, substitutionKey } from '../../functions/wiri
 import { STATE_MACHINE_NAMES } from '../../functions/core/machines.js';
 import { MAX_LOCAL_TIMEOUT_SECONDS, unsupportedFeatures as unsupportedIn } from '../../infra/asl/subset.js';
 import { applyPolicy, policyDrift, worstCaseSeconds } from '../../infra/asl/check.js';
+import { MACHINE_BOUNDS_FILE, machineBoundsSource } from '../../infra/asl/machine-bounds.js';
+import { MACHINE_WORST_CASE_SECONDS } from '../../functions/core/machine-bounds.js';
 import {
   COPY_TASK_RESOURCE,
   COPY_TASK_TIMEOUT_SECONDS,
@@ -125,6 +127,13 @@ describe('the policy agrees with what it sizes', () => {
   test('every timeout fits what the local interpreter can count and what AWS allows (one year)', () => {
     const timeouts = [COPY_TASK_TIMEOUT_SECONDS, ...Object.values(MACHINE_POLICIES).map((p) => p.timeoutSeconds)];
     expect(timeouts.filter((t) => t > MAX_LOCAL_TIMEOUT_SECONDS || t > 365 * 24 * 3600)).toEqual([]);
+  });
+
+  test('functions/core/machine-bounds.ts is each machine\'s worst case as the ASL files and the policy make it (npm run asl:policy writes it)', () => {
+    expect(read(MACHINE_BOUNDS_FILE)).toBe(machineBoundsSource(ROOT));
+    // The audit's stuck-attach-wait age: 90 looks at 10 s, each at its 130 s budget, then Failed: 3.8 hours.
+    expect(MACHINE_WORST_CASE_SECONDS['volume-attach-wait']).toBe(worstCaseSeconds(JSON.parse(read('statemachines/volume-attach-wait.asl.json')), MACHINE_POLICIES['volume-attach-wait']).seconds);
+    expect(MACHINE_WORST_CASE_SECONDS['volume-attach-wait'] / 3600).toBeCloseTo(3.8, 1);
   });
 
   test('a failover of 10,000 volumes and a migration with three five-day copies fit their machines', () => {

@@ -6,7 +6,8 @@
  * an EC2 instance (attachment_update answers at once with the volume, instance and device, and
  * volume-attach-wait looks at EC2 until the attach is done or failed: after N looks, dropped by
  * EC2, throttled looks, a delete while it waits, the bound reached; the reconciler starting a wait
- * whose start failed, leaving one whose execution ended, retrying a detach EC2 refused),
+ * whose start failed, repairing one whose execution ended from one look at EC2 (attached, still
+ * attaching: a new wait, gone: error_attaching), retrying a detach EC2 refused),
  * snapshots, a throttled call; the audit is clean after each.
  */
 import { DescribeVolumesCommand, DetachVolumeCommand, EC2Client } from '@aws-sdk/client-ec2';
@@ -23,6 +24,7 @@ import { getAttachmentRecord } from '../../functions/attachments/repo.js';
 import { runAudit } from '../../functions/audit/audit.js';
 import { reconcile } from '../../functions/audit/reconciler.js';
 import { describeExecution, executionArnOf, setSfn, sfn, startExecution, stateMachineArn } from '../../functions/core/executions.js';
+import { MACHINE_WORST_CASE_SECONDS } from '../../functions/core/machine-bounds.js';
 import { clearDriverCache } from '../../functions/drivers/volume/registry.js';
 import type { Inventory } from '../../functions/inventory/schema.js';
 import { SANDBOX_INVENTORY, readInventoryFile } from '../../infra/inventory-file.js';
@@ -154,7 +156,7 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
 
   describe('an attach EC2 has not finished: volume-attach-wait (issue 13)', () => {
     beforeAll(() => {
-      for (const i of ['i-0n', 'i-0drop', 'i-0thr', 'i-0slow', 'i-0stuck', 'i-0nostart', 'i-0nodetach', 'i-0ended']) fake.devices.set(i, ['/dev/sda1']);
+      for (const i of ['i-0n', 'i-0drop', 'i-0thr', 'i-0slow', 'i-0stuck', 'i-0nostart', 'i-0nodetach', 'i-0ended', 'i-0renew', 'i-0gone', 'i-0raced']) fake.devices.set(i, ['/dev/sda1']);
     });
 
     test('an attach that finishes after 3 looks: attached on the record; a second start of the same name starts nothing', async () => {
@@ -254,7 +256,10 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       setSfn(real);
       const wait = (await getAttachmentRecord(attId))!.attachWait!;
       expect([refused, wait.status, await executionsNamed(wait.execution)]).toEqual([1, 'waiting', 0]);
-      expect((await runAudit({ stuckAfterSeconds: 0 })).findings.filter((f) => f.resource === `attachment ${attId}`).map((f) => f.kind)).toContain('stuck-attach-wait');
+      // The audit reports it only past the machine's own bound (3.8 h), not its usual hour: before that an execution may still run.
+      const auditAt = async (ms: number) => (await runAudit({ now: new Date(Date.parse(wait.startedAt) + ms) })).findings.filter((f) => f.resource === `attachment ${attId}`).map((f) => f.kind);
+      const bound = MACHINE_WORST_CASE_SECONDS[ATTACH_WAIT_MACHINE] * 1000;
+      expect([await auditAt(bound - 1000), await auditAt(bound + 1000)]).toEqual([expect.not.arrayContaining(['stuck-attach-wait']), expect.arrayContaining(['stuck-attach-wait'])]);
       // Act
       const first = await reconcile({ before: new Date(Date.now() + 1000) });
       // Assess: started under its recorded name; the machine records the attach; the next pass has nothing to do.
@@ -267,19 +272,72 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       await auditClean();
     });
 
-    test('a wait whose execution ended without ending it is left to an operator: the reconciler cannot start its name again', async () => {
+    /** An attachment whose wait's execution ended without ending it (a console start naming no attachment: it ends at once, touching nothing): its id and wait. */
+    async function endedWaitOn(host: string) {
       const real = await sfn();
       setSfn({ send: (command: unknown) => (command instanceof StartExecutionCommand ? Promise.reject(awsError('ServiceUnavailable', 'Step Functions is unavailable.')) : real.send(command as never)) } as unknown as SFNClient);
-      fake.attachEnds.set('i-0ended', { looks: 0, then: 'stuck' });
-      const attId = await attachTo('i-0ended');
+      fake.attachEnds.set(host, { looks: 0, then: 'stuck' });
+      const attId = await attachTo(host);
       setSfn(real);
-      // A console start under the recorded name with an input naming no attachment: it ends at once, touching nothing.
       const wait = (await getAttachmentRecord(attId))!.attachWait!;
       await startExecution(ATTACH_WAIT_MACHINE, wait.execution, { attachmentId: 'no-such-attachment' });
       expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
-      expect((await reconcileNow(attId)).map((r) => [r.kind, r.outcome, r.did])).toEqual([['stuck-attach-wait', 'left', expect.stringContaining('ended SUCCEEDED without ending the wait')]]);
-      expect([(await getAttachmentRecord(attId))!.attachWait!.status, await executionsNamed(wait.execution)]).toEqual(['waiting', 1]);
+      expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ execution: wait.execution, status: 'waiting' });
+      return { attId, wait };
+    }
+    const ec2Calls = (host: string) => ec2.calls().filter((c) => ['AttachVolumeCommand', 'DetachVolumeCommand'].includes(c.args[0].constructor.name) && (c.args[0].input as { InstanceId?: string }).InstanceId === host).length;
+    const waitExecutions = async (attId: string) => ((await (await sfn()).send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(ATTACH_WAIT_MACHINE), maxResults: 1000 }))).executions ?? []).filter((e) => e.name!.startsWith(`${ATTACH_WAIT_MACHINE}-${attId}-`)).length;
+
+    test('a wait whose execution ended without ending it, EC2 attached: the reconciler records it attached, and does nothing else', async () => {
+      const { attId } = await endedWaitOn('i-0ended');
+      fake.attachEnds.set('i-0ended', { looks: 0, then: 'attached' });
+      const [calls, executions] = [ec2Calls('i-0ended'), await waitExecutions(attId)];
+      expect((await reconcileNow(attId)).map((r) => [r.kind, r.outcome, r.did])).toEqual([['stuck-attach-wait', 'repaired', expect.stringMatching(/^recorded attached: .* ended SUCCEEDED without ending the wait/)]]);
+      expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ status: 'attached', endedAt: expect.any(String) });
+      expect([ec2Calls('i-0ended'), await waitExecutions(attId), await reconcileNow(attId)]).toEqual([calls, executions, []]);
       await detachAll(attId);
+      await auditClean();
+    });
+
+    test('a wait whose execution ended, EC2 still attaching: the reconciler starts a new wait (the next version\'s name), which records the attach', async () => {
+      const { attId, wait } = await endedWaitOn('i-0renew');
+      fake.attachEnds.set('i-0renew', { looks: 2, then: 'attached' });
+      const version = (await getAttachmentRecord(attId))!.version;
+      expect((await reconcileNow(attId)).map((r) => [r.kind, r.outcome])).toEqual([['stuck-attach-wait', 'repaired']]);
+      const renewed = `${ATTACH_WAIT_MACHINE}-${attId}-${version + 1}`;
+      expect((await getAttachmentRecord(attId))!.attachWait!.execution).toBe(renewed);
+      expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
+      expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ execution: renewed, status: 'attached' });
+      expect([await executionsNamed(wait.execution), await executionsNamed(renewed), await waitExecutions(attId), await reconcileNow(attId)]).toEqual([1, 1, 2, []]);
+      await detachAll(attId);
+      await auditClean();
+    });
+
+    test('a wait whose execution ended, EC2 dropped the attach: error_attaching and the detach, as the Failed step; a delete during the pass\'s look wins', async () => {
+      const { attId } = await endedWaitOn('i-0gone');
+      fake.attachEnds.set('i-0gone', { looks: 0, then: 'vanish' });
+      const executions = await waitExecutions(attId);
+      expect((await reconcileNow(attId)).map((r) => [r.kind, r.outcome, r.did])).toEqual([['stuck-attach-wait', 'repaired', expect.stringContaining('error_attaching (Attach of volume')]]);
+      const record = (await getAttachmentRecord(attId))!;
+      expect(record).toMatchObject({ attachStatus: 'error_attaching', connectionInfo: null, attachWait: { status: 'failed', reason: expect.stringContaining('EC2 holds no attachment of EBS volume') } });
+      expect(record.attachWait!.detachPending).toBeUndefined();
+      expect([await statusOf(id), await waitExecutions(attId), await reconcileNow(attId)]).toEqual(['available', executions, []]);
+      await detachAll(attId);
+      // A delete while the pass looks at EC2 (still attaching) wins: the renewal's write is refused, nothing starts.
+      const raced = await endedWaitOn('i-0raced');
+      let armed = true;
+      ec2.on(DescribeVolumesCommand).callsFake(async (input) => {
+        if (armed) {
+          armed = false;
+          await detachAll(raced.attId);
+        }
+        return fake.describeVolumes(input);
+      });
+      const left = await reconcileNow(raced.attId);
+      wireFakeEc2(ec2, fake);
+      expect(left.map((r) => [r.kind, r.outcome, r.did])).toEqual([['stuck-attach-wait', 'left', expect.stringContaining('a delete or a connect changed the wait meanwhile')]]);
+      expect([(await getAttachmentRecord(raced.attId))!.deleted, await waitExecutions(raced.attId)]).toEqual([true, 1]);
+      await auditClean();
     });
 
     test('a failed wait whose detach failed is an audit finding, and the reconciler detaches it once EC2 lets it', async () => {
