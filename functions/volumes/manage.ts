@@ -178,4 +178,7 @@ export const manageRoutes: RouteSpec[] = [
   { method: 'GET', path: '/manageable_volumes', action: MANAGE_POLICIES.list, minVersion: MANAGE_MIN_VERSION, handler: (req) => listRoute(req, false) },
   { method: 'GET', path: '/manageable_volumes/detail', action: MANAGE_POLICIES.list, minVersion: MANAGE_MIN_VERSION, handler: (req) => listRoute(req, true) },
   { method: 'POST', path: '/manageable_volumes', action: MANAGE_POLICIES.manage, minVersion: MANAGE_MIN_VERSION, handler: manageRoute },
+  // The os-volume-manage extension's path, which upstream's v3 API serves beside manageable_volumes
+  // at every microversion: cinderclient's `cinder manage` posts here whatever version it asks for.
+  { method: 'POST', path: '/os-volume-manage', action: MANAGE_POLICIES.manage, handler: manageRoute },
 ];
