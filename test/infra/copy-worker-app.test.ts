@@ -6,7 +6,7 @@
  */
 import { readFileSync, readdirSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
-import { testApp } from '../support/cdk-app.js';
+import { SYNTH_HOOK_TIMEOUT_MS, testApp } from '../support/cdk-app.js';
 import type { IConstruct } from 'constructs';
 import { beforeAll, describe, expect, test } from 'vitest';
 import { TABLES, tableEnvName } from '../../functions/core/tables.js';
@@ -33,7 +33,7 @@ let real: View;
 beforeAll(() => {
   const { app, stack } = buildFerryApp(testApp(), { nag: false });
   real = view(app, stack);
-});
+}, SYNTH_HOOK_TIMEOUT_MS);
 
 const mounting = FUNCTIONS.filter((f) => f.mountsShareStorage);
 

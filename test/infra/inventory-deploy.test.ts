@@ -7,7 +7,7 @@
  */
 import { resolve } from 'node:path';
 import type { App } from 'aws-cdk-lib';
-import { testApp } from '../support/cdk-app.js';
+import { SYNTH_HOOK_TIMEOUT_MS, testApp } from '../support/cdk-app.js';
 import { Template } from 'aws-cdk-lib/assertions';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { beforeAll, expect, test } from 'vitest';
@@ -25,7 +25,7 @@ beforeAll(() => {
   app = testApp({ context: { inventory: AWS_EXAMPLE } });
   ({ stack } = buildFerryApp(app, { nag: false }));
   resources = Template.fromStack(stack).toJSON().Resources;
-}, 240_000);
+}, SYNTH_HOOK_TIMEOUT_MS);
 
 test('one inventory resource, applied by the deploy function through the provider, with the document as validated', () => {
   const custom = Object.values(resources).filter((r) => r.Type === 'Custom::FerryInventory');

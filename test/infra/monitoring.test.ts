@@ -10,7 +10,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type App, Stack } from 'aws-cdk-lib';
-import { testApp } from '../support/cdk-app.js';
+import { SYNTH_HOOK_TIMEOUT_MS, testApp } from '../support/cdk-app.js';
 import { Template } from 'aws-cdk-lib/assertions';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
@@ -43,12 +43,15 @@ type View = ReturnType<typeof view>;
 let deployed: View;
 let noShares: View;
 
+// One synth per hook, each under the infra tier's synth timeout.
 beforeAll(() => {
   const a = buildFerryApp(testApp(), { nag: false });
   deployed = view(a.app, a.stack);
+}, SYNTH_HOOK_TIMEOUT_MS);
+beforeAll(() => {
   const b = buildFerryApp(testApp({ context: { shareBackends: 'false', apiRateLimit: '25.5', apiBurstLimit: '40' } }), { nag: false, stackName: 'FerryNoShares' });
   noShares = view(b.app, b.stack);
-});
+}, SYNTH_HOOK_TIMEOUT_MS);
 
 const ref = (id: string) => JSON.stringify({ Ref: id });
 const alarmsOf = (v: View) => v.ofType('AWS::CloudWatch::Alarm');

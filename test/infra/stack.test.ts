@@ -5,7 +5,7 @@
  */
 import { resolve } from 'node:path';
 import { Stack } from 'aws-cdk-lib';
-import { testApp } from '../support/cdk-app.js';
+import { SYNTH_HOOK_TIMEOUT_MS, testApp } from '../support/cdk-app.js';
 import { build } from 'esbuild';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import type { IConstruct } from 'constructs';
@@ -22,7 +22,7 @@ let template: Template;
 beforeAll(() => {
   ({ stack } = buildFerryApp(testApp(), { nag: false }));
   template = Template.fromStack(stack);
-});
+}, SYNTH_HOOK_TIMEOUT_MS);
 
 type Resource = { Type: string; Properties: Record<string, any>; DeletionPolicy?: string };
 const resources = () => template.toJSON().Resources as Record<string, Resource>;

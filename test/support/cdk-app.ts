@@ -7,6 +7,14 @@
  */
 import { App, type AppProps } from 'aws-cdk-lib';
 
+/**
+ * The timeout of a hook that builds and synthesizes one whole Ferry app (one synth per hook).
+ * The first synth in a worker also sets up CDK's built-in CloudFormation validation (a
+ * WebAssembly engine, ~15 CPU s, vitest.config.ts); alone at load 14 that synth took 79 s of wall
+ * time, so the tier's default hook timeout (120 s) is too tight on a busy machine.
+ */
+export const SYNTH_HOOK_TIMEOUT_MS = 240_000;
+
 export const SKIP_BUNDLING = { 'aws:cdk:bundling-stacks': [] as string[] };
 
 export function testApp(props: AppProps = {}): App {
