@@ -30,9 +30,7 @@ import { driverFor } from '../drivers/volume/registry.js';
 import { LagTally, type TargetLag } from '../drivers/volume/replication-lag.js';
 import { getBackendRecord, listBackendRecords, recordReplicationLag } from '../volumes/backends.js';
 import { PassLeaseLost, releasePassLease, takePassLease } from './pass-lease.js';
-
-/** Replicated volumes per page step: at the driver's few EC2 calls each, well inside the step's 300 s. */
-export const PASS_PAGE_VOLUMES = 50;
+import { PASS_PAGE_VOLUMES } from './pass-page.js';
 /** How many volumes' failures a pass carries in its state to report (the count is exact). */
 const FAILURE_SAMPLES = 5;
 

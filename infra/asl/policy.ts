@@ -17,6 +17,7 @@
  *   timeout is a backstop against a wedged execution, never a way for an operation to end.
  */
 import type { StateMachineName } from '../../functions/core/machines.js';
+import { PASS_PAGE_VOLUMES } from '../../functions/replication/pass-page.js';
 
 /** One ASL retrier, as it appears in a Task's `Retry`. */
 export interface Retrier {
@@ -183,9 +184,9 @@ const storageFlow: MachinePolicy = { timeoutSeconds: STEPS_TIMEOUT_SECONDS, retr
 /** The volumes a failover is sized for, and the volumes per Map item (functions/replication/repo.ts FAILOVER_BATCH_SIZE). */
 export const FAILOVER_SIZED_FOR_VOLUMES = 10_000;
 export const FAILOVER_BATCH_SIZE = 198;
-/** The replicated volumes of one backend a replication pass is sized for, and its pages (functions/replication/pass.ts PASS_PAGE_VOLUMES a page). */
+/** The replicated volumes of one backend a replication pass is sized for, and its pages (PASS_PAGE_VOLUMES a page). */
 export const REPLICATION_PASS_SIZED_FOR_VOLUMES = 10_000;
-export const REPLICATION_PASS_PAGES = Math.ceil(REPLICATION_PASS_SIZED_FOR_VOLUMES / 50);
+export const REPLICATION_PASS_PAGES = Math.ceil(REPLICATION_PASS_SIZED_FOR_VOLUMES / PASS_PAGE_VOLUMES);
 /** The copy runs of one migration (functions/migration/flow.ts MAX_COPY_ATTEMPTS). */
 export const MIGRATION_COPY_RUNS = 3;
 /** migration_continue polls of one driver-assisted migration (functions/migration/flow.ts maxDriverPolls()). */
