@@ -146,17 +146,6 @@ export async function finishOperation(id: string, status: 'succeeded' | 'failed'
   }
 }
 
-/** Every operation on a backend, newest first (the API shows the last; tests read them). */
-export async function listOperations(host: string): Promise<ReplicationOperation[]> {
-  const items = await scanAll({
-    TableName: tableName('volume'),
-    FilterExpression: 'sk = :op AND begins_with(pk, :prefix) AND #host = :host',
-    ExpressionAttributeNames: { '#host': 'host' },
-    ExpressionAttributeValues: { ':op': 'OP', ':prefix': 'REPLOP#', ':host': backendOf(host) },
-  });
-  return items.map(({ pk: _pk, sk: _sk, ...op }) => op as unknown as ReplicationOperation).sort((a, b) => b.createdAt.localeCompare(a.createdAt));
-}
-
 // ---- drill copies ---------------------------------------------------------------------------------
 
 export async function putDrillCopies(drillOperationId: string, batch: number, copies: DrillCopy[]): Promise<void> {

@@ -17,7 +17,6 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { db } from '../../functions/core/db.js';
 import { getBackendItem } from '../../functions/replication/service-repo.js';
-import { listOperations } from '../../functions/replication/repo.js';
 import { defaultBackendName } from '../../functions/volumes/model.js';
 import { getVolume } from '../../functions/volumes/repo.js';
 import { getVolumeTypeByName } from '../../functions/volumes/types.js';
@@ -26,6 +25,7 @@ import { awsError, type FakeEc2 } from '../support/fake-ec2.js';
 import { startReplicatedEbsStack, type EbsStack } from '../support/ebs-stack.js';
 import { eventually } from '../support/poll.js';
 import { putVolumeItems, replicatedVolumeItem } from '../support/replicated-volumes.js';
+import { listOperations } from '../support/replication-operations.js';
 
 const N = Number(process.env.FERRY_EBS_FAILOVER_VOLUMES ?? 10_000);
 const HOST = 'ferry@ebs-r';

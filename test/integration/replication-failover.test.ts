@@ -14,13 +14,14 @@ import { runAudit } from '../../functions/audit/audit.js';
 import { clearFaults, faultCalls, injectFault } from '../../functions/core/faults.js';
 import { driverForHost } from '../../functions/volumes/backends.js';
 import { volumeFilePath, type LocalVolumeDriver } from '../../functions/drivers/volume/local.js';
-import { getOperation, listDrillCopies, listOperations } from '../../functions/replication/repo.js';
+import { getOperation, listDrillCopies } from '../../functions/replication/repo.js';
 import { getBackendItem } from '../../functions/replication/service-repo.js';
 import { getSnapshot } from '../../functions/snapshots/repo.js';
 import { queryAll } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
 import { getVolume } from '../../functions/volumes/repo.js';
 import { eventually } from '../support/poll.js';
+import { listOperations } from '../support/replication-operations.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
 const HOST = 'ferry@lvm-r';
