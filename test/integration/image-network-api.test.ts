@@ -15,6 +15,7 @@ import { tableName } from '../../functions/core/tables.js';
 import { SANDBOX_NETWORK } from '../../functions/compute/seed.js';
 import { SANDBOX_IMAGES } from '../../functions/servers/images.js';
 import { subnetIdOf } from '../../functions/servers/network.js';
+import { chooseBootableImage, glanceImages, imageHead } from '../../scripts/smoke/images.js';
 import { diffSnapshots, stableJson, type Snapshot } from '../support/api-state.js';
 import { bootServer, novaClient, settled } from '../support/nova.js';
 import { eventually } from '../support/poll.js';
@@ -225,6 +226,28 @@ describe('Glance v2', () => {
     }
     const all = (await call('GET', '/image/v2/images?limit=1000', { token: ADMIN })).body.images.map((i: { id: string }) => i.id);
     expect(seen).toEqual(all);
+  });
+
+  test("the smoke's server check passes over a qcow2 image whose data is not qcow2, listed first, for a sandbox image", async () => {
+    // Prepare: as the aws-docs run's imported image was, but named to sort before every other.
+    const created = await call('POST', '/image/v2/images', { token: ADMIN, json: { name: '0-filler', disk_format: 'qcow2', container_format: 'bare' } });
+    const id = created.body.id as string;
+    try {
+      expect((await call('PUT', `/image/v2/images/${id}/file`, { token: ADMIN, body: Buffer.alloc(64 * 1024, 7) })).status).toBe(204);
+      const target = { api: `${stack.url}/`, token: ADMIN, project: 'admin' };
+
+      // Act: the smoke's own listing and reads over HTTP.
+      const images = await glanceImages(target);
+      const choice = await chooseBootableImage(images, 1, (imageId) => imageHead(target, imageId));
+
+      // Assess
+      expect(images[0]!.id).toBe(id);
+      expect(choice?.passedOver[0]).toBe('0-filler (disk_format qcow2, but its data is not qcow2)');
+      expect(choice?.image).toMatchObject({ status: 'active', disk_format: 'raw' });
+      expect(images.map((i) => i.name)).toContain(SANDBOX_IMAGES.cirrosTiny.name);
+    } finally {
+      await call('DELETE', `/image/v2/images/${id}`, { token: ADMIN });
+    }
   });
 });
 
