@@ -20,7 +20,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -202,6 +202,29 @@ let local: Local | undefined;
 let shell: ShellSession | undefined;
 let imageSource: Server | undefined;
 
+/**
+ * The shell's working directory. A user types the doc's lines in the checkout, so its clouds.yaml
+ * lines (`cat > clouds.yaml`, `export OS_CLIENT_CONFIG_FILE=$PWD/clouds.yaml`) write there; typed
+ * as written in the checkout, two runs of the test in one checkout would share that file (and a
+ * user's own clouds.yaml would be overwritten). So the lines run in a directory of their own, and
+ * `npm` in that shell is npm with `--prefix` at the checkout: the doc's `npm run …` lines run the
+ * checkout's scripts, as they do for the user.
+ */
+const WORK_DIR = mkdtempSync(join(tmpdir(), 'ferry-aws-docs-'));
+const NPM_AT_CHECKOUT = join(WORK_DIR, '.bin');
+
+function npmAtCheckout(): string {
+  const npm = execFileSync('bash', ['-c', 'command -v npm'], { encoding: 'utf8' }).trim();
+  mkdirSync(NPM_AT_CHECKOUT);
+  writeFileSync(join(NPM_AT_CHECKOUT, 'npm'), `#!/bin/sh\nexec '${npm}' --prefix '${ROOT}' "$@"\n`);
+  chmodSync(join(NPM_AT_CHECKOUT, 'npm'), 0o755);
+  return NPM_AT_CHECKOUT;
+}
+
+/** The checkout's clouds.yaml (a user's own, or none), which a run must leave as it was. */
+const checkoutCloudsYaml = () => (existsSync(join(ROOT, 'clouds.yaml')) ? readFileSync(join(ROOT, 'clouds.yaml'), 'utf8') : undefined);
+const CHECKOUT_CLOUDS_YAML = checkoutCloudsYaml();
+
 beforeAll(async () => {
   imageSource = createServer((_req, res) => res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': String(IMAGE_BYTES.length) }).end(IMAGE_BYTES));
   await new Promise<void>((r) => imageSource!.listen(0, '127.0.0.1', r));
@@ -212,17 +235,16 @@ beforeAll(async () => {
   const clouds = parseYaml(readFileSync(stack.cloudsYaml, 'utf8')) as { clouds: Record<string, { auth: { username: string; password: string } }> };
   const admin = Object.values(clouds.clouds).find((c) => c.auth.username === 'admin')!;
   local = { stack, importUrl: `http://127.0.0.1:${port}/cirros.img`, adminPassword: admin.auth.password };
-  shell = await startShell({ cwd: ROOT, env: { ...clientEnv(), FERRY_DATA_DIR: stack.dataDir } });
+  const env = clientEnv();
+  shell = await startShell({ cwd: WORK_DIR, env: { ...env, PATH: `${npmAtCheckout()}:${env.PATH}`, FERRY_DATA_DIR: stack.dataDir } });
 }, 120_000);
 
 afterAll(async () => {
   await shell?.close();
   await local?.stack.stop();
   await new Promise((r) => imageSource?.close(r));
-  // The clouds.yaml the doc's lines wrote (in the repository's root, the user's working directory,
-  // where npm run finds package.json): only the full run writes it, so two runs of it in one
-  // checkout at once would share it.
-  if (FULL) await rm(join(ROOT, 'clouds.yaml'), { force: true });
+  // The clouds.yaml the doc's lines wrote (the full run's) is in the shell's own directory.
+  await rm(WORK_DIR, { recursive: true, force: true });
   await rm(IMAGE_FILE, { force: true });
 }, 60_000);
 
@@ -304,4 +326,7 @@ test(`${FULL ? 'every' : 'the CLI setup block\'s'} command line${FULL ? ' to run
       `CPU: test process ${((cpu.user + cpu.system) / 1e6).toFixed(1)} s, the shell and its commands ${shellCpuSeconds(shell!.pid).toFixed(1)} s; ${timings.join(', ')}`,
   );
   expect(runs.length).toBeGreaterThan(FULL ? 40 : 10);
+  // The doc's clouds.yaml lines (the full run's) wrote in the shell's directory, not the checkout.
+  expect(existsSync(join(WORK_DIR, 'clouds.yaml'))).toBe(FULL);
+  expect(checkoutCloudsYaml(), "the checkout's clouds.yaml").toBe(CHECKOUT_CLOUDS_YAML);
 }, FULL ? 1_200_000 : 300_000);
