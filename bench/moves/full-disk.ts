@@ -1,0 +1,313 @@
+/**
+ * bench/moves/full-disk.ts: issue 17's "a fully written disk moves at the machine's file copy
+ * speed (against `cp --sparse=always` of the same file in the same run: at least 0.8x)".
+ *
+ * A server's root disk (and, for the swap, an attached volume) is filled completely with random
+ * bytes (nothing is a hole, nothing is zeros), then in BENCH_REPEATS interleaved rounds (flows in
+ * rotated order; within a flow the cp and Ferry halves alternate which goes first) it times each
+ * move that copies the whole file:
+ * - cold migration (the driver's migrateDiskAndPowerOff: a sparse copy to the destination);
+ * - live migration (the driver's liveMigration: pre-copy, then the stop-and-copy);
+ * - swap of a fully written volume (the swap step's block copy, between the driver's
+ *   openGuestDevice and its detachVolume right after the copy);
+ * - shelve + offload (the driver's snapshot: `qemu-img convert` to qcow2; the flow then uploads it).
+ * For each: the driver's copy (measured around the driver call, in this process, which runs the
+ * whole stack) and the whole move's wall time (API call until the server settles), against
+ * `cp --sparse=always` of the same file into the same directory (the same file system) in the
+ * same round. Evacuation copies with the same sparseCopy as cold migration and is not repeated;
+ * cross-cell resize is the shelve snapshot plus an upload and a spawn (bench:moves has it).
+ *
+ * Page cache: not dropped (that would hit every other process on a shared machine). Before each
+ * timed half the file about to be copied is read once whole (warm, as it is for cp and Ferry
+ * alike), then `sync` runs so no half pays for another's writeback.
+ *
+ *   npm run bench:moves:full    (BENCH_DISK_MIB=1024: the bytes written, the whole 1 GiB disk of
+ *                                flavor m1.small; BENCH_REPEATS=3; BENCH_FLOWS=cold,live,swap,shelve)
+ */
+import { spawnSync } from 'node:child_process';
+import { randomFillSync } from 'node:crypto';
+import { closeSync, fsyncSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { LocalComputeDriver } from '../../functions/drivers/compute/local.js';
+import { CONNECTIONS_DIR, DISK_FILE, GUESTS_DIR, type ConnectionEntry, type GuestState } from '../../functions/drivers/compute/local/layout.js';
+import { driverOfHost } from '../../functions/servers/engine.js';
+import { SANDBOX_IMAGES } from '../../functions/servers/images.js';
+import { findCopies } from '../../functions/servers/repo.js';
+import { startLocalStack } from '../../infra/local/stack.js';
+
+const MiB = 1 << 20;
+const DISK_MIB = Number(process.env.BENCH_DISK_MIB ?? 1024);
+const REPEATS = Number(process.env.BENCH_REPEATS ?? 3);
+const FLOWS = (process.env.BENCH_FLOWS ?? 'cold,live,swap,shelve').split(',').filter(Boolean);
+/** m1.small: a 1 GiB root disk; the swap's volumes are 1 GiB too. */
+const FLAVOR = '1';
+
+/** CPU seconds (user + sys) of this process's threads plus its waited-for children (qemu-img, cp). */
+const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+function cpuSeconds(): number {
+  const own = process.cpuUsage();
+  const fields = readFileSync('/proc/self/stat', 'utf8').split(')').pop()!.trim().split(/\s+/);
+  return (own.user + own.system) / 1e6 + (Number(fields[13]) + Number(fields[14])) / CLOCK_TICKS;
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+/** Fills `path` from offset 0 with `bytes` random bytes (no chunk of zeros: nothing can stay a hole), fsynced. */
+function fillRandom(path: string, bytes: number): void {
+  const fd = openSync(path, 'r+');
+  try {
+    const buf = Buffer.alloc(4 * MiB);
+    for (let pos = 0; pos < bytes; pos += buf.length) {
+      const n = Math.min(buf.length, bytes - pos);
+      randomFillSync(buf, 0, n);
+      for (let done = 0; done < n; ) done += writeSync(fd, buf, done, n - done, pos + done);
+    }
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Reads the file whole (into the page cache), then syncs every file system: the same start for each half. */
+function warm(path: string): void {
+  const fd = openSync(path, 'r');
+  try {
+    const buf = Buffer.alloc(4 * MiB);
+    while (readSync(fd, buf, 0, buf.length, null) > 0);
+  } finally {
+    closeSync(fd);
+  }
+  spawnSync('sync');
+}
+
+/** `cp --sparse=always` of `path` to a new file beside it (same file system), timed; the copy removed after. */
+function timeCp(path: string): { ms: number; cpu: number } {
+  const copy = `${path}.bench-cp`;
+  rmSync(copy, { force: true });
+  const c0 = cpuSeconds();
+  const t0 = performance.now();
+  const out = spawnSync('cp', ['--sparse=always', path, copy]);
+  const ms = performance.now() - t0;
+  const cpu = cpuSeconds() - c0;
+  if (out.status !== 0) throw new Error(`cp failed: ${String(out.stderr)}`);
+  rmSync(copy, { force: true });
+  return { ms, cpu };
+}
+
+/**
+ * The driver calls whose time is the copy: `[start method, end method]` of the local compute
+ * driver; the copy is from the start call's start to the end call's end (or start, for swap).
+ */
+const COPY_CALLS: Record<string, { from: string; to: string; toEdge: 'start' | 'end' }> = {
+  cold: { from: 'migrateDiskAndPowerOff', to: 'migrateDiskAndPowerOff', toEdge: 'end' },
+  live: { from: 'liveMigration', to: 'liveMigration', toEdge: 'end' },
+  // The swap step: openGuestDevice, openConnection, the block copy, closes, then detachVolume.
+  swap: { from: 'openGuestDevice', to: 'detachVolume', toEdge: 'start' },
+  shelve: { from: 'snapshot', to: 'snapshot', toEdge: 'end' },
+};
+
+/** Driver calls seen while a flow runs: name, start, end (performance.now()), and CPU seconds at each. */
+const calls: { name: string; t0: number; t1: number; c0: number; c1: number }[] = [];
+function instrumentDriver(): void {
+  const proto = LocalComputeDriver.prototype as unknown as Record<string, unknown>;
+  for (const name of new Set(Object.values(COPY_CALLS).flatMap((c) => [c.from, c.to]))) {
+    const fn = proto[name] as (...a: unknown[]) => Promise<unknown>;
+    proto[name] = async function (this: unknown, ...a: unknown[]) {
+      const call = { name, t0: performance.now(), t1: 0, c0: cpuSeconds(), c1: 0 };
+      calls.push(call);
+      try {
+        return await fn.apply(this, a);
+      } finally {
+        call.t1 = performance.now();
+        call.c1 = cpuSeconds();
+      }
+    };
+  }
+}
+
+/** The driver's copy in the calls of one flow: its time and this process's CPU seconds meanwhile. */
+function driverCopy(flow: string): { ms: number; cpu: number } {
+  const spec = COPY_CALLS[flow]!;
+  const from = calls.find((c) => c.name === spec.from);
+  const to = calls.filter((c) => c.name === spec.to).at(-1);
+  if (!from || !to) throw new Error(`${flow}: the driver calls ${spec.from} / ${spec.to} were not seen`);
+  const end = spec.toEdge === 'end' ? { t: to.t1, c: to.c1 } : { t: to.t0, c: to.c0 };
+  return { ms: end.t - from.t0, cpu: end.c - from.c0 };
+}
+
+async function main(): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'ferry-bench-full-'));
+  const stack = await startLocalStack({ dataDir, port: 0, quiet: true });
+  await stack.reconciled;
+  instrumentDriver();
+  const headers = { 'X-Auth-Token': 'admin:admin', 'Content-Type': 'application/json', Accept: 'application/json' };
+  async function call(base: string, method: string, path: string, body: unknown, version: string): Promise<any> {
+    const res = await fetch(base + path, { method, headers: { ...headers, 'OpenStack-API-Version': version }, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = await res.text();
+    if (res.status >= 400) throw new Error(`${method} ${path} -> ${res.status} ${text}`);
+    return text ? JSON.parse(text) : undefined;
+  }
+  const nova = (method: string, path: string, body?: unknown) => call(`${stack.url}/compute/v2.1`, method, path, body, 'compute 2.93');
+  const cinder = (method: string, path: string, body?: unknown) => call(`${stack.url}/volume/v3/admin`, method, path, body, 'volume 3.70');
+  const action = (id: string, body: unknown) => nova('POST', `/servers/${id}/action`, body);
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  /** Until no operation is in flight on the server; its instance record then. */
+  async function settle(id: string, expectVm?: string): Promise<Record<string, any>> {
+    for (let i = 0; ; i++) {
+      const copies = await findCopies(id);
+      const found = copies[0];
+      if (found && !copies.some((c) => c.instance.operation) && !found.instance.hidden) {
+        const s = found.instance as unknown as Record<string, any>;
+        if (expectVm && s.vmState !== expectVm) throw new Error(`expected ${expectVm}, got ${String(s.vmState)} ${JSON.stringify(s.fault)}`);
+        return s;
+      }
+      if (i > 40_000) throw new Error(`server ${id} did not settle`);
+      await sleep(25);
+    }
+  }
+  async function newVolume(): Promise<string> {
+    const id = (await cinder('POST', '/volumes', { volume: { size: Math.ceil(DISK_MIB / 1024), name: 'bench-full' } })).volume.id as string;
+    while ((await cinder('GET', `/volumes/${id}`)).volume.status !== 'available') await sleep(20);
+    return id;
+  }
+  async function boot(): Promise<string> {
+    const id = (await nova('POST', '/servers', { server: { name: 'bench-full', flavorRef: FLAVOR, networks: 'auto', imageRef: SANDBOX_IMAGES.cirrosTiny.id } })).server.id as string;
+    await settle(id, 'active');
+    return id;
+  }
+  /** Where the local driver keeps the server's root disk now. */
+  const diskOf = async (id: string): Promise<string> => {
+    const driver = (await driverOfHost(String((await settle(id)).host))) as LocalComputeDriver;
+    return join(driver.dir, GUESTS_DIR, id, DISK_FILE);
+  };
+  /** The file behind the volume attached at `device` (the host's connection entry names it). */
+  const volumeFileOf = async (id: string, device: string): Promise<string> => {
+    const driver = (await driverOfHost(String((await settle(id)).host))) as LocalComputeDriver;
+    const state = JSON.parse(readFileSync(join(driver.dir, GUESTS_DIR, id, 'state.json'), 'utf8')) as GuestState;
+    const key = state.volumes.find((v) => v.mountpoint === device)!.connectionKey;
+    return (JSON.parse(readFileSync(join(driver.dir, CONNECTIONS_DIR, `${key}.json`), 'utf8')) as ConnectionEntry).devicePath;
+  };
+
+  if (!(DISK_MIB > 0 && DISK_MIB <= 1024)) throw new Error(`BENCH_DISK_MIB=${DISK_MIB}: at most the 1024 MiB of the m1.small root disk`);
+  console.log(`bench/moves/full-disk: ${DISK_MIB} MiB of random bytes, ${REPEATS} rounds of ${FLOWS.join(', ')}; load average at start ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  const server = await boot();
+  fillRandom(await diskOf(server), DISK_MIB * MiB);
+  // The swap's server: a volume filled whole; each round swaps it onto a new empty volume.
+  const swapServer = FLOWS.includes('swap') ? await boot() : undefined;
+  let swapVolume = '';
+  let swapDevice = '';
+  if (swapServer) {
+    swapVolume = await newVolume();
+    const att = await nova('POST', `/servers/${swapServer}/os-volume_attachments`, { volumeAttachment: { volumeId: swapVolume } });
+    swapDevice = att.volumeAttachment.device as string;
+    await settle(swapServer, 'active');
+    fillRandom(await volumeFileOf(swapServer, swapDevice), DISK_MIB * MiB);
+  }
+
+  /** Each flow: the file its copy reads, the timed move, and what puts the server back (untimed). */
+  const flows: Record<string, { file: () => Promise<string>; move: () => Promise<unknown>; after: () => Promise<unknown> }> = {
+    cold: {
+      file: () => diskOf(server),
+      move: async () => {
+        await action(server, { migrate: null });
+        await settle(server, 'resized');
+      },
+      after: async () => {
+        await action(server, { confirmResize: null });
+        await settle(server, 'active');
+      },
+    },
+    live: {
+      file: () => diskOf(server),
+      move: async () => {
+        await action(server, { 'os-migrateLive': { host: null, block_migration: 'auto' } });
+        await settle(server, 'active');
+      },
+      after: async () => {},
+    },
+    swap: {
+      file: () => volumeFileOf(swapServer!, swapDevice),
+      move: async () => {
+        const next = await newVolume();
+        calls.length = 0;
+        const t0 = performance.now();
+        await nova('PUT', `/servers/${swapServer}/os-volume_attachments/${swapVolume}`, { volumeAttachment: { volumeId: next } });
+        await settle(swapServer!, 'active');
+        const old = swapVolume;
+        swapVolume = next;
+        return { old, t0 };
+      },
+      after: async () => {},
+    },
+    shelve: {
+      file: () => diskOf(server),
+      move: async () => {
+        await action(server, { shelve: null });
+        await settle(server, 'shelved_offloaded');
+      },
+      after: async () => {
+        await action(server, { unshelve: null });
+        await settle(server, 'active');
+      },
+    },
+  };
+
+  type Row = { round: number; flow: string; cpMs: number; cpCpu: number; copyMs: number; copyCpu: number; moveMs: number; first: string };
+  const rows: Row[] = [];
+  for (let round = 0; round < REPEATS; round++) {
+    const order = FLOWS.map((_, k) => FLOWS[(round + k) % FLOWS.length]!);
+    for (const [k, flow] of order.entries()) {
+      const f = flows[flow];
+      if (!f) throw new Error(`unknown flow ${flow} (cold, live, swap, shelve)`);
+      const cpFirst = (round + k) % 2 === 0;
+      const runCp = async () => {
+        const path = await f.file();
+        warm(path);
+        return timeCp(path);
+      };
+      const runMove = async () => {
+        warm(await f.file());
+        calls.length = 0;
+        const t0 = performance.now();
+        const result = (await f.move()) as { old: string; t0: number } | undefined;
+        const moveMs = performance.now() - (result?.t0 ?? t0);
+        const copy = driverCopy(flow);
+        if (result?.old) await cinder('DELETE', `/volumes/${result.old}`);
+        await f.after();
+        return { moveMs, copy };
+      };
+      const cp = cpFirst ? await runCp() : undefined;
+      const ferry = await runMove();
+      const cpAfter = cp ?? (await runCp());
+      rows.push({ round, flow, cpMs: cpAfter.ms, cpCpu: cpAfter.cpu, copyMs: ferry.copy.ms, copyCpu: ferry.copy.cpu, moveMs: ferry.moveMs, first: cpFirst ? 'cp' : 'ferry' });
+      const r = rows.at(-1)!;
+      console.log(
+        `  round ${round + 1} ${flow.padEnd(6)} (${r.first} first): cp ${r.cpMs.toFixed(0)} ms (${r.cpCpu.toFixed(2)} CPU s); driver copy ${r.copyMs.toFixed(0)} ms (${r.copyCpu.toFixed(2)} CPU s), cp/copy ${(r.cpMs / r.copyMs).toFixed(2)}x; whole move ${r.moveMs.toFixed(0)} ms, cp/move ${(r.cpMs / r.moveMs).toFixed(2)}x; load ${loadavg()[0]!.toFixed(1)}`,
+      );
+    }
+  }
+
+  console.log(`\n  flow     cp ms   cp CPU s   driver copy ms   copy CPU s   cp/copy (median of paired; each)          move ms   cp/move (median of paired)   goal cp/copy >= 0.8x`);
+  for (const flow of FLOWS) {
+    const mine = rows.filter((r) => r.flow === flow);
+    const paired = (f: (r: Row) => number) => mine.map((r) => r.cpMs / f(r));
+    console.log(
+      `  ${flow.padEnd(6)} ${median(mine.map((r) => r.cpMs)).toFixed(0).padStart(7)} ${median(mine.map((r) => r.cpCpu)).toFixed(2).padStart(10)} ${median(mine.map((r) => r.copyMs)).toFixed(0).padStart(16)} ${median(mine.map((r) => r.copyCpu)).toFixed(2).padStart(12)}   ${median(paired((r) => r.copyMs)).toFixed(2).padStart(5)}x (${paired((r) => r.copyMs).map((x) => x.toFixed(2)).join(', ')})`.padEnd(110) +
+        `${median(mine.map((r) => r.moveMs)).toFixed(0).padStart(8)}   ${median(paired((r) => r.moveMs)).toFixed(2)}x (${paired((r) => r.moveMs).map((x) => x.toFixed(2)).join(', ')})`,
+    );
+  }
+  console.log(`  load average at end: ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  await stack.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
