@@ -4,7 +4,8 @@
  * done. Names starting with '.' are the drivers' temp files and own trees, never listed.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, readFile, readdir, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { constants, existsSync } from 'node:fs';
+import { copyFile, mkdir, open, readFile, readdir, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 export function isErrno(e: unknown, ...codes: string[]): boolean {
@@ -91,4 +92,17 @@ export async function writeFully(fh: FileHandle, data: Uint8Array, pos: number):
     const { bytesWritten } = await fh.write(data, done, data.length - done, pos + done);
     done += bytesWritten;
   }
+}
+
+/**
+ * Copies the open file `input` (opened at `src`) to a new file `dst` (never overwritten) inside the
+ * kernel: Node's copyFile, which libuv runs as a copy_file_range loop (sendfile where that is
+ * missing), so no byte passes through this process and no chunk waits on its event loop. Every
+ * byte is written, a hole as zeros: only for a source that has none. Through /proc/<pid>/fd where
+ * Linux offers it, so the file copied is the one open, even if renamed since. `dst` takes the
+ * source's mode; it is not fsynced here.
+ */
+export async function copyFileInKernel(input: FileHandle, src: string, dst: string): Promise<void> {
+  const viaFd = `/proc/${process.pid}/fd/${input.fd}`;
+  await copyFile(existsSync(viaFd) ? viaFd : src, dst, constants.COPYFILE_EXCL);
 }

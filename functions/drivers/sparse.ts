@@ -63,10 +63,18 @@ export async function dataExtentsOfOpen(fh: FileHandle, path: string, size: numb
   return dataExtents(existsSync(viaFd) ? viaFd : path, size);
 }
 
-/** The data extents of an open file at `path`, within its size as of now. */
-export async function dataExtentsOf(fh: FileHandle, path: string): Promise<{ size: number; extents: DataExtent[] }> {
-  const { size } = await fh.stat();
-  return { size, extents: await dataExtents(path, size) };
+/**
+ * The data extents of an open file at `path`, within its size as of now, and whether it has no
+ * hole at all (`dense`): one data extent over the whole file AND blocks allocated for every byte.
+ * The block count is asked too because the extents alone say "all data" also where holes cannot
+ * be told (no perl, EINVAL); it is never the only evidence either (some file systems report 0
+ * blocks for files that hold data, which reads as "not dense": the safe side).
+ */
+export async function dataExtentsOf(fh: FileHandle, path: string): Promise<{ size: number; extents: DataExtent[]; dense: boolean }> {
+  const { size, blocks } = await fh.stat();
+  const extents = await dataExtents(path, size);
+  const oneExtent = extents.length === 1 && extents[0]!.offset === 0 && extents[0]!.length === size;
+  return { size, extents, dense: size > 0 && oneExtent && blocks * 512 >= size };
 }
 
 /** The union of two sorted extent lists, coalesced. */

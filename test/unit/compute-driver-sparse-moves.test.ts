@@ -13,6 +13,7 @@ import { promisify } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ComputeHostConfig, Flavor, ImageSource } from '../../functions/drivers/compute/driver.js';
 import { GIB, LocalComputeDriver, localCopyStats, resetLocalCopyStats, setHostDown } from '../../functions/drivers/compute/local.js';
+import { SETTLED_MS } from '../../functions/drivers/compute/local/files.js';
 import { dataExtents, extentBytes, unionExtents, type DataExtent } from '../../functions/drivers/sparse.js';
 import { writeDevice } from '../contracts/compute-driver.js';
 
@@ -169,6 +170,47 @@ describe('sparse moves of a 1 GiB disk', () => {
     // Assess: the source's disk is kept until post_live_migration.
     expect(dirtied).toBe(true);
     expectReadOnlyTheData(2);
+    await expectSameSparseDisk(diskPath('cmp2'), diskPath('cmp1'));
+  });
+
+  it('live migration of a disk left alone since before it: the stop-and-copy reads nothing again', async () => {
+    // Prepare: the disk's last write SETTLED_MS and more before the migration starts.
+    await scatteredGuest();
+    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: ONE_GIB }, 'cmp1');
+    await new Promise((r) => setTimeout(r, SETTLED_MS + 100));
+    resetLocalCopyStats();
+
+    // Act
+    await cmp1.liveMigration(UUID_A, 'cmp2', { chunkBytes: CHUNK });
+
+    // Assess: one pass over the data (the pre-copy), not a second over both disks.
+    const onePass = localCopyStats().readBytes;
+    expect(onePass).toBeLessThan(MIB);
+    expect(onePass).toBe(extentBytes(await dataExtents(diskPath('cmp1'), GIB)));
+    await expectSameSparseDisk(diskPath('cmp2'), diskPath('cmp1'));
+  });
+
+  it('live migration of a disk left alone, then written during the pre-copy: the change is copied', async () => {
+    // Prepare
+    await scatteredGuest();
+    await cmp2.preLiveMigration({ uuid: UUID_A, flavor: ONE_GIB }, 'cmp1');
+    await new Promise((r) => setTimeout(r, SETTLED_MS + 100));
+    let dirtied = false;
+
+    // Act: one write over data the pre-copy has read already (its first chunk).
+    await cmp1.liveMigration(UUID_A, 'cmp2', {
+      chunkBytes: CHUNK,
+      onProgress: () => {
+        if (dirtied) return;
+        dirtied = true;
+        const fd = openSync(diskPath('cmp1'), 'r+');
+        writeSync(fd, randomBytes(100), 0, 100, 10);
+        closeSync(fd);
+      },
+    });
+
+    // Assess
+    expect(dirtied).toBe(true);
     await expectSameSparseDisk(diskPath('cmp2'), diskPath('cmp1'));
   });
 

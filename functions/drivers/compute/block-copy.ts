@@ -10,20 +10,43 @@ export const BLOCK_COPY_CHUNK_BYTES = 4 * 1024 * 1024;
 
 /**
  * Copies `from`'s bytes into `to` over their common size. Chunks that read all zeros are not
- * written: the destination must read zeros there already (a new volume). Returns the bytes read and written.
+ * written: the destination must read zeros there already (a new volume). The next chunk is read
+ * while the last one is written, and a destination that can defer its syncs (`flush`) is synced
+ * once at the end rather than after every chunk: a fully written 1 GiB volume is 256 chunks, and a
+ * sync each made the swap's copy 20x `cp` (docs/server-moves-time.md, "A fully written disk").
+ * Returns the bytes read and written.
  */
-export async function copyBlockData(from: Pick<BlockHandle, 'read' | 'sizeBytes' | 'dataExtents'>, to: Pick<BlockHandle, 'write' | 'sizeBytes'>, chunkBytes = BLOCK_COPY_CHUNK_BYTES): Promise<{ readBytes: number; writtenBytes: number }> {
+export async function copyBlockData(
+  from: Pick<BlockHandle, 'read' | 'sizeBytes' | 'dataExtents'>,
+  to: Pick<BlockHandle, 'write' | 'sizeBytes' | 'flush'>,
+  chunkBytes = BLOCK_COPY_CHUNK_BYTES,
+): Promise<{ readBytes: number; writtenBytes: number }> {
   const size = Math.min(from.sizeBytes, to.sizeBytes);
   const extents = (from.dataExtents ? await from.dataExtents() : wholeFile(size))
     .filter((e) => e.offset < size)
     .map((e) => ({ offset: e.offset, length: Math.min(e.length, size - e.offset) }));
   const zeros = Buffer.alloc(Math.min(chunkBytes, Math.max(size, 1)));
+  const deferSync = to.flush !== undefined;
   let writtenBytes = 0;
-  for (const piece of chunkPieces(extents, chunkBytes)) {
-    const data = await from.read(piece.offset, piece.length);
+  const pieces = chunkPieces(extents, chunkBytes);
+  const readNext = (): Promise<{ offset: number; data: Buffer }> | undefined => {
+    const piece = pieces.next();
+    return piece.done ? undefined : from.read(piece.value.offset, piece.value.length).then((data) => ({ offset: piece.value.offset, data }));
+  };
+  let reading = readNext();
+  while (reading) {
+    const { offset, data } = await reading;
+    reading = readNext();
     if (data.equals(zeros.subarray(0, data.length))) continue;
-    await to.write(piece.offset, data);
+    try {
+      await to.write(offset, data, { deferSync });
+    } catch (e) {
+      // The read already started is not left unobserved (its rejection would be unhandled).
+      reading?.catch(() => {});
+      throw e;
+    }
     writtenBytes += data.length;
   }
+  if (writtenBytes > 0) await to.flush?.();
   return { readBytes: extentBytes(extents), writtenBytes };
 }

@@ -210,7 +210,13 @@ export interface HostConnection {
 export interface BlockHandle {
   readonly sizeBytes: number;
   read(position: number, length: number): Promise<Buffer>;
-  write(position: number, data: Uint8Array): Promise<void>;
+  /**
+   * Durable when it returns, unless `deferSync` is asked of a handle that has `flush`: then durable
+   * at the next flush (a copy of many chunks syncs once, at its end).
+   */
+  write(position: number, data: Uint8Array, options?: { deferSync?: boolean }): Promise<void>;
+  /** Makes every write so far durable. Optional: without it each write is durable on its own. */
+  flush?(): Promise<void>;
   close(): Promise<void>;
   /**
    * Where the device may hold data, sorted and disjoint: every byte outside reads as zero (a

@@ -32,9 +32,13 @@ export class FileBlockHandle implements BlockHandle {
     return buf;
   }
 
-  async write(position: number, data: Uint8Array): Promise<void> {
+  async write(position: number, data: Uint8Array, options: { deferSync?: boolean } = {}): Promise<void> {
     this.check(position, data.length);
     await writeFully(this.fh, data, position);
+    if (!options.deferSync) await this.fh.datasync();
+  }
+
+  async flush(): Promise<void> {
     await this.fh.datasync();
   }
 

@@ -10,7 +10,7 @@ import { DriverError } from '../../../core/errors.js';
 import { logger } from '../../../core/logger.js';
 import { POWER_STATE, type AttachedVolume, type GuestInfo, type GuestSpec, type LiveMigrateData, type LiveMigrationOptions, type MigrationProgress } from '../driver.js';
 import type { HostConnections } from './connections.js';
-import { CopyAborted, DEFAULT_CHUNK_BYTES, sparseCopy, statOrUndefined, syncChangedChunks, unlinkIfPresent, writeJsonAtomic } from './files.js';
+import { CopyAborted, DEFAULT_CHUNK_BYTES, markBeforeCopy, sparseCopy, statOrUndefined, syncChangedChunks, unchangedSince, unlinkIfPresent, writeJsonAtomic, type CopyStartMark } from './files.js';
 import type { LocalHost } from './host.js';
 import { DISK_FILE, GUESTS_DIR, MIGRATION_FILE, STATE_FILE, isPeerDown, type GuestState, type IncomingMigration } from './layout.js';
 import type { GuestLifecycle } from './lifecycle.js';
@@ -104,9 +104,11 @@ export class LiveMigration {
       lastPercent = p.percent;
       options.onProgress?.(p);
     };
+    let precopied: CopyStartMark | undefined;
     try {
       if (start.state.rootDisk === 'local') {
         await unlinkIfPresent(part);
+        precopied = await markBeforeCopy(src);
         await sparseCopy(src, part, {
           chunkBytes,
           signal: options.signal,
@@ -134,7 +136,9 @@ export class LiveMigration {
         if (options.signal?.aborted) throw new CopyAborted();
         const totalBytes = state.rootDisk === 'local' ? await this.h.diskBytes(uuid) : 0;
         if (state.rootDisk === 'local') {
-          await syncChangedChunks(src, part, chunkBytes);
+          // The dirty pages of a pre-copy: none when the disk's times show no write since the
+          // pre-copy began; else every chunk of either file is compared (a full disk read twice).
+          if (!precopied || !(await unchangedSince(src, precopied))) await syncChangedChunks(src, part, chunkBytes);
           await rename(part, join(incomingDir, DISK_FILE));
         }
         const destState: GuestState = {
