@@ -20,15 +20,17 @@ export class FileBlockHandle implements BlockHandle {
     }
   }
 
-  async read(position: number, length: number): Promise<Buffer> {
+  async read(position: number, length: number, into?: Buffer): Promise<Buffer> {
     this.check(position, length);
-    const buf = Buffer.alloc(length);
+    const buf = into && into.length >= length ? into.subarray(0, length) : Buffer.alloc(length);
     let got = 0;
     while (got < length) {
       const { bytesRead } = await this.fh.read(buf, got, length - got, position + got);
       if (bytesRead === 0) break;
       got += bytesRead;
     }
+    // Past the file's end the device reads zeros (a reused buffer holds older bytes there).
+    if (got < length) buf.fill(0, got);
     return buf;
   }
 
