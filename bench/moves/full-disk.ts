@@ -212,25 +212,21 @@ async function main(): Promise<void> {
     fillRandom(await volumeFileOf(swapServer, swapDevice), DISK_MIB * MiB);
   }
 
+  /** A server action on the bench's server, until it settles in `vm`. */
+  const act = (body: unknown, vm: string) => async () => {
+    await action(server, body);
+    await settle(server, vm);
+  };
   /** Each flow: the file its copy reads, the timed move, and what puts the server back (untimed). */
   const flows: Record<string, { file: () => Promise<string>; move: () => Promise<unknown>; after: () => Promise<unknown> }> = {
     cold: {
       file: () => diskOf(server),
-      move: async () => {
-        await action(server, { migrate: null });
-        await settle(server, 'resized');
-      },
-      after: async () => {
-        await action(server, { confirmResize: null });
-        await settle(server, 'active');
-      },
+      move: act({ migrate: null }, 'resized'),
+      after: act({ confirmResize: null }, 'active'),
     },
     live: {
       file: () => diskOf(server),
-      move: async () => {
-        await action(server, { 'os-migrateLive': { host: null, block_migration: 'auto' } });
-        await settle(server, 'active');
-      },
+      move: act({ 'os-migrateLive': { host: null, block_migration: 'auto' } }, 'active'),
       after: async () => {},
     },
     swap: {
@@ -249,14 +245,8 @@ async function main(): Promise<void> {
     },
     shelve: {
       file: () => diskOf(server),
-      move: async () => {
-        await action(server, { shelve: null });
-        await settle(server, 'shelved_offloaded');
-      },
-      after: async () => {
-        await action(server, { unshelve: null });
-        await settle(server, 'active');
-      },
+      move: act({ shelve: null }, 'shelved_offloaded'),
+      after: act({ unshelve: null }, 'active'),
     },
   };
 
