@@ -11,9 +11,10 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
-import { getBatch, listOperations } from '../../functions/replication/repo.js';
+import { getBatch } from '../../functions/replication/repo.js';
 import { getVolume } from '../../functions/volumes/repo.js';
 import { awsError, type FakeEc2 } from '../support/fake-ec2.js';
+import { listOperations } from '../support/replication-operations.js';
 import { startReplicatedEbsStack, type EbsStack } from '../support/ebs-stack.js';
 import { eventually } from '../support/poll.js';
 import { replicationPass } from '../support/replication-pass.js';
