@@ -1,16 +1,13 @@
 /**
- * qcow2 disk images through `qemu-img` (Debian's qemu-utils, which scripts/ensure-system.sh
- * installs): a sparse raw disk written as qcow2 holds only the clusters that hold data, and a qcow2
- * image read back into a raw file leaves every unallocated or all-zero cluster a hole. The local
- * compute driver snapshots a root disk this way (what Nova's libvirt driver uploads with
- * `snapshot_image_format = qcow2`), so a 1 GiB disk holding 10 MiB is a ~10 MiB image, and a spawn
- * from such an image writes ~10 MiB.
+ * qcow2 disk images read through `qemu-img` (Debian's qemu-utils, which scripts/ensure-system.sh
+ * installs): a qcow2 image read back into a raw file leaves every unallocated or all-zero cluster a
+ * hole, so a spawn from a ~10 MiB image of a 1 GiB disk writes ~10 MiB. The local compute driver's
+ * snapshots are written as qcow2 by Ferry itself (qcow2-writer.ts: one layout, streamed, no process).
  *
- * Why qemu-img rather than a writer of Ferry's own: it is the format's reference implementation
- * (the same tool Nova and Cinder run), it finds the data itself (SEEK_DATA, and zero detection
- * inside data), and it reads any qcow2 a user uploads, not only Ferry's layout. Its cost: a 1.3 MB
- * package, one short process per snapshot and two per spawn from a qcow2 image, and the image
- * passing through a file (qcow2 is written with seeks, so not to a pipe).
+ * Why qemu-img for reading rather than a reader of Ferry's own: it is the format's reference
+ * implementation (the same tool Nova and Cinder run), and it reads any qcow2 a user uploads, not
+ * only Ferry's layout. Its cost: a 1.3 MB package, two short processes per spawn from a qcow2
+ * image, and the image passing through a file (qemu-img reads it with seeks, not from a pipe).
  *
  * An image from outside is checked before it is read (as Nova's qemu_img_info check does): a
  * backing file or an external data file would make qemu-img open another file of the host, and
@@ -34,11 +31,6 @@ function qemuImg(args: string[], context: Record<string, unknown>): Promise<stri
       reject(new DriverError(`qemu-img ${args[0]} failed: ${String(stderr).trim() || error.message}`, { context, cause: error }));
     });
   });
-}
-
-/** Writes the raw disk `raw` as a new qcow2 image `qcow2` (only the clusters that hold data). */
-export async function rawToQcow2(raw: string, qcow2: string): Promise<void> {
-  await qemuImg(['convert', '-f', 'raw', '-O', 'qcow2', raw, qcow2], { raw, qcow2 });
 }
 
 export interface Qcow2Info {

@@ -6,7 +6,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, fsyncSync, openSync, writeSync } from 'node:fs';
 import { execFile } from 'node:child_process';
-import { mkdtemp, open, readFile, rm, stat } from 'node:fs/promises';
+import { mkdir, mkdtemp, open, readFile, rm, stat, symlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -285,22 +285,34 @@ describe('sparse moves of a 1 GiB disk', () => {
     expect(await filesOf(cmp2)).toEqual([]);
   });
 
-  it('without qemu-img a qcow2 snapshot fails saying what to install, and leaves nothing', async () => {
-    // Prepare
+  it('a qcow2 snapshot needs no qemu-img; a spawn from it without qemu-img fails saying what to install, and leaves nothing', async () => {
+    // Prepare: a PATH with perl (the data extents' helper) and no qemu-img.
     await scatteredGuest();
+    const bin = join(tmp, 'bin');
+    await mkdir(bin);
+    await symlink('/usr/bin/perl', join(bin, 'perl'));
     const path = process.env.PATH;
-    process.env.PATH = tmp;
+    process.env.PATH = bin;
 
     // Act
-    const failed = await cmp1.snapshot(UUID_A, 'image-1', { diskFormat: 'qcow2' }).then(
-      () => 'succeeded',
-      (e: Error) => e.message,
-    );
-    process.env.PATH = path;
+    let spawned: string;
+    let image: Buffer;
+    try {
+      const snap = await cmp1.snapshot(UUID_A, 'image-1', { diskFormat: 'qcow2' });
+      image = await drain(snap.stream);
+      spawned = await cmp2.spawn({ uuid: UUID_A, flavor: ONE_GIB, image: { data: image, diskFormat: 'qcow2' } }).then(
+        () => 'succeeded',
+        (e: Error) => e.message,
+      );
+    } finally {
+      process.env.PATH = path;
+    }
 
     // Assess
-    expect(failed).toMatch(/qemu-img is not installed.*apt-get install qemu-utils/);
+    expect(image.subarray(0, 4).toString('latin1')).toBe('QFI\xfb');
+    expect(spawned).toMatch(/qemu-img is not installed.*apt-get install qemu-utils/);
     expect((await filesOf(cmp1)).filter((f) => !f.startsWith('guests/'))).toEqual([]);
+    expect(await filesOf(cmp2)).toEqual([]);
   });
 
   it('a root disk handle tells its data extents (what a volume swap copies)', async () => {

@@ -62,6 +62,16 @@ export interface CopyOptions {
   signal?: AbortSignal;
   /** At most this many data bytes read per second (a live migration's bandwidth cap); unlimited when absent. */
   bytesPerSecond?: number;
+  /**
+   * The blocks (aligned in the file) whose zeros stay holes: a block of a chunk that reads all zeros
+   * is not written. Default: the chunk (a snapshot's copy asks for qcow2's 64 KiB clusters).
+   */
+  zeroBlockBytes?: number;
+  /**
+   * fsync the destination before it is returned (default). A snapshot's copy, unlinked once open and
+   * never read after a crash, skips it.
+   */
+  durable?: boolean;
 }
 
 /** What a copy did: the file's size, the bytes it read (the data extents) and wrote (their non-zero chunks). */
@@ -120,19 +130,41 @@ function reportGrowth(dst: string, size: number, onChunk: (processed: number, to
 }
 
 /**
+ * The parts of `chunk` (read at `offset`) to write: its blocks of `blockBytes` (aligned in the
+ * file) that are not all zeros, consecutive ones as one run.
+ */
+function* nonZeroRuns(chunk: Buffer, offset: number, blockBytes: number, zeros: Buffer): Generator<DataExtent> {
+  let run: DataExtent | undefined;
+  for (let pos = offset; pos < offset + chunk.length; ) {
+    const next = Math.min(offset + chunk.length, (Math.floor(pos / blockBytes) + 1) * blockBytes);
+    const block = chunk.subarray(pos - offset, next - offset);
+    if (block.equals(zeros.subarray(0, block.length))) {
+      if (run) yield run;
+      run = undefined;
+    } else if (run) run.length += block.length;
+    else run = { offset: pos, length: block.length };
+    pos = next;
+  }
+  if (run) yield run;
+}
+
+/**
  * Copies `src` to a new file `dst` keeping it sparse: only the source's data extents are read, and
- * only their chunks that are not all zeros are written (a hole or a chunk of zeros stays a hole).
+ * only their blocks that are not all zeros are written (a hole or a block of zeros stays a hole).
  * A source of KERNEL_COPY_MIN_BYTES or more with no hole at all (a fully written disk) is copied
  * whole by the kernel instead (copyFileInKernel): nothing to skip, and the chunk loop's read,
  * compare and write of every chunk through this process's event loop cost 4x `cp` and more on a
  * busy machine (docs/server-moves-time.md, "A fully written disk"). Such a copy is aborted before
  * or after it, not within it (1 GiB takes 0.5-2 s here), reports progress from its destination's
  * size, and is not held to `bytesPerSecond` (a capped copy keeps the chunk loop).
- * The destination is created new (never overwrites), fsynced; on any failure or abort it is removed.
+ * The destination is created new (never overwrites), fsynced unless `durable: false`; on any
+ * failure or abort it is removed.
  */
 export async function sparseCopy(src: string, dst: string, options: CopyOptions = {}): Promise<CopyResult> {
   const chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES;
+  const zeroBlockBytes = options.zeroBlockBytes ?? chunkBytes;
   checkChunkBytes(chunkBytes);
+  checkChunkBytes(zeroBlockBytes);
   await mkdir(dirname(dst), { recursive: true });
   const input = await open(src, 'r');
   let output: FileHandle | undefined;
@@ -157,7 +189,7 @@ export async function sparseCopy(src: string, dst: string, options: CopyOptions 
       copied.writtenBytes += size;
       options.onChunk?.(size, size);
       if (options.signal?.aborted) throw new CopyAborted();
-      await output.sync();
+      if (options.durable ?? true) await output.sync();
       return { sizeBytes: size, readBytes: size, writtenBytes: size, extents: wholeFile(size) };
     }
     output = await open(dst, 'wx');
@@ -176,17 +208,17 @@ export async function sparseCopy(src: string, dst: string, options: CopyOptions 
       const chunk = await readChunk(input, buf, piece.length, piece.offset);
       readBytes += piece.length;
       copied.readBytes += piece.length;
-      if (!chunk.equals(zeros.subarray(0, piece.length))) {
-        await writeFully(output, chunk, piece.offset);
-        written.push(piece);
-        copied.writtenBytes += piece.length;
+      for (const run of nonZeroRuns(chunk, piece.offset, zeroBlockBytes, zeros)) {
+        await writeFully(output, chunk.subarray(run.offset - piece.offset, run.offset - piece.offset + run.length), run.offset);
+        written.push(run);
+        copied.writtenBytes += run.length;
       }
       reached = piece.offset + piece.length;
       options.onChunk?.(reached, size);
     }
     if (reached < size) options.onChunk?.(size, size);
     if (options.signal?.aborted) throw new CopyAborted();
-    await output.sync();
+    if (options.durable ?? true) await output.sync();
     const extentsWritten = unionExtents(written, []);
     return { sizeBytes: size, readBytes, writtenBytes: extentBytes(extentsWritten), extents: extentsWritten };
   } catch (e) {

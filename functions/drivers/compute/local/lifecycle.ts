@@ -10,7 +10,8 @@ import { pipeline } from 'node:stream/promises';
 import { DriverError } from '../../../core/errors.js';
 import { logger } from '../../../core/logger.js';
 import { POWER_STATE, ROOT_DEVICE_NAME, type AttachedVolume, type Flavor, type GuestInfo, type GuestSpec, type ImageSource, type PowerState, type SnapshotFormat, type SnapshotImage } from '../driver.js';
-import { qcow2ToRaw, rawToQcow2 } from '../../qcow2.js';
+import { qcow2ToRaw } from '../../qcow2.js';
+import { QCOW2_CLUSTER_BYTES, qcow2Stream } from '../../qcow2-writer.js';
 import type { HostConnections } from './connections.js';
 import { countCopied, isErrno, removeTree, sparseCopy, statOrUndefined, tempName, unlinkIfPresent } from './files.js';
 import { sameFlavor, type LocalHost } from './host.js';
@@ -297,17 +298,18 @@ export class GuestLifecycle {
       const disk = join(this.h.guestDir(uuid), DISK_FILE);
       const copy = join(this.h.dir, SNAPSHOTS_DIR, tempName(imageId));
       try {
-        if (options.diskFormat === 'qcow2') {
-          await mkdir(dirname(copy), { recursive: true });
-          await rawToQcow2(disk, copy);
-          const [sizeBytes, imageBytes] = [(await stat(disk)).size, (await stat(copy)).size];
-          const fh = await openUnlinked(copy);
-          // qemu-img read the clusters it wrote (all-zero ones it read and dropped are not counted).
-          countCopied(imageBytes, imageBytes);
-          return { imageId, sizeBytes, diskFormat: 'qcow2', imageBytes, stream: fh.createReadStream() };
-        }
-        const { sizeBytes, extents } = await sparseCopy(disk, copy);
+        // The copy is unlinked once open and never read after a crash: no fsync. A qcow2 image
+        // stores whole 64 KiB clusters, so the copy leaves each all-zero cluster a hole.
+        const qcow2 = options.diskFormat === 'qcow2';
+        const { sizeBytes, extents } = await sparseCopy(disk, copy, { durable: false, ...(qcow2 ? { zeroBlockBytes: QCOW2_CLUSTER_BYTES } : {}) });
         const fh = await openUnlinked(copy);
+        if (qcow2) {
+          // Streamed as qcow2 by Ferry's writer (qcow2-writer.ts), not `qemu-img convert`: no process
+          // start, no second file written and read back. What it reads of the copy is counted.
+          const { layout, stream } = qcow2Stream(fh, sizeBytes, extents);
+          countCopied(layout.dataClusters * QCOW2_CLUSTER_BYTES, 0);
+          return { imageId, sizeBytes, diskFormat: 'qcow2', imageBytes: layout.imageBytes, stream };
+        }
         // The copy's data is where the copy wrote: the stream reads those and makes up the holes.
         return { imageId, sizeBytes, diskFormat: 'raw', imageBytes: sizeBytes, extents, stream: sparseFileStream(fh, sizeBytes, extents) };
       } catch (e) {
