@@ -22,7 +22,7 @@
  */
 import { TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
@@ -40,6 +40,7 @@ import { FAILOVER_BATCH_SIZE } from '../../functions/replication/repo.js';
 import { REPLICATED_BACKEND } from '../../functions/volumes/seed.js';
 import { startLocalStack } from '../../infra/local/stack.js';
 import { quietAwsSdk } from '../../infra/local/quiet-sdk.js';
+import { childrenCpuSeconds } from '../support/cpu.js';
 
 const N = Number(process.env.BENCH_VOLUMES ?? 10_000);
 const RUN_FAILBACK = process.env.BENCH_FAILBACK === '1';
@@ -79,32 +80,6 @@ function countItemWrites(): void {
     },
     { step: 'initialize', name: 'benchItemWriteCounter' },
   );
-}
-
-/** Clock ticks per second of /proc's utime and stime (USER_HZ: 100 on Linux). */
-const CLOCK_TICKS = 100;
-
-/** CPU seconds of this process's descendants (DynamoDB Local's JVM, the copy worker if any), from /proc. */
-function childrenCpuSeconds(pid = process.pid): number {
-  let ticks = 0;
-  const children = (p: number): number[] => {
-    try {
-      return readdirSync(`/proc/${p}/task`).flatMap((t) => readFileSync(`/proc/${p}/task/${t}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number));
-    } catch {
-      return []; // the process ended meanwhile
-    }
-  };
-  for (const child of children(pid)) {
-    try {
-      // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
-      const fields = readFileSync(`/proc/${child}/stat`, 'utf8').split(') ')[1]!.split(' ');
-      ticks += Number(fields[11]) + Number(fields[12]);
-    } catch {
-      continue;
-    }
-    ticks += childrenCpuSeconds(child) * CLOCK_TICKS;
-  }
-  return ticks / CLOCK_TICKS;
 }
 
 /** CPU seconds spent by this process (the stack: API, interpreter, handlers, driver) and by DynamoDB Local while `fn` runs. */

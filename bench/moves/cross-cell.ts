@@ -14,6 +14,7 @@ import { driverOfHost } from '../../functions/servers/engine.js';
 import { createImageRecord, deleteImage, getImage, imageSourceFor } from '../../functions/servers/images.js';
 import { snapshotToImage } from '../../functions/servers/snapshot-upload.js';
 import { findServer } from '../../functions/servers/repo.js';
+import { stackCpuSeconds } from '../support/cpu.js';
 
 export const ROOT_DATA_MIB = Number(process.env.BENCH_ROOT_MIB ?? 64);
 const M2_SMALL = '3';
@@ -31,7 +32,12 @@ export interface FlowSample {
   ms: number;
   attachmentCalls: number;
   otherCinderCalls: number;
+  /** DynamoDB requests of the flow itself (run.ts: not the replicator's pass, not a cache refresh). */
   dynamo: number;
+  /** Every DynamoDB request sent while the flow ran but the bench's polling. */
+  dynamoAll: number;
+  /** CPU milliseconds of the whole stack (run.ts: stackCpuSeconds) while the flow ran. */
+  cpuMs: number;
 }
 
 export interface BenchContext {
@@ -90,12 +96,14 @@ async function driverCopy(id: string): Promise<FlowSample> {
   const copyUuid = randomUUID();
   await createImageRecord({ id: imageId, name: 'bench-xcell-baseline', ownerProjectId: 'admin', visibility: 'private', properties: { image_type: 'snapshot' } });
   const t0 = performance.now();
+  const cpu0 = stackCpuSeconds();
   await snapshotToImage(source, id, imageId);
   await dest.spawn({ uuid: copyUuid, flavor: found.instance.flavor, image: imageSourceFor(await getImage(imageId)), imageRef: imageId, powerOn: false });
   const ms = performance.now() - t0;
+  const cpuMs = (stackCpuSeconds() - cpu0) * 1000;
   await dest.destroy(copyUuid);
   await deleteImage(imageId);
-  return { ms, attachmentCalls: 0, otherCinderCalls: 0, dynamo: 0 };
+  return { ms, attachmentCalls: 0, otherCinderCalls: 0, dynamo: 0, dynamoAll: 0, cpuMs };
 }
 
 /** One repetition: baseline, resize + confirm on one server, resize + revert on another; both deleted. */

@@ -6,7 +6,14 @@
  * - calls to the attachments API (attachment_create/update/complete/delete/get) and other Cinder
  *   calls Nova makes (volume get, begin/roll_detaching), against the reference's attachments-API
  *   call count for the same flow (nova.md §2.1 / the vol_test traces, one volume);
- * - DynamoDB requests (all tables; the bench's own polling for the end is not counted).
+ * - DynamoDB requests (all tables; the bench's own polling for the end is not counted): the flow's
+ *   own, and all of them. Beside a flow the stack also sends requests that are not the flow's: the
+ *   volume replicator's scheduled pass (a Query and a GetItem about every second, so a slow flow
+ *   counts more of them) and the refresh of the compute-node and cell caches (engine.ts, 5 s) by
+ *   whichever step comes after they expired. Both are told by the code that sent them (the stack
+ *   trace at send), and only the "all" column counts them;
+ * - CPU milliseconds of the whole stack while the flow runs (this process with every thread, the
+ *   DynamoDB Local JVM, children such as qemu-img), which the load moves far less than wall time.
  *
  * Absolute times drift on a noisy machine, so each flow's time is also printed as a ratio against
  * a baseline measured in the same run: a hard reboot (one machine, one driver call, no volume work).
@@ -17,15 +24,16 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { db, dynamoRequests } from '../../functions/core/db.js';
 import { cinderCalls } from '../../functions/servers/cinder.js';
 import { SANDBOX_IMAGES } from '../../functions/servers/images.js';
 import { findCopies } from '../../functions/servers/repo.js';
 import { startLocalStack } from '../../infra/local/stack.js';
+import { stackCpuSeconds } from '../support/cpu.js';
 import { percentile } from '../support/stats.js';
-import { CROSS_CELL_REFERENCE, crossCellRound, crossCellSummary, writeRootData } from './cross-cell.js';
+import { CROSS_CELL_REFERENCE, crossCellRound, crossCellSummary, writeRootData, type FlowSample } from './cross-cell.js';
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 3);
 /** Where the image-backed server's root disk gets 1 MiB of data each (MiB offsets). */
@@ -50,11 +58,17 @@ const REFERENCE_ATTACHMENT_CALLS: Record<string, { calls: number; source: string
   ...CROSS_CELL_REFERENCE,
 };
 
-interface Sample {
-  ms: number;
-  attachmentCalls: number;
-  otherCinderCalls: number;
-  dynamo: number;
+type Sample = FlowSample;
+
+/** Deep enough a stack at each request for the replicator's loop or a cache refresh to show in it. */
+Error.stackTraceLimit = 60;
+
+/**
+ * Whether a request sent with this stack is none of the flow's: the replicator's scheduled pass
+ * (infra/local/replicator.ts) or a refresh of engine.ts's compute-node or cell cache.
+ */
+function notTheFlows(stack: string): boolean {
+  return /infra\/local\/replicator\.ts/.test(stack) || /at (?:async )?(?:computeNodes|cellOf) \([^)]*functions\/servers\/engine\.ts/.test(stack);
 }
 
 async function main(): Promise<void> {
@@ -85,14 +99,24 @@ async function main(): Promise<void> {
    * would also take away the flow's own requests sent while the poll waited.
    */
   let pollRequests = 0;
+  let otherRequests = 0;
   const polling = new AsyncLocalStorage<true>();
   db().middlewareStack.add(
     (next) => async (args) => {
       if (polling.getStore()) pollRequests++;
+      else if (notTheFlows(new Error().stack ?? '')) otherRequests++;
       return next(args);
     },
     { step: 'initialize', name: 'benchPollCounter' },
   );
+  /** Counts from here on: what `done()` returns is the flow's sample but its time and calls. */
+  const requestCounter = () => {
+    const [dynamo0, polls0, others0, cpu0] = [dynamoRequests().total, pollRequests, otherRequests, stackCpuSeconds()];
+    return () => {
+      const all = dynamoRequests().total - dynamo0 - (pollRequests - polls0);
+      return { dynamo: all - (otherRequests - others0), dynamoAll: all, cpuMs: (stackCpuSeconds() - cpu0) * 1000 };
+    };
+  };
   /**
    * Polls until the server settles: every 10 ms for the first half second (a reboot's resolution),
    * then every 25 ms, at most 1/50 of a long flow's time. Each poll is 4 requests: at a fixed 10 ms
@@ -146,19 +170,19 @@ async function main(): Promise<void> {
   /** Runs `act` and measures until the server settles; `expect` checks the end state. */
   async function measure(act: () => Promise<unknown>, id: string, expectVm?: string): Promise<Sample> {
     const calls0 = cinderCalls().length;
-    const dynamo0 = dynamoRequests().total;
-    const polls0 = pollRequests;
+    const counted = requestCounter();
     const t0 = performance.now();
     await act();
     const s = await settle(id);
     const ms = performance.now() - t0;
+    const requests = counted();
     if (expectVm && s?.vmState !== expectVm) throw new Error(`expected ${expectVm}, got ${String(s?.vmState)} ${JSON.stringify(s?.fault)}`);
     const calls = cinderCalls().slice(calls0);
     return {
       ms,
       attachmentCalls: calls.filter((c) => c.call.startsWith('attachment_')).length,
       otherCinderCalls: calls.filter((c) => !c.call.startsWith('attachment_')).length,
-      dynamo: dynamoRequests().total - dynamo0 - (pollRequests - polls0),
+      ...requests,
     };
   }
   const action = (id: string, body: unknown) => nova('POST', `/servers/${id}/action`, body);
@@ -174,13 +198,12 @@ async function main(): Promise<void> {
     // Boots (measured from POST to ACTIVE).
     const bootCalls = async (bootVolume?: string) => {
       const calls0 = cinderCalls().length;
-      const dynamo0 = dynamoRequests().total;
-      const polls0 = pollRequests;
+      const counted = requestCounter();
       const t0 = performance.now();
       const id = await boot(bootVolume);
+      const ms = performance.now() - t0;
       const calls = cinderCalls().slice(calls0);
-      const dynamo = dynamoRequests().total - dynamo0 - (pollRequests - polls0);
-      return { id, sample: { ms: performance.now() - t0, attachmentCalls: calls.filter((c) => c.call.startsWith('attachment_')).length, otherCinderCalls: calls.filter((c) => !c.call.startsWith('attachment_')).length, dynamo } };
+      return { id, sample: { ms, attachmentCalls: calls.filter((c) => c.call.startsWith('attachment_')).length, otherCinderCalls: calls.filter((c) => !c.call.startsWith('attachment_')).length, ...counted() } };
     };
     const booted = await bootCalls();
     add('boot from image', booted.sample);
@@ -234,10 +257,12 @@ async function main(): Promise<void> {
       reference: ref.calls,
       'ferry/ref': ref.calls === 0 ? (med((s) => s.attachmentCalls) === 0 ? '-' : 'n/a') : (med((s) => s.attachmentCalls) / ref.calls).toFixed(2),
       'other cinder calls': med((s) => s.otherCinderCalls),
-      'dynamodb requests': med((s) => s.dynamo),
+      'dynamodb requests (own)': med((s) => s.dynamo),
+      'dynamodb requests (all)': med((s) => s.dynamoAll),
+      'cpu ms': med((s) => s.cpuMs).toFixed(0),
     };
   });
-  console.log(`bench/moves: ${REPEATS} repetitions, medians; baseline hard reboot ${baseline.toFixed(0)} ms`);
+  console.log(`bench/moves: ${REPEATS} repetitions, medians; baseline hard reboot ${baseline.toFixed(0)} ms; load average ${loadavg().map((l) => l.toFixed(1)).join(' ')}`);
   console.table(rows);
   for (const [name, ref] of Object.entries(REFERENCE_ATTACHMENT_CALLS)) console.log(`  reference ${name}: ${ref.source}`);
   for (const line of crossCellSummary((name) => (samples.has(name) ? percentile(samples.get(name)!.map((s) => s.ms), 50) : undefined))) console.log(line);
