@@ -17,7 +17,7 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { StateMachine } from 'aws-local-stepfunctions';
@@ -27,6 +27,7 @@ import { LocalComputeDriver } from '../../functions/drivers/compute/local.js';
 import { SANDBOX_IMAGES } from '../../functions/servers/images.js';
 import { findCopies } from '../../functions/servers/repo.js';
 import { startLocalStack } from '../../infra/local/stack.js';
+import { stackCpuSeconds } from '../support/cpu.js';
 import { writeRootData } from './cross-cell.js';
 
 const FLOW = process.env.BENCH_FLOW ?? 'live';
@@ -134,9 +135,9 @@ function instrument(): void {
   }
 }
 
-function report(title: string, t0: number, apiMs: number, total: number, loop: { p50: number; max: number }): void {
+function report(title: string, t0: number, apiMs: number, total: number, loop: { p50: number; max: number }, cpuMs: number): void {
   const rel = (t: number) => (t - t0).toFixed(0).padStart(6);
-  console.log(`\n== ${title}: ${total.toFixed(0)} ms (API call ${apiMs.toFixed(0)} ms; event loop delay p50 ${loop.p50.toFixed(1)} ms, max ${loop.max.toFixed(0)} ms)`);
+  console.log(`\n== ${title}: ${total.toFixed(0)} ms, ${cpuMs.toFixed(0)} ms CPU of the stack (API call ${apiMs.toFixed(0)} ms; event loop delay p50 ${loop.p50.toFixed(1)} ms, max ${loop.max.toFixed(0)} ms; load ${loadavg()[0]!.toFixed(1)})`);
   // States: each Task's span, with the DynamoDB requests and driver time inside it.
   const spans: { name: string; from: number; to: number }[] = [];
   const open = new Map<string, number>();
@@ -225,15 +226,17 @@ async function main(): Promise<void> {
     marks.length = 0;
     recording = true;
     loop.enable();
+    const cpu0 = stackCpuSeconds();
     const t0 = performance.now();
     await act();
     const apiMs = performance.now() - t0;
     const s = await settle(id);
     const total = performance.now() - t0;
+    const cpuMs = (stackCpuSeconds() - cpu0) * 1000;
     loop.disable();
     recording = false;
     if (s.vmState !== expectVm) throw new Error(`${title}: expected ${expectVm}, got ${String(s.vmState)} ${JSON.stringify(s.fault)}`);
-    report(title, t0, apiMs, total, { p50: loop.percentile(50) / 1e6, max: loop.max / 1e6 });
+    report(title, t0, apiMs, total, { p50: loop.percentile(50) / 1e6, max: loop.max / 1e6 }, cpuMs);
   };
   const forceDown = async (host: string, down: boolean) => {
     const svc = (await nova('GET', `/os-services?host=${host}&binary=nova-compute`)).services[0];
