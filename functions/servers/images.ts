@@ -11,6 +11,7 @@ import { BadRequest, Conflict, NotFound } from '../core/errors.js';
 import { bucket, s3, s3Sdk } from '../core/s3.js';
 import { tableName } from '../core/tables.js';
 import { stableUuid } from '../compute/model.js';
+import type { TransactItem } from '../compute/repo.js';
 import type { ImageSource } from '../drivers/compute/driver.js';
 import { imageKey, SERVER_GSI, type Image } from './model.js';
 
@@ -39,17 +40,14 @@ export interface NewImage {
   protected?: boolean;
 }
 
-/**
- * Records a new image (queued, no bytes yet).
- * @throws Conflict when an image with that id exists (Glance's 409 on a duplicate id).
- */
-export async function createImageRecord(input: NewImage): Promise<Image> {
+/** A new image's record in `status` (no bytes yet). */
+function newImage(input: NewImage, status: 'queued' | 'saving'): Image {
   const at = new Date().toISOString();
   const id = input.id ?? randomUUID();
-  const image: Image = {
+  return {
     id,
     name: input.name,
-    status: 'queued',
+    status,
     sizeBytes: 0,
     minDisk: input.minDisk ?? 0,
     minRam: input.minRam ?? 0,
@@ -65,19 +63,41 @@ export async function createImageRecord(input: NewImage): Promise<Image> {
     createdAt: at,
     updatedAt: at,
   };
+}
+
+/** The Put of a new image's record, refused when an image with its id exists. */
+function newImagePut(image: Image): TransactItem & { Put: object } {
+  return {
+    Put: {
+      TableName: apiTable(),
+      Item: { ...imageKey(image.id), gsi1pk: SERVER_GSI.images, gsi1sk: image.name, ...image },
+      ConditionExpression: 'attribute_not_exists(pk)',
+    },
+  };
+}
+
+/**
+ * Records a new image (queued, no bytes yet).
+ * @throws Conflict when an image with that id exists (Glance's 409 on a duplicate id).
+ */
+export async function createImageRecord(input: NewImage): Promise<Image> {
+  const image = newImage(input, 'queued');
   try {
-    await db().send(
-      new PutCommand({
-        TableName: apiTable(),
-        Item: { ...imageKey(id), gsi1pk: SERVER_GSI.images, gsi1sk: image.name, ...image },
-        ConditionExpression: 'attribute_not_exists(pk)',
-      }),
-    );
+    await db().send(new PutCommand(newImagePut(image).Put));
   } catch (e) {
-    if (isConditionFailure(e)) throw new Conflict(`Image with identifier ${id} already exists!`);
+    if (isConditionFailure(e)) throw new Conflict(`Image with identifier ${image.id} already exists!`);
     throw e;
   }
   return image;
+}
+
+/**
+ * The record of an image whose bytes the caller uploads at once (a server snapshot's), as an item
+ * of the caller's own transaction: made straight in `saving`, so the upload that follows skips
+ * its move there (uploadImage `recordSaving`); the transaction is refused if the id exists.
+ */
+export function savingImagePut(input: NewImage & { id: string }): TransactItem {
+  return newImagePut(newImage(input, 'saving'));
 }
 
 /** The image record; undefined only when there is none (a failed read throws). */
@@ -160,10 +180,9 @@ export async function readAll(stream: Readable): Promise<Buffer> {
  * the bytes stream to S3). A retried upload of a queued or saving image uploads again; a re-upload
  * of an active image with the same bytes is a no-op, with other bytes a Conflict (Glance refuses to
  * replace the data of an active image). A failed upload puts the image back to queued.
- * `options.diskFormat`: the bytes' disk_format, recorded with them (a snapshot's).
  * @throws NotFound, Conflict, BadRequest (fewer or more bytes than `sizeBytes`).
  */
-export async function uploadImage(id: string, body: Readable | Uint8Array, sizeBytes?: number, options: { diskFormat?: string } = {}): Promise<Image> {
+export async function uploadImage(id: string, body: Readable | Uint8Array, sizeBytes?: number, options: UploadOptions = {}): Promise<Image> {
   // A body of unknown length is read whole before anything else: first make sure it is for an image.
   if (body instanceof Readable && sizeBytes === undefined) await getImage(id);
   // PutObject needs the length up front (no multipart helper in the dependencies): a stream of
@@ -177,7 +196,7 @@ export async function uploadImage(id: string, body: Readable | Uint8Array, sizeB
   // cross-cell resize); only a refused write reads the record, to tell an active image (the same
   // bytes: done; others: Conflict) from an upload in progress or no image (NotFound).
   // The disk_format of bytes Nova made (a snapshot) is set with them, as Nova's image update does.
-  if (!(await transition(id, ['queued', 'saving'], 'saving', options.diskFormat ? { diskFormat: options.diskFormat } : {}))) return settledUpload(id, await shaOfData());
+  if (!options.recordSaving && !(await transition(id, ['queued', 'saving'], 'saving', options.diskFormat ? { diskFormat: options.diskFormat } : {}))) return settledUpload(id, await shaOfData());
 
   let digests: ImageDigests;
   try {
@@ -187,6 +206,17 @@ export async function uploadImage(id: string, body: Readable | Uint8Array, sizeB
     throw e;
   }
   return (await transition(id, ['saving'], 'active', { ...digests })) ?? settledUpload(id, digests.sha256);
+}
+
+export interface UploadOptions {
+  /** The bytes' disk_format, recorded with them (a snapshot's). */
+  diskFormat?: string;
+  /**
+   * The caller made the record in `saving`, with this disk_format, in this same call (savingImagePut):
+   * no write moves it there first. Never for a record read or made earlier (a re-run), which may
+   * be active already and must not get other bytes.
+   */
+  recordSaving?: boolean;
 }
 
 /** What an image's bytes are: their count and Glance's three digests, computed while they stream to S3. */

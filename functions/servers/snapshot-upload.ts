@@ -22,13 +22,16 @@ const MAX_RAW_SNAPSHOT_BYTES = 1 << 30;
 /**
  * Snapshots the root disk of `uuid` through `driver` and uploads it as image `imageId` (its record
  * made by the caller), with the disk_format the driver wrote. A re-run uploads the same bytes again
- * (uploadImage: a no-op once active with the same bytes).
+ * (uploadImage: a no-op once active with the same bytes). `recordSaving`: the caller made the
+ * record in `saving` with SNAPSHOT_IMAGE_FORMAT just now (uploadImage's option).
  */
-export async function snapshotToImage(driver: ComputeDriver, uuid: string, imageId: string): Promise<Image> {
+export async function snapshotToImage(driver: ComputeDriver, uuid: string, imageId: string, options: { recordSaving?: boolean } = {}): Promise<Image> {
   const snap = await driver.snapshot(uuid, imageId, { diskFormat: SNAPSHOT_IMAGE_FORMAT });
+  // A driver that wrote raw instead moves the record's disk_format with the usual transition.
+  const recordSaving = options.recordSaving === true && snap.diskFormat === SNAPSHOT_IMAGE_FORMAT;
   try {
-    if (snap.diskFormat === 'qcow2') return await uploadImage(imageId, snap.stream, snap.imageBytes, { diskFormat: 'qcow2' });
-    return await uploadImage(imageId, await withoutTrailingZeros(snapshotDataStream(snap)), undefined, { diskFormat: 'raw' });
+    if (snap.diskFormat === 'qcow2') return await uploadImage(imageId, snap.stream, snap.imageBytes, { diskFormat: 'qcow2', recordSaving });
+    return await uploadImage(imageId, await withoutTrailingZeros(snapshotDataStream(snap)), undefined, { diskFormat: 'raw', recordSaving });
   } finally {
     // Consumed already, or left by a failure: either way its file handle goes now.
     snap.stream.destroy();

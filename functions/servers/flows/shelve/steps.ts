@@ -23,8 +23,8 @@ import { Conflict } from '../../../core/errors.js';
 import { intentId } from '../../../core/intents.js';
 import { POWER_STATE } from '../../../drivers/compute/driver.js';
 import { driverOfHost, endOperation, failEvent, faultOf, loadStep, reasonOf, updateOp, withEvent, type ServerStepInput, type StepState } from '../../engine.js';
-import { createImageRecord, deleteImage, getImage, imageSourceFor } from '../../images.js';
-import { snapshotToImage } from '../../snapshot-upload.js';
+import { createImageRecord, deleteImage, getImage, imageSourceFor, savingImagePut, type NewImage } from '../../images.js';
+import { SNAPSHOT_IMAGE_FORMAT, snapshotToImage } from '../../snapshot-upload.js';
 import type { Instance, OperationHolds } from '../../model.js';
 import { activatePortBinding, bindPortToHost, deletePortBinding, listPortsOf } from '../../network.js';
 import { scheduleAndClaim } from '../../scheduler.js';
@@ -56,27 +56,36 @@ async function shelveSnapshot(input: ServerStepInput): Promise<unknown> {
   const driver = await driverOfHost(host);
   await withEvent(s, 'compute_shelve_instance', host, async () => {
     await driver.powerOff(s.instance.uuid);
-    // The image's id is derived from the request and recorded before the image is made, in the
-    // same write as the task state (one write, not two): a re-run finds the record (Conflict below)
-    // and uploads the same object again.
+    // The image's id is derived from the request and recorded on the operation in the same
+    // transaction as the task state and the image's record (made in `saving`, as its upload follows
+    // at once): one write, not three. A re-run finds them written and uploads the same object again.
     const imageId = s.op.holds.imageId ?? intentId(s.op.requestId, 'shelve-snapshot', s.instance.uuid);
+    const record: NewImage & { id: string } = {
+      id: imageId,
+      name: `${s.instance.name}-shelved`,
+      ownerProjectId: s.instance.projectId,
+      visibility: 'private',
+      diskFormat: SNAPSHOT_IMAGE_FORMAT,
+      properties: { image_type: 'snapshot', instance_uuid: s.instance.uuid, ...(s.instance.imageRef ? { base_image_ref: s.instance.imageRef } : {}) },
+    };
+    let recordSaving = false;
     if (s.op.holds.imageId !== imageId || s.instance.taskState !== 'shelving_image_uploading' || s.instance.powerState !== POWER_STATE.SHUTDOWN) {
+      // An operation begun before the record rode with this write may have made it already.
+      const made = s.op.holds.imageId === imageId;
       s = await updateOp(s, ({ instance, op }) => ({
         instance: { ...instance, taskState: 'shelving_image_uploading', powerState: POWER_STATE.SHUTDOWN, operation: { ...op, holds: { ...op.holds, imageId } } },
+        ...(made ? {} : { extra: [savingImagePut(record)] }),
       }));
+      recordSaving = !made;
     }
-    try {
-      await createImageRecord({
-        id: imageId,
-        name: `${s.instance.name}-shelved`,
-        ownerProjectId: s.instance.projectId,
-        visibility: 'private',
-        properties: { image_type: 'snapshot', instance_uuid: s.instance.uuid, ...(s.instance.imageRef ? { base_image_ref: s.instance.imageRef } : {}) },
-      });
-    } catch (e) {
-      if (!(e instanceof Conflict)) throw e; // a re-run: the record is ours already
+    if (!recordSaving) {
+      try {
+        await createImageRecord(record);
+      } catch (e) {
+        if (!(e instanceof Conflict)) throw e; // a re-run: the record is ours already
+      }
     }
-    await snapshotToImage(driver, s.instance.uuid, imageId);
+    await snapshotToImage(driver, s.instance.uuid, imageId, { recordSaving });
     const shelvedImage = imageId;
     const shelved = (instance: Instance): Instance => ({
       ...instance,
