@@ -50,6 +50,7 @@ import {
   recordReplicaChoices,
   type ReplicaChoices,
 } from './repo.js';
+import { discardReplicasOfDeletedVolumes } from './failover-discard.js';
 import { fail, finish } from './operation-end.js';
 import { getBackendItem } from './service-repo.js';
 import { operationIdForExecution, parseAction, recordFailover, validateServiceAction } from './requests.js';
@@ -210,19 +211,29 @@ export async function runBatch(operationId: string, batch: number): Promise<Batc
     for (const v of todo.filter((x) => !isReplicatedVolume(x))) pending.push({ before: v, decide: (fresh) => markNotCapable(fresh, operationId, at) });
   }
   const replicated = todo.filter(isReplicatedVolume);
+  let updates = new Map<string, DriverVolumeUpdate>();
+  let activeBackendId = '';
   if (replicated.length) {
-    let updates: Map<string, DriverVolumeUpdate>;
     try {
       // A failback brings home the volume that is there: nothing to choose.
       const result = op.failback ? await driver.failoverHost(replicated.map(refOf), FAILBACK_SENTINEL) : await driver.failoverHost(replicated.map(refOf), op.target!, recordReplicas);
       updates = new Map(result.volumeUpdates.map((u) => [u.volumeId, u.updates]));
+      activeBackendId = result.activeBackendId;
     } catch (e) {
       if (isInvalidReplicationTarget(e)) throw new InvalidReplicationTarget((e as Error).message, e);
       throw e;
     }
     for (const v of replicated) pending.push({ before: v, decide: (fresh) => applyFailoverUpdate(fresh, updates.get(v.id), op.failback, operationId, at) });
   }
-  await writeOutcomes(op.host, operationId, batch, await withSnapshotIds(op.host, pending, carried.withoutSnapshotIds));
+  const deleted = await writeOutcomes(op.host, operationId, batch, await withSnapshotIds(op.host, pending, carried.withoutSnapshotIds));
+  // A volume deleted since the listing whose replica the driver brought up: no record holds that replica.
+  if (!op.failback) {
+    const left = replicated.flatMap((v) => {
+      const location = deleted.has(v.id) ? updates.get(v.id)?.providerLocation : undefined;
+      return location ? [{ volumeId: v.id, backendName: v.backendName, targetBackendId: activeBackendId, location }] : [];
+    });
+    await discardReplicasOfDeletedVolumes(driver, operationId, batch, left);
+  }
   return { batch, volumes: todo.length };
 }
 
@@ -296,9 +307,9 @@ function volumesPerTransaction(): number {
  * transaction refused because some volume changed meanwhile (an attach, a rename) falls back to
  * writing its volumes one by one, each re-read and re-decided; one this operation already did is
  * skipped (it was counted when it was done), and so is one gone or moved to another backend since
- * the listing (it is no longer this backend's to fail over).
+ * the listing (it is no longer this backend's to fail over). Answers the ids of those found deleted.
  */
-async function writeOutcomes(host: string, operationId: string, batch: number, pending: PendingOutcome[]): Promise<void> {
+async function writeOutcomes(host: string, operationId: string, batch: number, pending: PendingOutcome[]): Promise<Set<string>> {
   const at = now();
   // One slot of every transaction is the progress count.
   const room = MAX_TRANSACTION_ITEMS - 1;
@@ -315,12 +326,13 @@ async function writeOutcomes(host: string, operationId: string, batch: number, p
     chunk.members.push(p);
   }
   if (chunk.items.length) chunks.push(chunk);
+  const deleted = new Set<string>();
   const writeChunk = async (c: typeof chunk, slot: number): Promise<void> => {
     try {
       await db().send(new TransactWriteCommand({ TransactItems: [...c.items, { Update: progressUpdate(operationId, batch, slot, c.members.length, at) }] }));
     } catch (e) {
       if (!isConditionFailure(e) && !cancellationCodes(e).includes('TransactionConflict')) throw e;
-      for (const p of c.members) await writeOne(host, operationId, batch, slot, p);
+      for (const p of c.members) if ((await writeOne(host, operationId, batch, slot, p)) === 'deleted') deleted.add(p.before.id);
     }
   };
   let next = 0;
@@ -338,16 +350,19 @@ async function writeOutcomes(host: string, operationId: string, batch: number, p
   const settled = await Promise.allSettled(lanes);
   const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
   if (failed) throw failed.reason;
+  return deleted;
 }
 
-async function writeOne(host: string, operationId: string, batch: number, slot: number, p: PendingOutcome): Promise<void> {
-  await withRetries(
+async function writeOne(host: string, operationId: string, batch: number, slot: number, p: PendingOutcome): Promise<'written' | 'deleted' | 'skipped'> {
+  return withRetries(
     async () => {
       const fresh = await getVolume(p.before.id);
-      // Gone, moved to another backend (a migration finished since the listing) or already done.
-      if (!fresh || !onBackend(fresh, host) || doneBy(fresh, operationId)) return;
+      if (!fresh) return 'deleted';
+      // Moved to another backend (a migration finished since the listing) or already done.
+      if (!onBackend(fresh, host) || doneBy(fresh, operationId)) return 'skipped';
       const at = now();
       await db().send(new TransactWriteCommand({ TransactItems: [...outcomeItems(fresh, p.decide(fresh), at), { Update: progressUpdate(operationId, batch, slot, 1, at) }] }));
+      return 'written';
     },
     { retryable: (e) => isConditionFailure(e) || cancellationCodes(e).includes('TransactionConflict'), attempts: 20 },
   );

@@ -129,7 +129,10 @@ export async function recordEbsReplicationCalls(): Promise<Recorded[]> {
   await on().failoverHost([ref], 'fra');
   for (let i = 0; i < 6; i++) if (await on('fra').failoverHost([ref], 'default').catch(() => undefined)) break;
   await on().enableReplication('volume-r');
-  for (let i = 0; i < 3; i++) await on().syncNow(0);
+  for (let i = 0; i < 6; i++) await on().syncNow(0);
+  // A failover whose volume was deleted meanwhile: the replica it made is discarded (replication/failover-discard.ts).
+  const replica = (await on().failoverHost([ref], 'fra')).volumeUpdates[0]!.updates.providerLocation!;
+  await on().discardFailedOver([{ volumeId: ref.volumeId, backendName: ref.backendName, targetBackendId: 'fra', location: replica }]);
   await on().disableReplication('volume-r');
   for (const m of mocks) m.restore();
   const out: Recorded[] = [];

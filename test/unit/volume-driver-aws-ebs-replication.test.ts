@@ -303,4 +303,23 @@ describe('failover, failback and drills', () => {
     expect(fake('us-east-1').volumes.size).toBe(0);
     await expect(driver.startDrill([ref('volume-2')], 'virginia')).rejects.toThrow(/no replica of volume-2 has arrived in virginia/);
   });
+
+  it('discarding failed-over replicas deletes each (already gone: done); one refused leaves the others deleted and is named in the error', async () => {
+    for (const name of ['volume-1', 'volume-2', 'volume-3']) await replicated(name, 5);
+    const refs = ['volume-1', 'volume-2', 'volume-3'].map(ref);
+    const made = (await driverOn().failoverHost(refs, 'frankfurt')).volumeUpdates.map((u, i) => ({ ...refs[i]!, targetBackendId: 'frankfurt', location: u.updates.providerLocation! }));
+    const frankfurt = fake('eu-central-1');
+    const realDelete = frankfurt.deleteVolume;
+    frankfurt.deleteVolume = (input) => {
+      if (input.VolumeId === made[1]!.location) throw awsError('UnauthorizedOperation', 'You are not authorized to perform this operation.');
+      return realDelete.call(frankfurt, input);
+    };
+    realDelete.call(frankfurt, { VolumeId: made[0]!.location });
+
+    const refused = await driverOn().discardFailedOver(made).catch((e: unknown) => e);
+
+    expect(refused).toMatchObject({ context: { left: [made[1]] } });
+    expect(String(refused)).toContain(`EBS DeleteVolume of failed-over replica ${made[1]!.location} failed: UnauthorizedOperation`);
+    expect([...frankfurt.volumes.keys()]).toEqual([made[1]!.location]);
+  });
 });

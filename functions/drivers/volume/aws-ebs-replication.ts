@@ -323,14 +323,35 @@ export class EbsReplication {
     return out;
   }
 
-  async endDrill(copies: DrillCopy[]): Promise<void> {
-    for (const copy of copies) {
+  endDrill(copies: DrillCopy[]): Promise<void> {
+    return this.deleteTargetVolumes(copies, 'drill copy');
+  }
+
+  /**
+   * The volumes failOver made in a target for volumes deleted since: DeleteVolume of each
+   * (InvalidVolume.NotFound: already done). One refused does not stop the others; the error names
+   * those left (`context.left`).
+   */
+  async discardFailedOver(replicas: DrillCopy[]): Promise<void> {
+    const left: DrillCopy[] = [];
+    const errors: string[] = [];
+    for (const r of replicas) {
+      await this.deleteTargetVolumes([r], 'failed-over replica').catch((e: unknown) => {
+        left.push(r);
+        errors.push((e as Error).message);
+      });
+    }
+    if (left.length) throw this.c.fail(errors.join('; '), { left });
+  }
+
+  private async deleteTargetVolumes(volumes: DrillCopy[], what: string): Promise<void> {
+    for (const copy of volumes) {
       const t = this.target(copy.targetBackendId);
       try {
         await (await this.c.client(t.region)).send(new (await ec2Sdk()).DeleteVolumeCommand({ VolumeId: copy.location }));
       } catch (e) {
         if (NOT_FOUND_CODES.has(errorCode(e))) continue;
-        throw this.c.fail(`EBS DeleteVolume of drill copy ${copy.location} failed: ${errorCode(e)}: ${(e as Error).message}`, { copy });
+        throw this.c.fail(`EBS DeleteVolume of ${what} ${copy.location} failed: ${errorCode(e)}: ${(e as Error).message}`, { copy });
       }
     }
   }

@@ -156,9 +156,9 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
     return this.replication.startDrill(volumes, targetBackendId, recordReplicas);
   }
 
-  endDrill(copies: DrillCopy[]): Promise<void> {
-    return this.replication.endDrill(copies);
-  }
+  readonly endDrill = (copies: DrillCopy[]): Promise<void> => this.replication.endDrill(copies);
+  /** failOver's compensation (aws-ebs-replication.ts): the target volumes made for volumes deleted meanwhile. */
+  readonly discardFailedOver = (replicas: DrillCopy[]): Promise<void> => this.replication.discardFailedOver(replicas);
 
   /**
    * One replication pass: each replicated volume of the backend moves one step (snapshot, copy,

@@ -242,6 +242,12 @@ export interface ReplicationDriver {
   startDrill(volumes: ReplicatedVolumeRef[], targetBackendId: string, recordReplicas?: RecordReplicaChoices): Promise<DrillCopy[]>;
   /** Removes every copy a drill made (idempotent). */
   endDrill(copies: DrillCopy[]): Promise<void>;
+  /**
+   * failoverHost's compensation: removes what it brought up on the target for volumes deleted
+   * meanwhile, which no record will hold (`location`: the volume's failed-over providerLocation).
+   * Idempotent: one already gone is done.
+   */
+  discardFailedOver(replicas: DrillCopy[]): Promise<void>;
 }
 
 /** Snapshots (Cinder's create_snapshot / delete_snapshot), by stable names. */

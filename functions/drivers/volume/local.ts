@@ -313,4 +313,20 @@ export class LocalVolumeDriver extends LocalVolumeStore implements ReplicationDr
       await rm(drillCopyPath(this.checkTarget(c.targetBackendId), c.backendName), { force: true });
     }
   }
+
+  /**
+   * failOverTo's compensation for a volume deleted meanwhile: it made only the volume's
+   * replication marker on the target (the replica file was there before; the delete, driven on the
+   * old site, may not reach it), so both go: no record holds them.
+   */
+  async discardFailedOver(replicas: DrillCopy[]): Promise<void> {
+    for (const r of replicas) {
+      checkName('volume', r.backendName, this.config);
+      const targetRoot = this.checkTarget(r.targetBackendId);
+      // Only a file of the target's own tree: a location is what failOverTo answered, never trusted further.
+      if (!r.location.startsWith(`${targetRoot}/`)) throw this.fail(`${r.location} is not on replication target ${r.targetBackendId}`, { replica: r });
+      await rm(r.location, { force: true });
+      await rm(replicationMarkerPath(targetRoot, r.backendName), { force: true });
+    }
+  }
 }

@@ -51,7 +51,7 @@ export function clearDriverCache(): void {
   clearReplicationEngines();
 }
 
-const REPLICATION_METHODS = ['replicationTargets', 'enableReplication', 'disableReplication', 'failoverHost', 'freezeBackend', 'thawBackend', 'startDrill', 'endDrill'] as const;
+const REPLICATION_METHODS = ['replicationTargets', 'enableReplication', 'disableReplication', 'failoverHost', 'freezeBackend', 'thawBackend', 'startDrill', 'endDrill', 'discardFailedOver'] as const;
 const SNAPSHOT_METHODS = ['createSnapshot', 'deleteSnapshot', 'listSnapshots'] as const;
 
 const ADOPTING_METHODS = ['listAdoptable', 'adoptVolume', 'releaseAdopted'] as const;
