@@ -12,7 +12,7 @@ import { DriverError } from '../../functions/core/errors.js';
 import { InvalidReplicationTarget, LocalVolumeDriver } from '../../functions/drivers/volume/local.js';
 import { driverFor, replicationDriverFor } from '../../functions/drivers/volume/registry.js';
 import { injectFault } from '../../functions/core/faults.js';
-import { readReplicationMarker } from '../../functions/drivers/volume/local-sites.js';
+import { readReplicationMarker, replicationMarkerPath } from '../../functions/drivers/volume/local-sites.js';
 import { readAt, writeAt } from '../support/files.js';
 import { MIB, primaryRoot, siteB, siteC, config, primary, volume, primaryFile, replicaFile, replicatedVolume, useReplicationSites } from '../support/local-replication-sites.js';
 
@@ -76,6 +76,24 @@ describe('failover', () => {
 
     // Assess
     expect(second).toEqual(first);
+  });
+
+  it('discardFailedOver (a volume deleted during its failover) removes its replica and marker from the target, twice alike, and nothing of the others', async () => {
+    // Prepare
+    await replicatedVolume('vol-1');
+    await replicatedVolume('vol-2');
+    const [one] = (await primary.failoverHost([volume('vol-1'), volume('vol-2')], 'site-b')).volumeUpdates;
+
+    // Act
+    const discarded = { volumeId: 'id-vol-1', backendName: 'vol-1', targetBackendId: 'site-b', location: one!.updates.providerLocation! };
+    await primary.discardFailedOver([discarded]);
+    await primary.discardFailedOver([discarded]);
+
+    // Assess
+    expect(existsSync(replicaFile(siteB, 'vol-1'))).toBe(false);
+    expect(existsSync(replicationMarkerPath(siteB, 'vol-1'))).toBe(false);
+    expect(existsSync(replicaFile(siteB, 'vol-2'))).toBe(true);
+    expect(existsSync(replicationMarkerPath(siteB, 'vol-2'))).toBe(true);
   });
 
   it('stops replication into the promoted target even from a driver still on the primary', async () => {

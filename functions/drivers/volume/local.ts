@@ -315,18 +315,15 @@ export class LocalVolumeDriver extends LocalVolumeStore implements ReplicationDr
   }
 
   /**
-   * failOverTo's compensation for a volume deleted meanwhile: it made only the volume's
-   * replication marker on the target (the replica file was there before; the delete, driven on the
-   * old site, may not reach it), so both go: no record holds them.
+   * failOverTo's compensation for a volume deleted meanwhile: everything of it on the target (the
+   * replica it reported, the marker and connections it wrote), as a delete removes a volume from a
+   * site. A delete driven on the old site already does so when it runs after failOverTo (both are
+   * `exclusive`): then this finds nothing.
    */
   async discardFailedOver(replicas: DrillCopy[]): Promise<void> {
-    for (const r of replicas) {
-      checkName('volume', r.backendName, this.config);
-      const targetRoot = this.checkTarget(r.targetBackendId);
-      // Only a file of the target's own tree: a location is what failOverTo answered, never trusted further.
-      if (!r.location.startsWith(`${targetRoot}/`)) throw this.fail(`${r.location} is not on replication target ${r.targetBackendId}`, { replica: r });
-      await rm(r.location, { force: true });
-      await rm(replicationMarkerPath(targetRoot, r.backendName), { force: true });
-    }
+    for (const r of replicas) checkName('volume', r.backendName, this.config);
+    await this.engine.exclusive(async () => {
+      for (const r of replicas) await removeVolumeFromSite(this.checkTarget(r.targetBackendId), this.config, r.backendName);
+    });
   }
 }
