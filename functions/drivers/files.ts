@@ -103,6 +103,14 @@ export async function writeFully(fh: FileHandle, data: Uint8Array, pos: number):
  * source's mode; it is not fsynced here.
  */
 export async function copyFileInKernel(input: FileHandle, src: string, dst: string): Promise<void> {
-  const viaFd = `/proc/${process.pid}/fd/${input.fd}`;
-  await copyFile(existsSync(viaFd) ? viaFd : src, dst, constants.COPYFILE_EXCL);
+  await copyFile(pathOfOpenFile(input, src), dst, constants.COPYFILE_EXCL);
+}
+
+/**
+ * A path to the file open as `fh` (opened at `path`): its descriptor (/proc/<pid>/fd/<fd>) where
+ * Linux offers it, so a file renamed or removed since it was opened still answers; else `path`.
+ */
+export function pathOfOpenFile(fh: FileHandle, path: string): string {
+  const viaFd = `/proc/${process.pid}/fd/${fh.fd}`;
+  return existsSync(viaFd) ? viaFd : path;
 }

@@ -11,11 +11,11 @@
  * Every byte outside the extents reads as zero (that is what a hole is); an extent may also hold
  * zeros (preallocated or written zeros), so copies still skip chunks of zeros inside extents.
  */
-import { existsSync } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import { DriverError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { seekDataExtents } from './data-seeker.js';
+import { pathOfOpenFile } from './files.js';
 
 export interface DataExtent {
   offset: number;
@@ -59,8 +59,7 @@ export async function dataExtents(path: string, size: number): Promise<DataExten
  * still answers; elsewhere through `path`.
  */
 export async function dataExtentsOfOpen(fh: FileHandle, path: string, size: number): Promise<DataExtent[]> {
-  const viaFd = `/proc/${process.pid}/fd/${fh.fd}`;
-  return dataExtents(existsSync(viaFd) ? viaFd : path, size);
+  return dataExtents(pathOfOpenFile(fh, path), size);
 }
 
 /**

@@ -78,8 +78,12 @@ export async function ensureUser(u: SeedUser, options: EnsureUserOptions = {}): 
   // hash (scrypt, on libuv's threads) is made meanwhile: a first start waited for the three in turn
   // (issue 16). A failed lookup is thrown where it is awaited below, not here.
   let userLookup: Promise<string | undefined> | undefined = store.userIdByName(DEFAULT_DOMAIN.id, u.name);
-  const hashForNewUser = userLookup.then((id) => (id === undefined ? hashSecret(u.password) : undefined));
-  hashForNewUser.catch(() => undefined);
+  // Settled as a value, thrown where the create below uses it: a failure is never an unhandled
+  // rejection, and never lost when the create runs (when it does not, another error is being thrown).
+  const hashForNewUser = userLookup.then((id) => (id === undefined ? hashSecret(u.password) : undefined)).then(
+    (hash) => ({ hash }),
+    (error: unknown) => ({ error }),
+  );
   // Reads, and conditional writes where missing: independent of each other, so side by side.
   const [defaultRoleIds, projectId] = await Promise.all([Promise.all(DEFAULT_ROLES.map((r) => ensureRole(r))), ensureProject(u.project)]);
   // The user's roles are mostly default ones, ensured just now: their ids are not read again
@@ -96,7 +100,9 @@ export async function ensureUser(u: SeedUser, options: EnsureUserOptions = {}): 
     },
     async () => {
       const id = store.newId();
-      const hash = (await hashForNewUser) ?? (await hashSecret(u.password));
+      const early = await hashForNewUser;
+      if ('error' in early) throw early.error;
+      const hash = early.hash ?? (await hashSecret(u.password));
       await store.createUser({ id, name: u.name, domainId: DEFAULT_DOMAIN.id, enabled: true, defaultProjectId: projectId, passwordHash: hash });
       createdHash = hash;
       return id;

@@ -8,7 +8,7 @@
  *   plan recorded before these were carried has `volumeIds` only), and once the driver chose them,
  *   the replicas its volumes start from (`replicaChoices`). The Map's items are batch numbers, so an
  *   execution's payload stays small whatever the backend holds.
- * - progress:  pk `REPLOP#<id>`, sk `PROGRESS#<nnnnn>` — the volumes one batch switched (operation-record.ts).
+ * - progress:  pk `REPLOP#<id>`, sk `PROGRESS#<nnnnn>#<slot>` — the volumes one batch's transaction slot switched (operation-record.ts).
  * - drill copies: pk `REPLOP#<drill op id>`, sk `COPIES#<nnnnn>` — what startDrill made for a batch.
  */
 import { unmarshall } from '@aws-sdk/util-dynamodb';
@@ -203,7 +203,7 @@ const LISTED_ATTRIBUTES = ['id', 'version', 'host', 'status', 'replicationStatus
  */
 export async function listFailoverVolumesOnBackend(host: string): Promise<FailoverVolumeState[]> {
   const backend = backendOf(host);
-  const names = Object.fromEntries(LISTED_ATTRIBUTES.map((a, i) => [`#p${i}`, a]));
+  const names = Object.fromEntries(LISTED_ATTRIBUTES.map((a) => [`#${a}`, a]));
   const segments = await Promise.all(
     Array.from({ length: SCAN_SEGMENTS }, async (_, segment) => {
       const items = await scanAll({
@@ -211,7 +211,7 @@ export async function listFailoverVolumesOnBackend(host: string): Promise<Failov
         Segment: segment,
         TotalSegments: SCAN_SEGMENTS,
         ProjectionExpression: Object.keys(names).join(', '),
-        FilterExpression: 'sk = :vol AND begins_with(#p2, :prefix)',
+        FilterExpression: 'sk = :vol AND begins_with(#host, :prefix)',
         ExpressionAttributeNames: names,
         ExpressionAttributeValues: { ':vol': 'VOL', ':prefix': `${backend}#` },
         ConsistentRead: true,

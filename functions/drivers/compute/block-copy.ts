@@ -3,6 +3,7 @@
  * only where the source may hold data (`dataExtents`), skipping chunks of zeros, so a sparse 1 GiB
  * volume holding 1 MiB costs 1 MiB of reads.
  */
+import { logger } from '../../core/logger.js';
 import { chunkPieces, extentBytes, wholeFile } from '../sparse.js';
 import type { BlockHandle } from './driver.js';
 
@@ -47,8 +48,9 @@ export async function copyBlockData(
     try {
       await to.write(offset, data, { deferSync });
     } catch (e) {
-      // The read already started is not left unobserved (its rejection would be unhandled).
-      reading?.catch(() => {});
+      // The read already started is awaited, so nothing of this copy runs on after it throws; the
+      // write's error is the copy's, and a read that failed too is logged beside it.
+      await reading?.catch((readError: unknown) => logger.warn('block copy: the next chunk\'s read failed too, after a write failed', { offset, error: readError as Error }));
       throw e;
     }
     writtenBytes += data.length;

@@ -63,13 +63,16 @@ export class LocalVolumeStore implements VolumeDriver, SnapshotDriver, CopyingDr
   /** The volume's file, in poolDirs()'s order; the root is listed only when no configured pool has it (every connect comes here). */
   protected async find(backendName: string): Promise<{ pool: string; path: string; sizeGb: number } | undefined> {
     checkName('volume', backendName, this.config);
-    const configured = this.config.pools.map((p) => p.name);
-    for (const pools of [async () => configured, async () => (await listDir(this.root)).filter((p) => !configured.includes(p))]) {
-      for (const [pool, path] of (await pools()).map((p) => [p, join(this.root, p, backendName)] as const)) {
+    const inPools = async (pools: string[]) => {
+      for (const pool of pools) {
+        const path = join(this.root, pool, backendName);
         const st = await statOrUndefined(path);
         if (st?.isFile()) return { pool, path, sizeGb: sizeGbOf(st.size) };
       }
-    }
+      return undefined;
+    };
+    const configured = this.config.pools.map((p) => p.name);
+    return (await inPools(configured)) ?? (await inPools((await listDir(this.root)).filter((p) => !configured.includes(p))));
   }
 
   private async usedGb(pool: string): Promise<number> {

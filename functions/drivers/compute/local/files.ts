@@ -184,12 +184,14 @@ export async function sparseCopy(src: string, dst: string, options: CopyOptions 
         progress?.stop();
       }
       created = true;
-      output = await open(dst, 'r+');
       copied.readBytes += size;
       copied.writtenBytes += size;
       options.onChunk?.(size, size);
       if (options.signal?.aborted) throw new CopyAborted();
-      if (options.durable ?? true) await output.sync();
+      if (options.durable ?? true) {
+        output = await open(dst, 'r+');
+        await output.sync();
+      }
       return { sizeBytes: size, readBytes: size, writtenBytes: size, extents: wholeFile(size) };
     }
     output = await open(dst, 'wx');
