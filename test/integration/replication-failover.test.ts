@@ -40,7 +40,7 @@ beforeAll(async () => {
   // A type that lands on the replicated backend without asking for replication.
   const plain = await api('POST', '/types', { volume_type: { name: 'lvm-r-plain', extra_specs: { volume_backend_name: 'lvm-r' } } }, ADMIN);
   expect(plain.status).toBe(200);
-}, 60_000);
+});
 afterAll(async () => {
   delete process.env.FERRY_FAILOVER_BATCH_SIZE;
   delete process.env.FERRY_FAILOVER_TRANSACTION_VOLUMES;
