@@ -18,7 +18,7 @@ import { COPY_ENV } from '../../infra/aws/copy-worker.js';
 import { REPO_ROOT, buildFerryApp } from '../../infra/aws/ferry-stack.js';
 import { inventoryForDeploy } from '../../infra/aws/inventory-resource.js';
 import { vpcApisFor } from '../../infra/aws/share-network.js';
-import { testApp } from '../support/cdk-app.js';
+import { SYNTH_HOOK_TIMEOUT_MS, testApp } from '../support/cdk-app.js';
 import { view, type View } from '../support/copy-worker-template.js';
 
 const SHARE_STORAGE_OWN = ['ecr.api', 'ecr.dkr', 'logs', 'states'];
@@ -43,9 +43,7 @@ function synth(inventory: Inventory): View {
 
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'ferry-vpc-endpoints-'));
-  mixed = synth(localAndEfs);
-  local = synth(localOnly);
-}, 300_000);
+});
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** The interface endpoints by service (`com.amazonaws.<region>.<service>`, the region a reference), with their properties. */
@@ -76,6 +74,11 @@ describe('which APIs an inventory makes the functions in the VPC call', () => {
 });
 
 describe('local share backends beside aws-efs ones and aws-ebs volumes', () => {
+  // One synth per hook: each is timed against SYNTH_HOOK_TIMEOUT_MS alone.
+  beforeAll(() => {
+    mixed = synth(localAndEfs);
+  }, SYNTH_HOOK_TIMEOUT_MS);
+
   test('interface endpoints for EFS, EC2 and ECS besides states, logs, ecr.api and ecr.dkr, each with private DNS', () => {
     const endpoints = interfaceEndpoints(mixed);
     expect(endpoints.map((e) => e.service).sort()).toEqual([...SHARE_STORAGE_OWN, 'ec2', 'ecs', 'elasticfilesystem'].sort());
@@ -107,6 +110,10 @@ describe('local share backends beside aws-efs ones and aws-ebs volumes', () => {
 });
 
 describe('local share backends alone', () => {
+  beforeAll(() => {
+    local = synth(localOnly);
+  }, SYNTH_HOOK_TIMEOUT_MS);
+
   test('the share storage\'s own interface endpoints and no more', () => {
     expect(interfaceEndpoints(local).map((e) => e.service).sort()).toEqual(SHARE_STORAGE_OWN);
   });
