@@ -24,10 +24,11 @@
  * A build that fails leaves the caller to run the TypeScript through tsx (start.mjs).
  */
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { writeJsonWhole } from './write-whole.mjs';
 
 const require = createRequire(import.meta.url);
 
@@ -72,9 +73,7 @@ function fileStat(file) {
 
 /** Replaces the record whole (a temporary renamed over it), so a concurrent start reads the old or the new one. */
 function writeRecord(dir, record) {
-  const recordTemp = join(dir, `${RECORD}.${process.pid}.tmp`);
-  writeFileSync(recordTemp, JSON.stringify(record));
-  renameSync(recordTemp, join(dir, RECORD));
+  writeJsonWhole(join(dir, RECORD), record);
 }
 
 /** What a bundle depends on besides its sources: esbuild's version, the compiler options, this builder. */

@@ -17,8 +17,9 @@
  */
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { accessSync, constants, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { accessSync, constants, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
+import { writeJsonWhole } from './write-whole.mjs';
 
 export const SYSTEM_SCRIPT = 'scripts/ensure-system.sh';
 export const SYSTEM_STAMP = 'node_modules/.cache/ferry/system-start.json';
@@ -82,10 +83,8 @@ export function systemStale(repoRoot, env = process.env) {
 export function writeSystemStamp(repoRoot, env = process.env) {
   const file = join(repoRoot, SYSTEM_STAMP);
   mkdirSync(dirname(file), { recursive: true });
-  // Whole or not at all: concurrent starts each write their own temporary and rename it.
-  const temp = `${file}.${process.pid}.tmp`;
-  writeFileSync(temp, JSON.stringify(systemKey(repoRoot, env)));
-  renameSync(temp, file);
+  // Whole or not at all: concurrent starts each rename their own temporary over it.
+  writeJsonWhole(file, systemKey(repoRoot, env));
 }
 
 /**
