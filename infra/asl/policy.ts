@@ -17,6 +17,7 @@
  *   timeout is a backstop against a wedged execution, never a way for an operation to end.
  */
 import type { StateMachineName } from '../../functions/core/machines.js';
+import { FAILOVER_BATCH_SIZE } from '../../functions/replication/failover-batch.js';
 import { PASS_PAGE_VOLUMES } from '../../functions/replication/pass-page.js';
 
 /** One ASL retrier, as it appears in a Task's `Retry`. */
@@ -181,9 +182,8 @@ const serverFlow = (...compensations: string[]): MachinePolicy => ({
 /** The volume and share flows: every step repeats driver errors. */
 const storageFlow: MachinePolicy = { timeoutSeconds: STEPS_TIMEOUT_SECONDS, retrier: 'transientOrDriver' };
 
-/** The volumes a failover is sized for, and the volumes per Map item (functions/replication/repo.ts FAILOVER_BATCH_SIZE). */
+/** The volumes a failover is sized for; the Map has one item per FAILOVER_BATCH_SIZE of them (functions/replication/failover-batch.ts). */
 export const FAILOVER_SIZED_FOR_VOLUMES = 10_000;
-export const FAILOVER_BATCH_SIZE = 198;
 /** The replicated volumes of one backend a replication pass is sized for, and its pages (PASS_PAGE_VOLUMES a page). */
 export const REPLICATION_PASS_SIZED_FOR_VOLUMES = 10_000;
 export const REPLICATION_PASS_PAGES = Math.ceil(REPLICATION_PASS_SIZED_FOR_VOLUMES / PASS_PAGE_VOLUMES);

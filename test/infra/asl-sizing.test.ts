@@ -1,24 +1,24 @@
 /**
  * The sizes infra/asl/policy.ts sizes the machine timeouts by are those of the step functions:
- * a failover's volumes per batch, a migration's copy runs and driver polls. And every machine's
+ * a failover's Map items (its batches of functions/replication/failover-batch.ts), a migration's copy runs and driver polls. And every machine's
  * longest run, with every BackendNotReady wait used to its end, stays under the 25,000 history
  * events AWS allows an execution. Apart from asl.test.ts because it loads the flow modules, which
  * the ASL checks do not need.
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, test } from 'vitest';
-import { FAILOVER_BATCH_SIZE as FUNCTIONS_FAILOVER_BATCH_SIZE } from '../../functions/replication/repo.js';
 import { MAX_COPY_ATTEMPTS, maxDriverPolls } from '../../functions/migration/flow.js';
 import { STATE_MACHINES } from '../../functions/wiring.js';
 import { worstCaseHistoryEvents } from '../../infra/asl/check.js';
-import { BACKEND_WAIT, CUTOVER_WAIT, FAILOVER_BATCH_SIZE, MACHINE_POLICIES, MIGRATION_COPY_RUNS, MIGRATION_DRIVER_POLLS } from '../../infra/asl/policy.js';
+import { BACKEND_WAIT, CUTOVER_WAIT, MACHINE_POLICIES, MIGRATION_COPY_RUNS, MIGRATION_DRIVER_POLLS } from '../../infra/asl/policy.js';
 import { AWS_HISTORY_LIMIT } from '../../infra/local/history-count.js';
 
 const definition = (file: string) => JSON.parse(readFileSync(file, 'utf8'));
 
 describe('the sizes of the retry and timeout policy', () => {
   test('are those of the step functions', () => {
-    expect(FAILOVER_BATCH_SIZE).toBe(FUNCTIONS_FAILOVER_BATCH_SIZE);
+    // The batch size has one source (functions/replication/failover-batch.ts): 10,000 volumes in batches of 198.
+    expect(MACHINE_POLICIES['volume-failover'].sizing?.mapItems).toEqual({ Batches: 51 });
     expect(MIGRATION_COPY_RUNS).toBe(MAX_COPY_ATTEMPTS);
     expect(MIGRATION_DRIVER_POLLS).toBe(maxDriverPolls());
   });
