@@ -110,7 +110,7 @@ async function repairEnded(attachment: Attachment, wait: AttachWait, status: str
 }
 
 async function detachAgain(attachment: Attachment, saw: string): Promise<AttachWaitRecovery> {
-  const result = await attachWaitFailed(attachment.id, undefined);
+  const result = await attachWaitFailed(attachment.id, undefined, attachment.attachWait!.execution);
   const did = result.outcome === 'failed' ? 'removed what the backend held (unless another attachment uses the host) and cleared the intent' : 'nothing: the wait changed meanwhile';
   return { kind: 'attach-wait-detach-pending', attachmentId: attachment.id, action: 'detached', saw, did };
 }

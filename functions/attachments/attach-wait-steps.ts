@@ -8,10 +8,12 @@
  *   backend holds of the connection removed (idempotently: terminateConnection of a host not
  *   connected succeeds), then that recorded done.
  *
- * Each step first reads the attachment: deleted, its wait ended, or replaced by another connect's
- * (the detach or delete won), it ends at once and touches nothing. Every write is conditioned on
- * the wait still being the one read, so a delete or connect racing a step wins and the step's
- * write is refused (ConcurrentModification-free: it then reads again and finds itself superseded).
+ * Each step is given its own execution's name (`$$.Execution.Name`), the token of the wait it
+ * watches, and first reads the attachment: deleted, its wait ended, or its wait another
+ * execution's (another connect's, or the reconciler's renewal under the next version: a stale
+ * execution never ends a renewed wait), it ends at once and touches nothing. Every write is
+ * conditioned on the wait still being the one read, so a delete or connect racing a step wins and
+ * the step's write is refused (ConcurrentModification-free: it then reads again and finds itself superseded).
  * Each write bumps the attachment's version, so a connect, complete or delete that read the
  * attachment before retries from the record with the wait's outcome instead of writing back the
  * `waiting` it read.
@@ -91,11 +93,11 @@ export function attachLostMessage(attachment: Attachment, wait: AttachWait, reas
   return `Attach of volume ${attachment.volumeId} to ${wait.host} failed on the backend: ${reason}.`;
 }
 
-/** `attach-wait-look`: one look at the backend's attachment. */
-export async function lookAtAttach(attachmentId: string): Promise<AttachWaitOutcome> {
+/** `attach-wait-look` of execution `execution`: one look at the backend's attachment, if the live wait is that execution's. */
+export async function lookAtAttach(attachmentId: string, execution: string): Promise<AttachWaitOutcome> {
   const attachment = await getAttachmentRecord(attachmentId);
   const wait = liveWait(attachment);
-  if (!attachment || !wait) return { outcome: 'superseded' };
+  if (!attachment || !wait || wait.execution !== execution) return { outcome: 'superseded' };
   const state = await backendAttachState(attachment);
   if (!state) return { outcome: 'superseded' };
   const context = { attachmentId, volumeId: attachment.volumeId, host: wait.host, execution: wait.execution };
@@ -126,17 +128,17 @@ export async function writeRenewedWait(before: Attachment, after: Attachment): P
 }
 
 /**
- * `attach-wait-failed`: records the failure (once: a re-run finds it recorded and goes on with the
+ * `attach-wait-failed` of the wait of execution `execution` (the machine's own name, or the one the
+ * reconciler read): records the failure (once: a re-run finds it recorded and goes on with the
  * removal), removes the backend's connection unless another attachment uses the host, and
- * records that done. A wait that is not this failure's any more is left alone; given `execution`
- * (the reconciler's), so is a wait of another execution.
+ * records that done. A wait of another execution, or one that is not this failure's any more, is left alone.
  */
-export async function attachWaitFailed(attachmentId: string, error: CaughtError | undefined, execution?: string): Promise<AttachWaitOutcome> {
+export async function attachWaitFailed(attachmentId: string, error: CaughtError | undefined, execution: string): Promise<AttachWaitOutcome> {
   const reason = reasonOf(error);
   const failed = await withRetries(async () => {
     const attachment = await getAttachmentRecord(attachmentId);
     const wait = attachment?.attachWait;
-    if (execution !== undefined && wait?.execution !== execution) return undefined;
+    if (wait?.execution !== execution) return undefined;
     if (attachment && wait?.status === 'failed' && wait.detachPending) return attachment;
     if (!liveWait(attachment)) return undefined;
     const volume = await loadVolumeOf(attachment!);
@@ -160,12 +162,18 @@ async function removeBackendConnection(attachment: Attachment): Promise<void> {
 export interface AttachWaitStepInput {
   step: string;
   attachmentId?: string;
+  /** The machine's own execution name (`$$.Execution.Name`): the wait it may act on. */
+  execution?: string;
   error?: CaughtError;
 }
 
-/** The attach-wait steps of the attachment-steps handler (steps.ts), or undefined for another step. */
+/**
+ * The attach-wait steps of the attachment-steps handler (steps.ts), or undefined for another step.
+ * A step without its execution's name (an execution started from a definition before the name was
+ * passed) is superseded: it touches nothing, and the reconciler repairs the wait it leaves.
+ */
 export function attachWaitStep(input: AttachWaitStepInput, attachmentId: () => string): Promise<AttachWaitOutcome> | undefined {
-  if (input.step === 'attach-wait-look') return lookAtAttach(attachmentId());
-  if (input.step === 'attach-wait-failed') return attachWaitFailed(attachmentId(), input.error);
-  return undefined;
+  if (input.step !== 'attach-wait-look' && input.step !== 'attach-wait-failed') return undefined;
+  if (input.execution === undefined) return Promise.resolve({ outcome: 'superseded' });
+  return input.step === 'attach-wait-look' ? lookAtAttach(attachmentId(), input.execution) : attachWaitFailed(attachmentId(), input.error, input.execution);
 }

@@ -7,7 +7,8 @@
 import { DescribeVolumesCommand, EC2Client } from '@aws-sdk/client-ec2';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { attachWaitExecutionName, failAttach, liveWait, withAttachWait } from '../../functions/attachments/attach-wait.js';
+import { attachWaitExecutionName, failAttach, liveWait, renewAttachWait, withAttachWait } from '../../functions/attachments/attach-wait.js';
+import { attachWaitStep } from '../../functions/attachments/attach-wait-steps.js';
 import { connect, reserve } from '../../functions/attachments/transitions.js';
 import { BackendNotReady, DriverError } from '../../functions/core/errors.js';
 import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
@@ -129,5 +130,27 @@ describe('the wait record (attach-wait.ts)', () => {
     expect(liveWait(failed.attachment)).toBeUndefined();
     expect(liveWait({ ...attachment, deleted: true })).toBeUndefined();
     expect(liveWait({ ...attachment, attachedHost: 'i-2' })).toBeUndefined();
+  });
+  it('a renewed wait carries its own version\'s name (the attachment\'s next version); the connection it watches is the same, made once', () => {
+    // Prepare
+    const { attachment } = connected(true);
+
+    // Act
+    const renewed = renewAttachWait(attachment, '2026-01-01T00:00:09.000Z');
+
+    // Assess
+    expect(renewed.version).toBe(attachment.version + 1);
+    expect(renewed.attachWait).toEqual({ execution: attachWaitExecutionName('att-1', renewed.version), host: 'i-1', status: 'waiting', startedAt: '2026-01-01T00:00:09.000Z' });
+    expect(renewed.attachWait!.execution).not.toBe(attachment.attachWait!.execution);
+    expect({ ...renewed, attachWait: undefined, version: 0, updatedAt: '' }).toEqual({ ...attachment, attachWait: undefined, version: 0, updatedAt: '' });
+  });
+
+  it('a Look or Failed step without its execution\'s name acts on no wait (superseded, nothing read)', async () => {
+    const attachmentId = () => {
+      throw new Error('read the attachment');
+    };
+    expect(await attachWaitStep({ step: 'attach-wait-look', attachmentId: 'att-1' }, attachmentId)).toEqual({ outcome: 'superseded' });
+    expect(await attachWaitStep({ step: 'attach-wait-failed', attachmentId: 'att-1' }, attachmentId)).toEqual({ outcome: 'superseded' });
+    expect(attachWaitStep({ step: 'attach' }, attachmentId)).toBeUndefined();
   });
 });
