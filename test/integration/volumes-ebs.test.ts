@@ -1,14 +1,11 @@
 /**
- * EBS volumes and attachments end to end through the Cinder API, with the aws-ebs driver behind an
- * inventory backend and EC2 mocked (every EC2Client in the process answers from test/support/fake-ec2.ts,
- * whose replies follow the EC2 API reference): create and delete through their state machines
- * (waiting in the machine while EC2 is still at it), extend, an attachment whose connector host is
- * an EC2 instance (attachment_update answers at once with the volume, instance and device, and
- * volume-attach-wait looks at EC2 until the attach is done or failed: after N looks, dropped by
- * EC2, throttled looks, a delete while it waits, the bound reached; the reconciler starting a wait
- * whose start failed, repairing one whose execution ended from one look at EC2 (attached, still
- * attaching: a new wait, gone: error_attaching), retrying a detach EC2 refused),
- * snapshots, a throttled call; the audit is clean after each.
+ * EBS volumes and attachments end to end through the Cinder API, the aws-ebs driver behind an
+ * inventory backend, EC2 mocked (test/support/fake-ec2.ts, replies as the EC2 API reference says):
+ * create and delete through their machines (waiting while EC2 is at it), extend, an attachment to an
+ * EC2 instance (attachment_update answers at once; volume-attach-wait looks at EC2 until the attach is
+ * done or failed: after N looks, dropped, throttled looks, a delete meanwhile, the bound reached; the
+ * reconciler starting a wait whose start failed, repairing one whose execution ended: attached, a new
+ * wait, error_attaching; retrying a detach EC2 refused), snapshots, a throttled call; the audit clean after each.
  */
 import { DescribeVolumesCommand, DetachVolumeCommand, EC2Client } from '@aws-sdk/client-ec2';
 import { ListExecutionsCommand, StartExecutionCommand, type SFNClient } from '@aws-sdk/client-sfn';
@@ -17,9 +14,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { mockClient } from 'aws-sdk-client-mock';
 import { stringify } from 'yaml';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { ATTACH_WAIT_MACHINE } from '../../functions/attachments/attach-wait.js';
-import { attachWaitFailed } from '../../functions/attachments/attach-wait-steps.js';
+import { attachWaitFailed, lookAtAttach } from '../../functions/attachments/attach-wait-steps.js';
 import { getAttachmentRecord } from '../../functions/attachments/repo.js';
 import { runAudit } from '../../functions/audit/audit.js';
 import { reconcile } from '../../functions/audit/reconciler.js';
@@ -31,20 +28,17 @@ import { SANDBOX_INVENTORY, readInventoryFile } from '../../infra/inventory-file
 import { FakeEc2, awsError, wireFakeEc2 } from '../support/fake-ec2.js';
 import { eventually } from '../support/poll.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { ADMIN, volumeApi } from '../support/volume-api.js';
 
 const ec2 = mockClient(EC2Client);
 const fake = new FakeEc2('ferry@ebs-a');
 let stack: TestLocalStack;
+let realSfn: SFNClient;
+/** The attachments the running test made: afterEach deletes what is left of them. */
+const made = new Set<string>();
 
-async function api(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
-  const res = await fetch(`${stack.url}/volume/v3/admin${path}`, {
-    method,
-    headers: { 'X-Auth-Token': 'admin:admin', 'Content-Type': 'application/json', 'OpenStack-API-Version': 'volume 3.44' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : undefined };
-}
+const cinder = volumeApi({ current: () => stack }, '3.44');
+const api = (method: string, path: string, body?: unknown) => cinder(method, `/admin${path}`, body, ADMIN);
 const statusOf = async (id: string) => ((await api('GET', `/volumes/${id}`)).body?.volume?.status as string | undefined) ?? 'gone';
 const becomes = (id: string, want: string) => eventually(async (note) => note(await statusOf(id)) === want || undefined, `volume ${id} ${want}`);
 async function auditClean(): Promise<void> {
@@ -60,6 +54,7 @@ async function attachTo(host: string): Promise<string> {
   const att = await api('POST', '/attachments', { attachment: { volume_uuid: volumeId, instance_uuid: INSTANCE } });
   expect(att.status).toBe(200);
   const attId = att.body.attachment.id as string;
+  made.add(attId);
   const updated = await api('PUT', `/attachments/${attId}`, { attachment: { connector: { host } } });
   expect(updated.status).toBe(200);
   return attId;
@@ -75,10 +70,8 @@ const waitEnds = (attId: string) =>
     return note(out.status) === 'RUNNING' ? undefined : out;
   }, `volume-attach-wait of ${attId} to end`);
 
-async function executionsNamed(name: string): Promise<number> {
-  const out = await (await sfn()).send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(ATTACH_WAIT_MACHINE), maxResults: 1000 }));
-  return (out.executions ?? []).filter((e) => e.name === name).length;
-}
+const waitExecutionNames = async () => ((await (await sfn()).send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(ATTACH_WAIT_MACHINE), maxResults: 1000 }))).executions ?? []).map((e) => e.name!);
+const executionsNamed = async (name: string) => (await waitExecutionNames()).filter((n) => n === name).length;
 
 beforeAll(async () => {
   wireFakeEc2(ec2, fake);
@@ -89,7 +82,16 @@ beforeAll(async () => {
   const file = join(await mkdtemp(join(tmpdir(), 'ferry-ebs-')), 'inventory.yaml');
   await writeFile(file, stringify(inventory));
   stack = await useLocalStack({ inventory: file });
+  realSfn = await sfn();
 }, 120_000);
+/** Each test stands alone: one that fails halfway leaves no attachment (the volume is not multiattach), EC2 attachment or stand-in client behind. */
+afterEach(async () => {
+  setSfn(realSfn);
+  wireFakeEc2(ec2, fake);
+  for (const attId of made) expect([200, 404]).toContain((await api('DELETE', `/attachments/${attId}`)).status);
+  made.clear();
+  for (const volume of fake.volumes.values()) volume.Attachments = [];
+});
 afterAll(async () => {
   await stack?.stop();
   ec2.restore();
@@ -134,6 +136,7 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
     const att = await api('POST', '/attachments', { attachment: { volume_uuid: id, instance_uuid: '55555555-5555-4555-8555-555555555555' } });
     expect(att.status).toBe(200);
     const attId = att.body.attachment.id as string;
+    made.add(attId);
     const updated = await api('PUT', `/attachments/${attId}`, { attachment: { connector: { host: 'i-0abc', initiator: 'iqn.x', ip: '10.0.0.5' } } });
     expect(updated.status).toBe(200);
     const volumeId = [...fake.volumes.keys()][0]!;
@@ -221,9 +224,10 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       // What the Catch hands the Failed step when Look's Retry runs out (every look BackendNotReady).
       const error = { Error: 'BackendNotReady', Cause: JSON.stringify({ errorMessage: 'still attaching after the bound' }) };
       const detaches = () => ec2.commandCalls(DetachVolumeCommand).filter((c) => c.args[0].input.InstanceId === 'i-0stuck').length;
-      expect(await attachWaitFailed(attId, error)).toEqual({ outcome: 'failed', reason: 'still attaching after the bound' });
+      const { execution } = (await getAttachmentRecord(attId))!.attachWait!;
+      expect(await attachWaitFailed(attId, error, execution)).toEqual({ outcome: 'failed', reason: 'still attaching after the bound' });
       expect(detaches()).toBe(1);
-      expect(await attachWaitFailed(attId, error)).toEqual({ outcome: 'superseded' });
+      expect(await attachWaitFailed(attId, error, execution)).toEqual({ outcome: 'superseded' });
       expect(detaches()).toBe(1);
       expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
       expect((await getAttachmentRecord(attId))!).toMatchObject({ attachStatus: 'error_attaching', attachWait: { status: 'failed', reason: 'still attaching after the bound' } });
@@ -286,7 +290,7 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       return { attId, wait };
     }
     const ec2Calls = (host: string) => ec2.calls().filter((c) => ['AttachVolumeCommand', 'DetachVolumeCommand'].includes(c.args[0].constructor.name) && (c.args[0].input as { InstanceId?: string }).InstanceId === host).length;
-    const waitExecutions = async (attId: string) => ((await (await sfn()).send(new ListExecutionsCommand({ stateMachineArn: stateMachineArn(ATTACH_WAIT_MACHINE), maxResults: 1000 }))).executions ?? []).filter((e) => e.name!.startsWith(`${ATTACH_WAIT_MACHINE}-${attId}-`)).length;
+    const waitExecutions = async (attId: string) => (await waitExecutionNames()).filter((n) => n.startsWith(`${ATTACH_WAIT_MACHINE}-${attId}-`)).length;
 
     test('a wait whose execution ended without ending it, EC2 attached: the reconciler records it attached, and does nothing else', async () => {
       const { attId } = await endedWaitOn('i-0ended');
@@ -299,13 +303,18 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       await auditClean();
     });
 
-    test('a wait whose execution ended, EC2 still attaching: the reconciler starts a new wait (the next version\'s name), which records the attach', async () => {
+    test('a wait whose execution ended, EC2 still attaching: the reconciler starts a new wait (the next version\'s name), which records the attach; the old execution\'s steps leave it alone', async () => {
       const { attId, wait } = await endedWaitOn('i-0renew');
-      fake.attachEnds.set('i-0renew', { looks: 2, then: 'attached' });
       const version = (await getAttachmentRecord(attId))!.version;
+      const calls = ec2Calls('i-0renew');
       expect((await reconcileNow(attId)).map((r) => [r.kind, r.outcome])).toEqual([['stuck-attach-wait', 'repaired']]);
       const renewed = `${ATTACH_WAIT_MACHINE}-${attId}-${version + 1}`;
-      expect((await getAttachmentRecord(attId))!.attachWait!.execution).toBe(renewed);
+      expect((await getAttachmentRecord(attId))).toMatchObject({ version: version + 1, attachWait: { execution: renewed, status: 'waiting' } });
+      // Look and Failed of the ended execution (a stale run of its steps) are superseded: they neither end the renewed wait nor detach.
+      const lost = { Error: 'AttachmentLost', Cause: JSON.stringify({ errorMessage: 'a stale look' }) };
+      expect([await lookAtAttach(attId, wait.execution), await attachWaitFailed(attId, lost, wait.execution)]).toEqual([{ outcome: 'superseded' }, { outcome: 'superseded' }]);
+      expect([(await getAttachmentRecord(attId))!.attachWait, ec2Calls('i-0renew')]).toEqual([expect.objectContaining({ execution: renewed, status: 'waiting' }), calls]);
+      fake.attachEnds.set('i-0renew', { looks: 0, then: 'attached' });
       expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
       expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ execution: renewed, status: 'attached' });
       expect([await executionsNamed(wait.execution), await executionsNamed(renewed), await waitExecutions(attId), await reconcileNow(attId)]).toEqual([1, 1, 2, []]);
@@ -350,7 +359,7 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
         if (refuse && command === 'DetachVolume' && (input as { InstanceId?: string }).InstanceId === 'i-0nodetach') throw awsError('UnauthorizedOperation', 'You are not authorized to perform this operation.');
       });
       const error = { Error: 'BackendNotReady', Cause: JSON.stringify({ errorMessage: 'still attaching after the bound' }) };
-      await expect(attachWaitFailed(attId, error)).rejects.toThrow();
+      await expect(attachWaitFailed(attId, error, (await getAttachmentRecord(attId))!.attachWait!.execution)).rejects.toThrow();
       expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
       expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ status: 'failed', detachPending: true });
       // EC2's attachment is also what the audit calls an orphan host connection (no attachment uses it).
