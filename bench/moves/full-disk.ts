@@ -26,6 +26,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { randomFillSync } from 'node:crypto';
+import { open } from 'node:fs/promises';
 import { closeSync, fsyncSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -85,8 +86,12 @@ function warm(path: string): void {
   spawnSync('sync');
 }
 
-/** `cp --sparse=always` of `path` to a new file beside it (same file system), timed; the copy removed after. */
-function timeCp(path: string): { ms: number; cpu: number } {
+/**
+ * `cp --sparse=always` of `path` to a new file beside it (same file system), timed; then `sync -f`
+ * of the copy, timed apart: cp alone (`ms`) is the issue's baseline, cp + sync (`ms + syncMs`) the
+ * same copy made durable, as Ferry's are. The copy is removed after.
+ */
+function timeCp(path: string): { ms: number; cpu: number; syncMs: number } {
   const copy = `${path}.bench-cp`;
   rmSync(copy, { force: true });
   const c0 = cpuSeconds();
@@ -95,8 +100,36 @@ function timeCp(path: string): { ms: number; cpu: number } {
   const ms = performance.now() - t0;
   const cpu = cpuSeconds() - c0;
   if (out.status !== 0) throw new Error(`cp failed: ${String(out.stderr)}`);
+  const t1 = performance.now();
+  const synced = spawnSync('sync', ['-f', copy]);
+  const syncMs = performance.now() - t1;
+  if (synced.status !== 0) throw new Error(`sync -f failed: ${String(synced.stderr)}`);
   rmSync(copy, { force: true });
-  return { ms, cpu };
+  return { ms, cpu, syncMs };
+}
+
+/**
+ * Time spent in fsync/fdatasync by this process (the whole stack) while a flow runs: every
+ * FileHandle's sync and datasync, counted and timed (they run on libuv's pool, so a sync that
+ * overlaps other work is counted whole: the sum says where the flow waited, not an exclusive share).
+ */
+const syncs = { count: 0, ms: 0 };
+async function instrumentSyncs(): Promise<void> {
+  const fh = await open(process.execPath, 'r');
+  const proto = Object.getPrototypeOf(fh) as Record<'sync' | 'datasync', (this: unknown) => Promise<void>>;
+  await fh.close();
+  for (const name of ['sync', 'datasync'] as const) {
+    const fn = proto[name];
+    proto[name] = async function (this: unknown) {
+      const t0 = performance.now();
+      try {
+        return await fn.call(this);
+      } finally {
+        syncs.count++;
+        syncs.ms += performance.now() - t0;
+      }
+    };
+  }
 }
 
 /**
@@ -145,6 +178,7 @@ async function main(): Promise<void> {
   const stack = await startLocalStack({ dataDir, port: 0, quiet: true });
   await stack.reconciled;
   instrumentDriver();
+  await instrumentSyncs();
   const headers = { 'X-Auth-Token': 'admin:admin', 'Content-Type': 'application/json', Accept: 'application/json' };
   async function call(base: string, method: string, path: string, body: unknown, version: string): Promise<any> {
     const res = await fetch(base + path, { method, headers: { ...headers, 'OpenStack-API-Version': version }, body: body === undefined ? undefined : JSON.stringify(body) });
@@ -234,6 +268,8 @@ async function main(): Promise<void> {
       move: async () => {
         const next = await newVolume();
         calls.length = 0;
+        syncs.count = 0;
+        syncs.ms = 0;
         const t0 = performance.now();
         await nova('PUT', `/servers/${swapServer}/os-volume_attachments/${swapVolume}`, { volumeAttachment: { volumeId: next } });
         await settle(swapServer!, 'active');
@@ -250,7 +286,7 @@ async function main(): Promise<void> {
     },
   };
 
-  type Row = { round: number; flow: string; cpMs: number; cpCpu: number; copyMs: number; copyCpu: number; moveMs: number; first: string };
+  type Row = { round: number; flow: string; cpMs: number; cpCpu: number; cpSyncMs: number; copyMs: number; copyCpu: number; syncMs: number; syncCount: number; moveMs: number; first: string };
   const rows: Row[] = [];
   for (let round = 0; round < REPEATS; round++) {
     const order = FLOWS.map((_, k) => FLOWS[(round + k) % FLOWS.length]!);
@@ -266,21 +302,24 @@ async function main(): Promise<void> {
       const runMove = async () => {
         warm(await f.file());
         calls.length = 0;
+        syncs.count = 0;
+        syncs.ms = 0;
         const t0 = performance.now();
         const result = (await f.move()) as { old: string; t0: number } | undefined;
         const moveMs = performance.now() - (result?.t0 ?? t0);
         const copy = driverCopy(flow);
+        const synced = { ...syncs };
         if (result?.old) await cinder('DELETE', `/volumes/${result.old}`);
         await f.after();
-        return { moveMs, copy };
+        return { moveMs, copy, synced };
       };
       const cp = cpFirst ? await runCp() : undefined;
       const ferry = await runMove();
       const cpAfter = cp ?? (await runCp());
-      rows.push({ round, flow, cpMs: cpAfter.ms, cpCpu: cpAfter.cpu, copyMs: ferry.copy.ms, copyCpu: ferry.copy.cpu, moveMs: ferry.moveMs, first: cpFirst ? 'cp' : 'ferry' });
+      rows.push({ round, flow, cpMs: cpAfter.ms, cpCpu: cpAfter.cpu, cpSyncMs: cpAfter.ms + cpAfter.syncMs, copyMs: ferry.copy.ms, copyCpu: ferry.copy.cpu, syncMs: ferry.synced.ms, syncCount: ferry.synced.count, moveMs: ferry.moveMs, first: cpFirst ? 'cp' : 'ferry' });
       const r = rows.at(-1)!;
       console.log(
-        `  round ${round + 1} ${flow.padEnd(6)} (${r.first} first): cp ${r.cpMs.toFixed(0)} ms (${r.cpCpu.toFixed(2)} CPU s); driver copy ${r.copyMs.toFixed(0)} ms (${r.copyCpu.toFixed(2)} CPU s), cp/copy ${(r.cpMs / r.copyMs).toFixed(2)}x; whole move ${r.moveMs.toFixed(0)} ms, cp/move ${(r.cpMs / r.moveMs).toFixed(2)}x; load ${loadavg()[0]!.toFixed(1)}`,
+        `  round ${round + 1} ${flow.padEnd(6)} (${r.first} first): cp ${r.cpMs.toFixed(0)} ms (${r.cpCpu.toFixed(2)} CPU s); driver copy ${r.copyMs.toFixed(0)} ms (${r.copyCpu.toFixed(2)} CPU s), cp/copy ${(r.cpMs / r.copyMs).toFixed(2)}x; cp+sync ${r.cpSyncMs.toFixed(0)} ms, (cp+sync)/copy ${(r.cpSyncMs / r.copyMs).toFixed(2)}x; the move's ${r.syncCount} fsyncs ${r.syncMs.toFixed(0)} ms; whole move ${r.moveMs.toFixed(0)} ms, cp/move ${(r.cpMs / r.moveMs).toFixed(2)}x; load ${loadavg()[0]!.toFixed(1)}`,
       );
     }
   }
@@ -292,6 +331,15 @@ async function main(): Promise<void> {
     console.log(
       `  ${flow.padEnd(6)} ${median(mine.map((r) => r.cpMs)).toFixed(0).padStart(7)} ${median(mine.map((r) => r.cpCpu)).toFixed(2).padStart(10)} ${median(mine.map((r) => r.copyMs)).toFixed(0).padStart(16)} ${median(mine.map((r) => r.copyCpu)).toFixed(2).padStart(12)}   ${median(paired((r) => r.copyMs)).toFixed(2).padStart(5)}x (${paired((r) => r.copyMs).map((x) => x.toFixed(2)).join(', ')})`.padEnd(110) +
         `${median(mine.map((r) => r.moveMs)).toFixed(0).padStart(8)}   ${median(paired((r) => r.moveMs)).toFixed(2)}x (${paired((r) => r.moveMs).map((x) => x.toFixed(2)).join(', ')})`,
+    );
+  }
+  console.log(`\n  flow    cp+sync ms   (cp+sync)/copy (median of paired; each)   move's fsyncs: count, ms (median)`);
+  for (const flow of FLOWS) {
+    const mine = rows.filter((r) => r.flow === flow);
+    const paired = mine.map((r) => r.cpSyncMs / r.copyMs);
+    console.log(
+      `  ${flow.padEnd(6)} ${median(mine.map((r) => r.cpSyncMs)).toFixed(0).padStart(11)}   ${median(paired).toFixed(2).padStart(5)}x (${paired.map((x) => x.toFixed(2)).join(', ')})`.padEnd(66) +
+        `${median(mine.map((r) => r.syncCount)).toFixed(0).padStart(5)}, ${median(mine.map((r) => r.syncMs)).toFixed(0)}`,
     );
   }
   console.log(`  load average at end: ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
