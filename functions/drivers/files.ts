@@ -7,6 +7,8 @@ import { randomBytes } from 'node:crypto';
 import { constants, existsSync } from 'node:fs';
 import { copyFile, mkdir, open, readFile, readdir, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
+import { DriverError } from '../core/errors.js';
+import { logger } from '../core/logger.js';
 
 export function isErrno(e: unknown, ...codes: string[]): boolean {
   return typeof e === 'object' && e !== null && codes.includes((e as NodeJS.ErrnoException).code ?? '');
@@ -94,16 +96,83 @@ export async function writeFully(fh: FileHandle, data: Uint8Array, pos: number):
   }
 }
 
+/** The pause between two syncs of writebackWhileWriting: short, so the disk never idles long. */
+export const WRITEBACK_PAUSE_MS = 20;
+
+/**
+ * Keeps the dirty pages of `fh` going to disk while a long write into it runs (a kernel copy, a
+ * block copy): fdatasync after fdatasync on libuv's pool beside the writer, so the closing fsync
+ * finds little left instead of the whole file (a GiB's writeback here took as long as its copy, and
+ * Node has no sync_file_range to start writeback without waiting). Not a durability point: the
+ * caller's closing fsync is. `stop()` ends the loop and throws the first failed sync's error: Linux
+ * reports a failed writeback to one fsync only, so a later fsync may succeed over the lost pages and
+ * that error must reach the caller here.
+ */
+export function writebackWhileWriting(fh: FileHandle): { stop(): Promise<void> } {
+  let stopped = false;
+  let wake: (() => void) | undefined;
+  const loop = (async () => {
+    while (!stopped) {
+      await fh.datasync();
+      if (stopped) break;
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        setTimeout(resolve, WRITEBACK_PAUSE_MS);
+      });
+    }
+  })();
+  // Held until stop(): its rejection is the caller's, given there (not an unhandled rejection meanwhile).
+  loop.catch(() => {});
+  return {
+    async stop() {
+      stopped = true;
+      wake?.();
+      await loop;
+    },
+  };
+}
+
 /**
  * Copies the open file `input` (opened at `src`) to a new file `dst` (never overwritten) inside the
  * kernel: Node's copyFile, which libuv runs as a copy_file_range loop (sendfile where that is
  * missing), so no byte passes through this process and no chunk waits on its event loop. Every
  * byte is written, a hole as zeros: only for a source that has none. Through /proc/<pid>/fd where
  * Linux offers it, so the file copied is the one open, even if renamed since. `dst` takes the
- * source's mode; it is not fsynced here.
+ * source's mode.
+ * `durable` (default): `dst` is created here first (exclusively) and held open, the copy writes into
+ * that same file (checked after), its writeback runs during the copy (writebackWhileWriting), and it
+ * is fsynced before this returns. Otherwise it is not fsynced.
  */
-export async function copyFileInKernel(input: FileHandle, src: string, dst: string): Promise<void> {
-  await copyFile(pathOfOpenFile(input, src), dst, constants.COPYFILE_EXCL);
+export async function copyFileInKernel(input: FileHandle, src: string, dst: string, options: { durable?: boolean } = {}): Promise<void> {
+  const from = pathOfOpenFile(input, src);
+  if (!(options.durable ?? true)) {
+    await copyFile(from, dst, constants.COPYFILE_EXCL);
+    return;
+  }
+  const output = await open(dst, 'wx');
+  try {
+    const writeback = writebackWhileWriting(output);
+    let copying: Error | undefined;
+    try {
+      // Into the file just made (copyFile opens `dst` by name without O_EXCL, then truncates it).
+      await copyFile(from, dst);
+    } catch (e) {
+      copying = e as Error;
+    }
+    try {
+      await writeback.stop();
+    } catch (e) {
+      if (!copying) throw e;
+      // The copy's own failure is the one reported (the file is removed); the writeback's beside it is logged.
+      logger.warn('kernel copy: a writeback sync failed too, after the copy failed', { dst, error: e as Error });
+    }
+    if (copying) throw copying;
+    const [held, named] = await Promise.all([output.stat({ bigint: true }), stat(dst, { bigint: true })]);
+    if (held.ino !== named.ino || held.dev !== named.dev) throw new DriverError(`kernel copy: ${dst} was replaced during the copy`, { context: { dst } });
+    await output.sync();
+  } finally {
+    await output.close();
+  }
 }
 
 /**

@@ -220,7 +220,11 @@ export interface BlockHandle {
    * at the next flush (a copy of many chunks syncs once, at its end).
    */
   write(position: number, data: Uint8Array, options?: { deferSync?: boolean }): Promise<void>;
-  /** Makes every write so far durable. Optional: without it each write is durable on its own. */
+  /**
+   * Makes every write that completed before the call durable. May run beside a later write (a
+   * block copy starts one while it copies, so the writeback overlaps the copy). Optional: without it
+   * each write is durable on its own.
+   */
   flush?(): Promise<void>;
   close(): Promise<void>;
   /**

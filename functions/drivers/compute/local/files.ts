@@ -175,7 +175,8 @@ export async function sparseCopy(src: string, dst: string, options: CopyOptions 
       if (options.signal?.aborted) throw new CopyAborted();
       const progress = options.onChunk ? reportGrowth(dst, size, options.onChunk) : undefined;
       try {
-        await copyFileInKernel(input, src, dst);
+        // Durable unless asked otherwise: fsynced inside, its writeback overlapped with the copy.
+        await copyFileInKernel(input, src, dst, { durable: options.durable ?? true });
       } catch (e) {
         // EEXIST: nothing was made (the file is someone else's); anything else may have left a part.
         if (!isErrno(e, 'EEXIST')) await unlinkIfPresent(dst);
@@ -188,10 +189,6 @@ export async function sparseCopy(src: string, dst: string, options: CopyOptions 
       copied.writtenBytes += size;
       options.onChunk?.(size, size);
       if (options.signal?.aborted) throw new CopyAborted();
-      if (options.durable ?? true) {
-        output = await open(dst, 'r+');
-        await output.sync();
-      }
       return { sizeBytes: size, readBytes: size, writtenBytes: size, extents: wholeFile(size) };
     }
     output = await open(dst, 'wx');
