@@ -7,7 +7,7 @@ import { logger } from '../../core/logger.js';
 import { chunkPieces, extentBytes, wholeFile } from '../sparse.js';
 import type { BlockHandle } from './driver.js';
 
-export const BLOCK_COPY_CHUNK_BYTES = 16 * 1024 * 1024;
+export const BLOCK_COPY_CHUNK_BYTES = 4 * 1024 * 1024;
 /**
  * After this many bytes written unsynced, a flush of the destination is started beside the copy
  * (one at a time), so the writeback runs while the next chunks are copied and the closing flush finds
