@@ -14,7 +14,9 @@
  * For each: the driver's copy (measured around the driver call, in this process, which runs the
  * whole stack) and the whole move's wall time (API call until the server settles), against
  * `cp --sparse=always` of the same file into the same directory (the same file system) in the
- * same round. Evacuation copies with the same sparseCopy as cold migration and is not repeated;
+ * same round, and against cp + `sync -f` of its copy (the same copy made durable, as Ferry's are: the
+ * second baseline). Each move's fsyncs and fdatasyncs (the stack's FileHandle syncs) are counted and
+ * timed, to show how much of it waits on the disk. Evacuation copies with the same sparseCopy as cold migration and is not repeated;
  * cross-cell resize is the shelve snapshot plus an upload and a spawn (bench:moves has it).
  *
  * Page cache: not dropped (that would hit every other process on a shared machine). Before each
