@@ -108,19 +108,29 @@ export async function ensureUser(u: SeedUser, options: EnsureUserOptions = {}): 
       return id;
     },
   );
-  // A user created just now has the hash it was created with: not read back.
-  let passwordHash = createdHash ?? (await store.mustUser(userId)).passwordHash;
-  const known = passwordHash !== undefined && (passwordHash === options.knownHash || passwordHash === createdHash);
-  if ((options.resetPassword ?? true) && !known && !(await verifySecret(u.password, passwordHash))) {
-    passwordHash = await hashSecret(u.password);
-    await store.updateUser(userId, { passwordHash });
-  }
-  await Promise.all(
+  // The grants need only the ids: made beside the password's read and check (a restart waited for
+  // the one, then the other: a DynamoDB round trip less, issue 16). Settled as a value, thrown
+  // below, as the hash above. A new password is written only after them: a grant's transaction
+  // checks the user item, which an update meanwhile could make it cancel.
+  const granting = Promise.all(
     u.roles.map(async (roleName) => {
       const roleId = ensuredRoleIds.get(roleName) ?? (await ensureRole(roleName));
       // A grant is one item put under a condition that all three exist: putting it again changes nothing.
       await store.createAssignment({ projectId, userId, roleId });
     }),
+  ).then(
+    () => ({}),
+    (error: unknown) => ({ error }),
   );
+  // A user created just now has the hash it was created with: not read back.
+  let passwordHash = createdHash ?? (await store.mustUser(userId)).passwordHash;
+  const known = passwordHash !== undefined && (passwordHash === options.knownHash || passwordHash === createdHash);
+  const stale = (options.resetPassword ?? true) && !known && !(await verifySecret(u.password, passwordHash));
+  const granted = await granting;
+  if ('error' in granted) throw granted.error;
+  if (stale) {
+    passwordHash = await hashSecret(u.password);
+    await store.updateUser(userId, { passwordHash });
+  }
   return { userId, projectId, passwordHash };
 }
