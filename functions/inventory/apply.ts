@@ -80,6 +80,26 @@ function removable(want: Map<Kind, View>, before: Map<Kind, Set<string>>, kind: 
   return new Set([...(before.get(kind) ?? [])].filter((key) => !want.get(kind)?.has(key)));
 }
 
+/**
+ * The last applied record and what is there, read side by side (issue 16: a restart waited for the
+ * record, then for the reads): the reads start as if the last applied inventory named nothing this
+ * one does not, which is so for every apply of an unchanged file (each start's). Then they are
+ * exactly the reads liveViews makes for that record: the same names, no removal to check a use
+ * for. When the record names more (an entry since dropped from the file), the reads are made again
+ * for it, with its names and removals; the first ones are dropped (an error they met is met again).
+ */
+async function readLive(want: Map<Kind, View>): Promise<{ record: AppliedRecord | undefined; before: Map<Kind, Set<string>>; live: Map<Kind, LiveView> }> {
+  const nothingRemovable = new Set<string>();
+  const [recordRead, assumedRead] = await Promise.allSettled([lastApplied(), liveViews(want, new Map(), () => nothingRemovable)]);
+  if (recordRead.status === 'rejected') throw recordRead.reason;
+  const record = recordRead.value;
+  const before = managedKeys(record?.document);
+  const beyondThisDocument = KINDS.some((kind) => removable(want, before, kind).size > 0);
+  if (beyondThisDocument) return { record, before, live: await liveViews(want, before, (kind) => removable(want, before, kind)) };
+  if (assumedRead.status === 'rejected') throw assumedRead.reason;
+  return { record, before, live: assumedRead.value };
+}
+
 /** The keys of each kind a document names (what an apply of it manages). */
 export function managedKeys(inv: Inventory | undefined): Map<Kind, Set<string>> {
   const views = inv ? desiredViews(inv) : new Map<Kind, View>();
@@ -111,10 +131,9 @@ export interface ApplyOptions {
 export async function applyInventory(document: unknown, options: ApplyOptions): Promise<ApplyResult> {
   let inv = parseInventory(document, options.target);
   if (options.dataDir) inv = resolveRoots(inv, options.dataDir);
-  const record = await lastApplied();
-  const before = managedKeys(record?.document);
   const want = desiredViews(inv);
-  const plan = planInventory(want, await liveViews(want, before, (kind) => removable(want, before, kind)), before);
+  const { record, before, live } = await readLive(want);
+  const plan = planInventory(want, live, before);
   if (options.dryRun || plan.refusals.length > 0) return { plan, applied: false, done: [] };
   // Only the local kinds have a root to make; an aws-efs backend's record is all there is to write.
   const rooted = new Set(inv.shareBackends.filter(hasShareRoot).map((b) => b.host));
