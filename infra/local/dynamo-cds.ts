@@ -19,6 +19,14 @@
  * of their own (stale ones are never used). The JVM cannot archive for Amazon's jar as shipped
  * (manifest-jar.ts says why), so the directory holds a copy of it with a narrowed manifest and a
  * link to its library directory. FERRY_DYNAMO_CDS=off runs the jar as shipped, without any of this.
+ *
+ * Tried and not kept: `-XX:ArchiveRelocationMode=0`. JDK 17.0.15 maps the archive at a random
+ * address and patches its pointers first (the JVM's "Genesis" phase: 0.73-1.22 s against 0.03-0.09 s
+ * with mode 0 at a load of 17, `java -version` CPU 0.36-0.49 s against 0.17-0.21 s), but the whole
+ * start got no faster: in five interleaved restart pairs (scripts/start-time.sh, load 17-25) the
+ * JVM's CPU up to "ferry ready" was 3.57-4.28 s with it against 3.44-4.25 s without (higher in each
+ * pair) and "ferry ready" came later in each; the JVM alone, to its first answer, took more CPU in
+ * six pairs of six (median 2.52 s against 2.17 s). Why is not known; measure again on a quiet machine.
  */
 import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { createHash } from 'node:crypto';
@@ -79,7 +87,7 @@ export function planClassArchive(args: readonly string[], cwd: string, jvmOption
     prepareJarCopy(dir, jar, lib);
     const archive = join(dir, ARCHIVE);
     dropOrphanedPartials(dir);
-    if (existsSync(archive)) return { archive: { state: 'used' }, args: onCopy(args, dir, ...ARCHIVE_MAP_OPTIONS, `-XX:SharedArchiveFile=${archive}`) };
+    if (existsSync(archive)) return { archive: { state: 'used' }, args: onCopy(args, dir, `-XX:SharedArchiveFile=${archive}`) };
     const writer = join(dir, WRITER);
     if (!claimWriter(writer)) return off('another process is writing the class archive');
     const partial = join(dir, `${ARCHIVE}.${process.pid}.${Date.now()}.tmp`);
@@ -111,26 +119,11 @@ export function planClassArchive(args: readonly string[], cwd: string, jvmOption
 
 const LIBRARY_PATH = '-Djava.library.path=';
 
-/**
- * How a JVM maps the archive: where it was written, not at a random address. JDK 17.0.15 (Debian's)
- * maps CDS archives at a random address by default (ArchiveRelocationMode=1, an address-space
- * randomisation hardening) and must then patch every pointer in them before the first class loads:
- * for this ~45 MB archive, measured here at a load of 17 (six interleaved `java -version` pairs
- * with the archive), the JVM's "Genesis" phase took 0.73-1.22 s with it and 0.03-0.09 s without,
- * its CPU 0.36-0.49 s against 0.17-0.21 s. Mode 0 maps at the archive's own address, and falls
- * back to relocating when that range is taken, so it can only be faster. The hardening guards
- * against exploits that need the JDK's own class data at a known address in a process that runs
- * untrusted input; this JVM is DynamoDB Local on 127.0.0.1, serving this stack. A diagnostic
- * option (JDK 14 and later; DynamoDB Local 3 needs 17), so unlocked here again: the caller's JVM
- * options may not have unlocked them.
- */
-export const ARCHIVE_MAP_OPTIONS: readonly string[] = ['-XX:+UnlockDiagnosticVMOptions', '-XX:ArchiveRelocationMode=0'];
-
-/** The package's arguments pointed at the copy in `dir`, with `archiveOptions` before them. */
-function onCopy(args: readonly string[], dir: string, ...archiveOptions: string[]): string[] {
+/** The package's arguments pointed at the copy in `dir`, with `archiveOption` before them. */
+function onCopy(args: readonly string[], dir: string, archiveOption: string): string[] {
   const out = args.map((a) => (a.startsWith(LIBRARY_PATH) ? `${LIBRARY_PATH}${join(dir, LIB)}` : a));
   out[out.indexOf('-jar') + 1] = join(dir, JAR);
-  return [...archiveOptions, ...out];
+  return [archiveOption, ...out];
 }
 
 /**

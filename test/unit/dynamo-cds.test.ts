@@ -89,8 +89,7 @@ describe('the plan of a start', () => {
     again.writer!.settle({ code: 143, signal: null });
     const used = planClassArchive(packageArgs, packageDir, jvmOptions, { cacheDir: cache });
     expect(used.archive).toEqual({ state: 'used' });
-    // Mapped where it was written (no relocation of every pointer in it first), with the archive named.
-    expect(used.args.slice(0, 3)).toEqual(['-XX:+UnlockDiagnosticVMOptions', '-XX:ArchiveRelocationMode=0', expect.stringMatching(/^-XX:SharedArchiveFile=.*classes\.jsa$/)]);
+    expect(used.args[0]).toMatch(/^-XX:SharedArchiveFile=.*classes\.jsa$/);
     expect(used.writer).toBeUndefined();
   });
 
