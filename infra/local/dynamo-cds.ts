@@ -23,10 +23,11 @@
  * Tried and not kept: `-XX:ArchiveRelocationMode=0`. JDK 17.0.15 maps the archive at a random
  * address and patches its pointers first (the JVM's "Genesis" phase: 0.73-1.22 s against 0.03-0.09 s
  * with mode 0 at a load of 17, `java -version` CPU 0.36-0.49 s against 0.17-0.21 s), but the whole
- * start got no faster: in five interleaved restart pairs (scripts/start-time.sh, load 17-25) the
- * JVM's CPU up to "ferry ready" was 3.57-4.28 s with it against 3.44-4.25 s without (higher in each
- * pair) and "ferry ready" came later in each; the JVM alone, to its first answer, took more CPU in
- * six pairs of six (median 2.52 s against 2.17 s). Why is not known; measure again on a quiet machine.
+ * start got no faster: in seven interleaved restart pairs (scripts/start-time.sh, load 17-25) the
+ * JVM's CPU up to "ferry ready" was 3.57-4.65 s with it against 3.44-4.60 s without (higher in six
+ * of the seven) and "ferry ready" came later in five; the JVM alone, polled to its first answer,
+ * took more CPU in six pairs of six (median 2.52 s against 2.17 s). Why is not known; measure it
+ * again on a quiet machine before trying it.
  */
 import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { createHash } from 'node:crypto';
