@@ -50,7 +50,7 @@ import {
   recordReplicaChoices,
   type ReplicaChoices,
 } from './repo.js';
-import { discardReplicasOfDeletedVolumes } from './failover-discard.js';
+import { discardUnheldReplicas, holdsReplica, unheldSinceChoice } from './failover-discard.js';
 import { fail, finish } from './operation-end.js';
 import { getBackendItem } from './service-repo.js';
 import { operationIdForExecution, parseAction, recordFailover, validateServiceAction } from './requests.js';
@@ -210,13 +210,15 @@ export async function runBatch(operationId: string, batch: number): Promise<Batc
   if (!op.failback) {
     for (const v of todo.filter((x) => !isReplicatedVolume(x))) pending.push({ before: v, decide: (fresh) => markNotCapable(fresh, operationId, at) });
   }
-  const replicated = todo.filter(isReplicatedVolume);
+  // One being deleted gets no replica (its delete would leave it behind); nor one listed with a replica chosen and unheld since.
+  const replicated = todo.filter((v) => isReplicatedVolume(v) && (op.failback || v.status !== 'deleting'));
+  const refound = op.failback ? [] : unheldSinceChoice(carried.listed, replicaChoices, volumes, op.host);
   let updates = new Map<string, DriverVolumeUpdate>();
   let activeBackendId = '';
-  if (replicated.length) {
+  if (replicated.length || refound.length) {
     try {
       // A failback brings home the volume that is there: nothing to choose.
-      const result = op.failback ? await driver.failoverHost(replicated.map(refOf), FAILBACK_SENTINEL) : await driver.failoverHost(replicated.map(refOf), op.target!, recordReplicas);
+      const result = op.failback ? await driver.failoverHost(replicated.map(refOf), FAILBACK_SENTINEL) : await driver.failoverHost([...replicated.map(refOf), ...refound], op.target!, recordReplicas);
       updates = new Map(result.volumeUpdates.map((u) => [u.volumeId, u.updates]));
       activeBackendId = result.activeBackendId;
     } catch (e) {
@@ -225,14 +227,14 @@ export async function runBatch(operationId: string, batch: number): Promise<Batc
     }
     for (const v of replicated) pending.push({ before: v, decide: (fresh) => applyFailoverUpdate(fresh, updates.get(v.id), op.failback, operationId, at) });
   }
-  const deleted = await writeOutcomes(op.host, operationId, batch, await withSnapshotIds(op.host, pending, carried.withoutSnapshotIds));
-  // A volume deleted since the listing whose replica the driver brought up: no record holds that replica.
+  const unheld = await writeOutcomes(op.host, operationId, batch, await withSnapshotIds(op.host, pending, carried.withoutSnapshotIds));
+  // What the driver brought up for a volume whose record does not hold it (failover-discard.ts).
   if (!op.failback) {
-    const left = replicated.flatMap((v) => {
-      const location = deleted.has(v.id) ? updates.get(v.id)?.providerLocation : undefined;
+    const left = [...replicated.filter((v) => unheld.has(v.id)), ...refound.map((r) => ({ id: r.volumeId, backendName: r.backendName }))].flatMap((v) => {
+      const location = updates.get(v.id)?.providerLocation;
       return location ? [{ volumeId: v.id, backendName: v.backendName, targetBackendId: activeBackendId, location }] : [];
     });
-    await discardReplicasOfDeletedVolumes(driver, operationId, batch, left);
+    await discardUnheldReplicas(driver, operationId, batch, left);
   }
   return { batch, volumes: todo.length };
 }
@@ -247,14 +249,15 @@ const onBackend = (v: Pick<Volume, 'host'>, host: string): boolean => !!v.host &
  * carried volumes that have snapshots whose ids were not carried (withSnapshotIds reads them when
  * an outcome needs them).
  */
-async function batchVolumes(operationId: string, batch: number): Promise<{ volumes: Volume[]; withoutSnapshotIds: Set<string>; replicaChoices?: ReplicaChoices }> {
+async function batchVolumes(operationId: string, batch: number): Promise<{ volumes: Volume[]; listed: FailoverVolumeState[]; withoutSnapshotIds: Set<string>; replicaChoices?: ReplicaChoices }> {
   const [recorded, done] = await Promise.all([getBatch(operationId, batch), batchVolumesDone(operationId, batch)]);
   if ('volumes' in recorded && done === 0) {
     const volumes = recorded.volumes.map(({ snapshots: _count, ...v }) => toVolume(v));
-    return { volumes, withoutSnapshotIds: new Set(recorded.volumes.filter((v) => v.snapshots > 0).map((v) => v.id)), replicaChoices: recorded.replicaChoices };
+    return { volumes, listed: recorded.volumes, withoutSnapshotIds: new Set(recorded.volumes.filter((v) => v.snapshots > 0).map((v) => v.id)), replicaChoices: recorded.replicaChoices };
   }
+  const listed = 'volumes' in recorded ? recorded.volumes : [];
   const ids = 'volumes' in recorded ? recorded.volumes.map((v) => v.id) : recorded.volumeIds;
-  return { volumes: (await batchGetVolumeItems(ids)).map(toVolume), withoutSnapshotIds: new Set(), replicaChoices: recorded.replicaChoices };
+  return { volumes: (await batchGetVolumeItems(ids)).map(toVolume), listed, withoutSnapshotIds: new Set(), replicaChoices: recorded.replicaChoices };
 }
 
 /**
@@ -306,8 +309,9 @@ function volumesPerTransaction(): number {
  * count, so a crash between them leaves the done volumes counted and the rest to the re-run. A
  * transaction refused because some volume changed meanwhile (an attach, a rename) falls back to
  * writing its volumes one by one, each re-read and re-decided; one this operation already did is
- * skipped (it was counted when it was done), and so is one gone or moved to another backend since
- * the listing (it is no longer this backend's to fail over). Answers the ids of those found deleted.
+ * skipped (it was counted when it was done), and so is one whose record no longer holds a replica:
+ * gone, moved to another backend or being deleted since the listing (failover-discard.ts). Answers
+ * the ids of those.
  */
 async function writeOutcomes(host: string, operationId: string, batch: number, pending: PendingOutcome[]): Promise<Set<string>> {
   const at = now();
@@ -326,13 +330,13 @@ async function writeOutcomes(host: string, operationId: string, batch: number, p
     chunk.members.push(p);
   }
   if (chunk.items.length) chunks.push(chunk);
-  const deleted = new Set<string>();
+  const unheld = new Set<string>();
   const writeChunk = async (c: typeof chunk, slot: number): Promise<void> => {
     try {
       await db().send(new TransactWriteCommand({ TransactItems: [...c.items, { Update: progressUpdate(operationId, batch, slot, c.members.length, at) }] }));
     } catch (e) {
       if (!isConditionFailure(e) && !cancellationCodes(e).includes('TransactionConflict')) throw e;
-      for (const p of c.members) if ((await writeOne(host, operationId, batch, slot, p)) === 'deleted') deleted.add(p.before.id);
+      for (const p of c.members) if ((await writeOne(host, operationId, batch, slot, p)) === 'unheld') unheld.add(p.before.id);
     }
   };
   let next = 0;
@@ -350,16 +354,15 @@ async function writeOutcomes(host: string, operationId: string, batch: number, p
   const settled = await Promise.allSettled(lanes);
   const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
   if (failed) throw failed.reason;
-  return deleted;
+  return unheld;
 }
 
-async function writeOne(host: string, operationId: string, batch: number, slot: number, p: PendingOutcome): Promise<'written' | 'deleted' | 'skipped'> {
+async function writeOne(host: string, operationId: string, batch: number, slot: number, p: PendingOutcome): Promise<'written' | 'unheld' | 'skipped'> {
   return withRetries(
     async () => {
       const fresh = await getVolume(p.before.id);
-      if (!fresh) return 'deleted';
-      // Moved to another backend (a migration finished since the listing) or already done.
-      if (!onBackend(fresh, host) || doneBy(fresh, operationId)) return 'skipped';
+      if (!holdsReplica(fresh, host)) return 'unheld';
+      if (doneBy(fresh, operationId)) return 'skipped';
       const at = now();
       await db().send(new TransactWriteCommand({ TransactItems: [...outcomeItems(fresh, p.decide(fresh), at), { Update: progressUpdate(operationId, batch, slot, 1, at) }] }));
       return 'written';
