@@ -22,6 +22,8 @@
  * - `stray-copy-task-definition`: the copy task definition family of a migration that ended or is
  *   gone, deregistered once older than the grace period, behind a recorded intent
  *   (copy-task-repairs.ts says why).
+ * - `failover-replica-left`: what a failover brought up for volumes no record holds and recorded
+ *   as left (its intent), removed once the failover ended, then the record (replica-left-repairs.ts).
  *
  * The rest (a missing backend object, a capacity count, a guest, a mapping...) is reported: the
  * audit sees two records that disagree but cannot prove which one is right.
@@ -34,6 +36,7 @@ import { NotFound } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { findServer, loadPartition } from '../servers/repo.js';
 import type { AuditFinding } from './findings.js';
+import { REPLICA_LEFT_REPAIRS, removeLeftReplicas } from './replica-left-repairs.js';
 import { repairShareBackendFinding, SHARE_BACKEND_REPAIRS } from './share-backend-repairs.js';
 
 /** Nova's service user, as the server flows call the attachments service (servers/cinder.ts). */
@@ -60,10 +63,11 @@ export const REPAIRABLE_KINDS: Readonly<Record<string, string>> = {
   'attachment-without-bdm': 'deletes the attachment no BDM and no server operation holds, once unchanged for the grace period',
   // A share backend's quota and stray replications (share-backend-repairs.ts says why each is safe).
   ...SHARE_BACKEND_REPAIRS,
+  ...REPLICA_LEFT_REPAIRS,
 };
 
 /** The kinds repairFinding acts on after the audit (the others in REPAIRABLE_KINDS are intents, finished before the audit). */
-const AFTER_AUDIT = new Set(['orphan-host-connection', 'attachment-without-bdm', ...Object.keys(SHARE_BACKEND_REPAIRS)]);
+const AFTER_AUDIT = new Set(['orphan-host-connection', 'attachment-without-bdm', ...Object.keys(SHARE_BACKEND_REPAIRS), ...Object.keys(REPLICA_LEFT_REPAIRS)]);
 
 export interface RepairContext {
   /** Only what has not changed since this instant is repaired (now less the grace period). */
@@ -77,6 +81,7 @@ export async function repairFinding(finding: AuditFinding, context: RepairContex
   try {
     const record =
       (await repairShareBackendFinding(finding.kind, finding.ref, context.before)) ??
+      (finding.kind === 'failover-replica-left' ? await removeLeftReplicas(finding.ref, context.before) : undefined) ??
       (finding.kind === 'attachment-without-bdm' ? await deleteUnusedAttachment(finding.ref, context) : await terminateExport(finding.ref));
     return { ...base, ...record };
   } catch (e) {

@@ -146,7 +146,8 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
   // What a failover brought up for volumes deleted meanwhile and could not remove (replication/failover-discard.ts).
   for (const i of items.filter((x) => String(x.pk).startsWith('REPLOP#') && String(x.sk).startsWith('LEFT#'))) {
     const left = (i.replicas as { targetBackendId: string; location: string }[] | undefined) ?? [];
-    find('failover-replica-left', `failover ${String(i.pk).slice('REPLOP#'.length)}`, `left on the target: ${left.map((r) => `${r.targetBackendId} ${r.location}`).join(', ')} (${String(i.error)})`);
+    const operationId = String(i.pk).slice('REPLOP#'.length);
+    find('failover-replica-left', `failover ${operationId}`, `left on the target: ${left.map((r) => `${r.targetBackendId} ${r.location}`).join(', ')} (${String(i.error)})`, { operationId, sk: String(i.sk) });
   }
   for (const op of operations.values()) {
     if (op.status === 'running' && now - Date.parse(String(op.updatedAt)) > stuckMs) find('stuck-operation', `replication operation ${String(op.id)}`, `${String(op.kind)} of ${String(op.host)} running since ${String(op.updatedAt)}`);

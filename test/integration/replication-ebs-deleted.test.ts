@@ -7,12 +7,13 @@
  *   (its primary DeleteVolume held until the failover ended), one moves to another backend (its
  *   record's host changes, as a finished migration leaves it) and one is deleted with its replica's
  *   DeleteVolume refused. The batch removes the first three's replicas; the refused one is recorded
- *   for the audit and does not fail the failover.
+ *   for the audit and does not fail the failover, and the reconciler removes it once EC2 lets it.
  * - ebs-c: a crash between the CreateVolume of a deleted volume's replica and its removal (after the
  *   batch wrote its other outcome): the re-run of the batch removes it.
  */
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
+import { reconcile } from '../../functions/audit/reconciler.js';
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { getBackendItem } from '../../functions/replication/service-repo.js';
 import { runBatch } from '../../functions/replication/steps.js';
@@ -84,7 +85,7 @@ function onReplicaMade(after: Record<string, () => Promise<void>>): () => void {
   return () => Object.assign(frankfurt, { createVolume: real });
 }
 
-test('volumes deleted, being deleted or moved during their failover leave no replica in the target; a replica that cannot be removed is recorded for the audit; the rest fail over', async () => {
+test('volumes deleted, being deleted or moved during their failover leave no replica in the target; a replica that cannot be removed is recorded for the audit, which removes it once it can; the rest fail over', async () => {
   // Prepare
   const [kept, deleted, deleting, moved, refused] = await replicatedVolumes(HOST, ['kept', 'deleted', 'deleting', 'moved', 'refused']);
   // The being-deleted volume's primary DeleteVolume is held until the failover ended.
@@ -117,7 +118,6 @@ test('volumes deleted, being deleted or moved during their failover leave no rep
   } finally {
     restoreCreate();
     releaseDelete();
-    Object.assign(frankfurt, { deleteVolume: real.deleteVolume });
   }
   await eventually(async () => ((await api('GET', `/volumes/${deleting}`)).status === 404 ? true : undefined), `volume ${deleting} deleted`);
   Object.assign(ireland, { deleteVolume: real.primaryDelete });
@@ -133,6 +133,21 @@ test('volumes deleted, being deleted or moved during their failover leave no rep
   expect(findings).toHaveLength(1);
   expect(findings[0]!.detail).toContain(`frankfurt ${left[0]!.VolumeId}`);
   expect(findings[0]!.detail).not.toContain(inFrankfurt(kept!)[0]!.VolumeId);
+
+  // The repair: while DeleteVolume is still refused, it fails and the finding stays; then it removes the replica and the record, once.
+  const reconcileNow = async () => {
+    const { repaired, left } = await reconcile({ before: new Date(Date.now() + 1000) });
+    return { repaired: repaired.filter((r) => r.kind === 'failover-replica-left'), left: left.filter((r) => r.kind === 'failover-replica-left') };
+  };
+  const refusedRepair = (await reconcileNow()).left;
+  expect(refusedRepair.map((r) => r.outcome)).toEqual(['failed']);
+  expect(inFrankfurt(refused!)).toHaveLength(1);
+  expect((await runAudit()).findings.filter((f) => f.kind === 'failover-replica-left')).toHaveLength(1);
+  Object.assign(frankfurt, { deleteVolume: real.deleteVolume });
+  expect((await reconcileNow()).repaired.map((r) => r.outcome)).toEqual(['repaired']);
+  expect(inFrankfurt(refused!)).toEqual([]);
+  expect((await runAudit()).findings.filter((f) => f.kind === 'failover-replica-left')).toEqual([]);
+  expect(await reconcileNow()).toEqual({ repaired: [], left: [] });
 });
 
 test('a crash between the CreateVolume of a deleted volume\'s replica and its removal: the batch run again removes it', async () => {
