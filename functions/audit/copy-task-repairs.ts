@@ -32,19 +32,15 @@ import { activeFamilies, deregisterCopyTaskDefinitions, familyOf, latestActiveRe
 import { migrationTransition } from '../migration/transitions.js';
 import type { Share } from '../shares/model.js';
 import { listShares, updateShareBy } from '../shares/repo.js';
-import type { Find } from './findings.js';
+import { leftAlone, type Find, type RepairOutcome } from './findings.js';
 import { recordShareRepair, type ShareRepairRecord } from './share-repair-record.js';
 
 export const COPY_TASK_REPAIRS: Readonly<Record<string, string>> = {
   'stray-copy-task-definition': "deregisters a migration's copy task definition once the migration has ended or is gone and the revision is older than the grace period (an intent recorded first)",
 };
 
-interface Outcome {
-  saw: string;
-  did: string;
-  outcome: 'repaired' | 'left' | 'failed';
-}
-const left = (saw: string, did = 'left it'): Outcome => ({ saw, did, outcome: 'left' });
+type Outcome = RepairOutcome;
+const left = leftAlone;
 const ENDED = new Set<string | null>([null, 'migration_success', 'migration_error', 'migration_cancelled']);
 
 /** The prefix of the migrations' own families, when the deployment runs its copy worker on ECS (else undefined: nothing to audit). */

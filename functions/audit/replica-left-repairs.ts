@@ -21,17 +21,14 @@ import type { DrillCopy } from '../drivers/volume/driver.js';
 import { driverFor, isReplicationDriver } from '../drivers/volume/registry.js';
 import { getOperationRecord } from '../replication/repo.js';
 import { getBackendItem } from '../replication/service-repo.js';
+import { leftAlone, type RepairOutcome } from './findings.js';
 
 export const REPLICA_LEFT_REPAIRS: Readonly<Record<string, string>> = {
   'failover-replica-left': 'removes the replicas a failover recorded as left for volumes no record holds (the driver\'s discardFailedOver, idempotent), then the record, once the failover has ended',
 };
 
-interface Outcome {
-  saw: string;
-  did: string;
-  outcome: 'repaired' | 'left' | 'failed';
-}
-const left = (saw: string, did = 'left it'): Outcome => ({ saw, did, outcome: 'left' });
+type Outcome = RepairOutcome;
+const left = leftAlone;
 
 /** `ref`: the LEFT item's key (`operationId`, `sk`), as the audit read it. */
 export async function removeLeftReplicas(ref: Record<string, string>, before: Date): Promise<Outcome> {
