@@ -7,13 +7,19 @@
  * InvalidReplicationTarget and changes nothing; a volume with no replica goes to error instead of
  * failing the call; nothing is read from a lost primary; a repeated failover makes nothing twice;
  * failback brings the volumes home; a drill leaves the primary alone and its end removes its copies;
- * disable removes a volume's replicas.
+ * disable removes a volume's replicas; a transfer refused as throttled is reported for its volume
+ * and made by a later pass; a target whose transfers do not arrive falls behind (its lag grows, no
+ * pile of transfers in flight) while the others keep up.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BackendNotReady } from '../../functions/core/errors.js';
 import { InvalidReplicationTarget, type FailoverResult, type ReplicatedVolumeRef, type ReplicationDriver, type VolumeDriver } from '../../functions/drivers/volume/driver.js';
 
-export type ReplicatingDriver = VolumeDriver & ReplicationDriver;
+export type ReplicatingDriver = VolumeDriver &
+  ReplicationDriver & {
+    /** Per target: when the newest arrived replica was taken (null: none yet) and the lag that makes (both drivers' replicationStatus). */
+    replicationStatus(backendName: string): Promise<{ targetBackendId: string; lastSyncAt: number | null; lagMs: number }[]>;
+  };
 
 export interface ReplicationDriverUnderTest {
   /** The backend's driver with this active backend id ('' the primary, or a target after failover). */
@@ -25,6 +31,18 @@ export interface ReplicationDriverUnderTest {
   sizeGb: number;
   /** Runs the driver's replication (the stack's loop or schedule) until every replicated volume's replicas have arrived. */
   replicate(): Promise<void>;
+  /** One replication pass (one tick of the stack's loop or schedule): the volumes it could not replicate. */
+  pass(): Promise<{ errors: { backendName: string; message: string }[] }>;
+  /** What `advance` waits: a mocked clock's step, or a short real wait for a driver on the real clock. */
+  tickMs: number;
+  /** Time passes (tickMs) before the next pass. */
+  advance(): Promise<void>;
+  /** The next transfer to `target` is refused as throttled; the ones after go through (aws-ebs: CopySnapshot answers RequestLimitExceeded once, as EC2 does past its request rate). */
+  throttleNextTransfer(target: string): Promise<void>;
+  /** Transfers to `target` start but never arrive (aws-ebs: its copies stay `pending`, as a large cross-region CopySnapshot does for hours). */
+  slowDown(target: string): Promise<void>;
+  /** Transfers of the volume to `target` started and not arrived. */
+  inFlight(target: string, backendName: string): Promise<number>;
   /** The primary site stops answering (a smoking hole), and comes back. */
   losePrimary(): Promise<void>;
   restorePrimary(): Promise<void>;
@@ -162,6 +180,54 @@ export function describeReplicationDriverContract(name: string, make: () => Prom
 
       // Assess
       expect(result.volumeUpdates).toEqual([{ volumeId: 'id-volume-x1', updates: { status: 'error' } }]);
+    });
+
+    const statusOn = async (backendName: string, target: string) => (await t.on('').replicationStatus(backendName)).find((s) => s.targetBackendId === target)!;
+
+    it('a transfer refused as throttled is reported for that volume and made by a later pass', async () => {
+      // Prepare
+      await replicated('volume-t1');
+      const before = await statusOn('volume-t1', t.targets[1]!);
+      await t.throttleNextTransfer(t.targets[1]!);
+
+      // Act: passes until the next transfer to the target was tried (a pass reports it), then replication as usual.
+      const errors = [];
+      for (let i = 0; i < 4 && !errors.length; i++) {
+        await t.advance();
+        errors.push(...(await t.pass()).errors);
+      }
+      await t.replicate();
+      const after = await t.pass();
+
+      // Assess
+      expect(errors).toEqual([expect.objectContaining({ backendName: 'volume-t1' })]);
+      expect(after.errors).toEqual([]);
+      expect((await statusOn('volume-t1', t.targets[1]!)).lastSyncAt).toBeGreaterThanOrEqual(before.lastSyncAt!);
+      expect(await t.inFlight(t.targets[1]!, 'volume-t1')).toBeLessThanOrEqual(1);
+    });
+
+    it('falling behind: a target whose transfers do not arrive lags more with every pass, with at most one transfer in flight, while the other keeps up', async () => {
+      // Prepare
+      await replicated('volume-l1');
+      await t.slowDown(t.targets[1]!);
+      for (let i = 0; i < 3; i++) {
+        await t.advance();
+        await t.pass();
+      }
+      const first = await statusOn('volume-l1', t.targets[1]!);
+
+      // Act
+      for (let i = 0; i < 3; i++) {
+        await t.advance();
+        await t.pass();
+      }
+
+      // Assess
+      const later = await statusOn('volume-l1', t.targets[1]!);
+      expect(later.lagMs).toBeGreaterThanOrEqual(first.lagMs + 3 * t.tickMs);
+      expect(later.lastSyncAt ?? 0).toBeLessThanOrEqual(first.lastSyncAt ?? 0);
+      expect(await t.inFlight(t.targets[1]!, 'volume-l1')).toBeLessThanOrEqual(1);
+      expect((await statusOn('volume-l1', t.targets[0]!)).lagMs).toBeLessThan(later.lagMs);
     });
   });
 }

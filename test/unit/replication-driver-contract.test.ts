@@ -1,10 +1,13 @@
 /**
  * The replication driver contract (test/contracts/replication-driver.ts) against both drivers that
  * replicate: the local driver on directories (a pass of its engine makes replicas arrive; losing the
- * primary moves its root away), and the aws-ebs driver on three mocked regions (passes of the
- * schedule; losing the primary makes its region's client fail every call).
+ * primary moves its root away; a throttled or slow target is a target site that cannot be reached,
+ * for one pass or for good), and the aws-ebs driver on three mocked regions (passes of the
+ * schedule; losing the primary makes its region's client fail every call; a throttled target's
+ * CopySnapshot answers RequestLimitExceeded once; a slow target's copies stay `pending`).
  */
 import { mkdir, mkdtemp, rename, rm } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EC2Client } from '@aws-sdk/client-ec2';
@@ -33,14 +36,32 @@ describeReplicationDriverContract('local', async () => {
     ],
   };
   const on = (activeBackendId: string) => new LocalVolumeDriver(config, { activeBackendId });
+  const siteRoot = (target: string) => (target === 'site-b' ? roots.b : roots.c);
+  // A throttled site is out of reach for one pass; a slow one for good (the local engine copies in place: nothing is ever in flight).
+  const throttled = new Set<string>();
+  const pass = async () => {
+    const report = await on('').syncNow();
+    for (const target of throttled) await rename(`${siteRoot(target)}.away`, siteRoot(target));
+    throttled.clear();
+    return report;
+  };
   return {
     on,
     targets: ['site-b', 'site-c'],
     pool: 'pool0',
     sizeGb: 1,
     replicate: async () => {
-      await on('').syncNow();
+      await pass();
     },
+    pass,
+    tickMs: 5,
+    advance: () => sleep(5),
+    throttleNextTransfer: async (target) => {
+      await rename(siteRoot(target), `${siteRoot(target)}.away`);
+      throttled.add(target);
+    },
+    slowDown: (target) => rename(siteRoot(target), `${siteRoot(target)}.away`),
+    inFlight: async () => 0,
     losePrimary: () => rename(roots.primary, `${roots.primary}.gone`),
     restorePrimary: () => rename(`${roots.primary}.gone`, roots.primary),
     cleanup: async () => {
@@ -61,11 +82,36 @@ describeReplicationDriverContract('aws-ebs', async () => {
   const config = replicatedEbsBackend(host);
   const on = (activeBackendId: string) => new AwsEbsVolumeDriver(config, { clientFor: (r) => clients.get(r)!, pollIntervalMs: 0, pollAttempts: 5, activeBackendId, now: () => clock });
   const primary = mocks.get('eu-west-1')!;
+  const regionOf = (target: string) => (target === 'frankfurt' ? 'eu-central-1' : 'us-east-1');
+  const copiesOf = (target: string, backendName: string) => [...fakes.get(regionOf(target))!.snapshots.values()].filter((s) => s.Tags?.some((x) => x.Key === 'ferry:replica-of' && x.Value === backendName));
   return {
     on,
     targets: ['frankfurt', 'virginia'],
     pool: 'gp',
     sizeGb: 1,
+    pass: async () => {
+      clock += 60_000;
+      return on('').syncNow(0);
+    },
+    tickMs: 60_000,
+    advance: async () => {
+      clock += 60_000;
+    },
+    // The target region's EC2 answers the next CopySnapshot RequestLimitExceeded (nothing copied), the ones after as usual.
+    throttleNextTransfer: async (target) => {
+      const fake = fakes.get(regionOf(target))!;
+      const real = fake.copySnapshot;
+      fake.copySnapshot = () => {
+        fake.copySnapshot = real;
+        throw awsError('RequestLimitExceeded', 'Request limit exceeded.');
+      };
+    },
+    // Its copies stay pending: described as they are, never completed.
+    slowDown: async (target) => {
+      const slow = fakes.get(regionOf(target))!;
+      slow.describeSnapshots = (input) => ({ Snapshots: [...slow.snapshots.values()].filter((s) => !input.Filters || input.Filters.every((f) => f.Values!.includes(s.Tags?.find((x) => `tag:${x.Key}` === f.Name)?.Value ?? ''))) });
+    },
+    inFlight: async (target, backendName) => copiesOf(target, backendName).filter((s) => s.State === 'pending').length,
     // Five passes: snapshot, (pending), copy, (pending), arrived.
     replicate: async () => {
       for (let i = 0; i < 5; i++) {

@@ -3,9 +3,10 @@
  * regions (test/support/fake-ec2.ts: snapshots pending until looked at once, CopySnapshot only of a
  * completed source, CreateVolume from a snapshot, ClientToken answered with the volume it made):
  * passes that snapshot, copy and prune; the lag; failover with the primary region not answering;
- * failback; drills; disable; throttling and a replication that falls behind.
+ * failback; drills; disable. Throttling and a replication that falls behind are cases of the
+ * shared replication contract (test/contracts/replication-driver.ts), which this driver runs too.
  */
-import { CopySnapshotCommand, CreateVolumeCommand, EC2Client } from '@aws-sdk/client-ec2';
+import { CreateVolumeCommand, EC2Client } from '@aws-sdk/client-ec2';
 import { mockClient, type AwsClientStub } from 'aws-sdk-client-mock';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BackendNotReady, ConfigurationError } from '../../functions/core/errors.js';
@@ -89,28 +90,6 @@ describe('replication passes', () => {
     expect(kinds('eu-west-1').length).toBeLessThanOrEqual(3);
     const [newer] = await driver.replicationStatus('volume-1');
     expect(newer!.lastSyncAt).toBeGreaterThan(Date.parse('2026-11-25T00:01:00Z'));
-  });
-
-  it('a throttled copy is reported for that volume and made by the next pass', async () => {
-    const driver = await replicated('volume-1', 2);
-    mocks.get('us-east-1')!.on(CopySnapshotCommand).rejectsOnce(awsError('RequestLimitExceeded', 'Request limit exceeded.')).callsFake((i) => fake('us-east-1').copySnapshot(i));
-    clock += 60_000;
-    const throttled = await driver.syncNow(0);
-    expect(throttled.errors).toEqual([{ backendName: 'volume-1', message: expect.stringMatching(/RequestLimitExceeded/) }]);
-    await pass(driver);
-    expect(kinds('us-east-1')).toEqual(['copy:pending']);
-  });
-
-  it('falling behind: while a copy is in flight no other starts, and the lag grows', async () => {
-    const driver = await replicated('volume-1', 2);
-    // Copies to Virginia stay pending (a slow region): described, never completed.
-    const slow = fake('us-east-1');
-    slow.describeSnapshots = (input) => ({ Snapshots: [...slow.snapshots.values()].filter((s) => !input.Filters || input.Filters.every((f) => f.Values!.includes(s.Tags?.find((t) => `tag:${t.Key}` === f.Name)?.Value ?? ''))) });
-    for (let i = 0; i < 5; i++) await pass(driver);
-    expect(kinds('us-east-1')).toEqual(['copy:pending']);
-    const virginia = (await driver.replicationStatus('volume-1')).find((s) => s.targetBackendId === 'virginia')!;
-    expect(virginia.lastSyncAt).toBeNull();
-    expect(virginia.lagMs).toBeGreaterThanOrEqual(5 * 60_000);
   });
 
   it('disable removes the tag and every replica in every region', async () => {
