@@ -101,21 +101,35 @@ export async function getBatch(id: string, n: number): Promise<RecordedBatch> {
  * The intent of a batch's failover or drill: which replica each volume starts from, recorded once
  * (condition: none recorded yet) before the driver makes anything from them. Answers what is
  * recorded: `chosen`, or an earlier run's choices (from the refused write's old item, no extra read).
+ * With `replacing` (a drill whose recorded copy was pruned before a re-run made anything from it),
+ * each named volume's choice becomes `chosen`'s only where the record still holds the gone one, in
+ * one conditional write, so two runs that both found it gone agree on one new choice.
  */
-export async function recordReplicaChoices(id: string, n: number, chosen: ReplicaChoices): Promise<ReplicaChoices> {
+export async function recordReplicaChoices(id: string, n: number, chosen: ReplicaChoices, replacing?: ReplicaChoices): Promise<ReplicaChoices> {
+  const replaced = replacing ? Object.keys(replacing) : [];
+  const names = Object.fromEntries(replaced.map((v, i) => [`#v${i}`, v]));
   try {
-    await db().send(
+    const out = await db().send(
       new UpdateCommand({
         TableName: tableName('volume'),
         Key: batchKey(id, n),
-        UpdateExpression: 'SET #choices = :chosen',
-        ConditionExpression: 'attribute_exists(pk) AND attribute_not_exists(#choices)',
-        ExpressionAttributeNames: { '#choices': 'replicaChoices' },
-        ExpressionAttributeValues: { ':chosen': chosen },
+        ...(replacing
+          ? {
+              UpdateExpression: `SET ${replaced.map((_, i) => `#choices.#v${i} = :new${i}`).join(', ')}`,
+              ConditionExpression: replaced.map((_, i) => `#choices.#v${i} = :old${i}`).join(' AND '),
+              ExpressionAttributeValues: Object.fromEntries(replaced.flatMap((v, i) => [[`:new${i}`, chosen[v] ?? null], [`:old${i}`, replacing[v]]])),
+              ReturnValues: 'ALL_NEW' as const,
+            }
+          : {
+              UpdateExpression: 'SET #choices = :chosen',
+              ConditionExpression: 'attribute_exists(pk) AND attribute_not_exists(#choices)',
+              ExpressionAttributeValues: { ':chosen': chosen },
+            }),
+        ExpressionAttributeNames: { '#choices': 'replicaChoices', ...names },
         ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }),
     );
-    return chosen;
+    return replacing ? (out.Attributes?.replicaChoices as ReplicaChoices) : chosen;
   } catch (e) {
     if (!isConditionFailure(e)) throw e;
     // The old item comes back as DynamoDB attribute values, not through the document client.
@@ -155,6 +169,26 @@ export async function putDrillCopies(drillOperationId: string, batch: number, co
 export async function getDrillCopies(drillOperationId: string, batch: number): Promise<DrillCopy[] | undefined> {
   const out = await db().send(new GetCommand({ TableName: tableName('volume'), Key: copiesKey(drillOperationId, batch), ConsistentRead: true }));
   return out.Item?.copies as DrillCopy[] | undefined;
+}
+
+/**
+ * What ending a drill removes for one of its batches: the copies the batch recorded, or, when it
+ * recorded none (its run crashed or failed after the driver made some, before putDrillCopies), its
+ * intent: the volumes it chose a replica for (recordReplicaChoices precedes every copy it makes),
+ * with `location` '' for the driver to find. A batch that chose nothing made nothing.
+ */
+export async function drillCopiesToEnd(drillOperationId: string, batch: number, target: string): Promise<DrillCopy[]> {
+  const recorded = await getDrillCopies(drillOperationId, batch);
+  if (recorded) return recorded;
+  const planned = await getBatch(drillOperationId, batch).catch((e: unknown) => {
+    if (e instanceof NotFound) return undefined;
+    throw e;
+  });
+  const chose = Object.entries(planned?.replicaChoices ?? {}).filter(([, replica]) => replica !== null).map(([volumeId]) => volumeId);
+  if (!planned || chose.length === 0) return [];
+  const listed = 'volumes' in planned ? planned.volumes : await batchGetVolumeItems(planned.volumeIds);
+  const names = new Map(listed.map((v) => [v.id as string, v.backendName as string]));
+  return chose.flatMap((volumeId) => (names.get(volumeId) ? [{ volumeId, backendName: names.get(volumeId)!, targetBackendId: target, location: '' }] : []));
 }
 
 export async function deleteDrillCopies(drillOperationId: string, batch: number): Promise<void> {

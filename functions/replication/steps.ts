@@ -37,7 +37,7 @@ import {
   deleteDrillCopies,
   FAILOVER_BATCH_SIZE,
   getBatch,
-  getDrillCopies,
+  drillCopiesToEnd,
   getOperationOrThrow,
   getOperationRecord,
   listFailoverVolumesOnBackend,
@@ -178,19 +178,18 @@ export async function runBatch(operationId: string, batch: number): Promise<Batc
   if (!isReplicationDriver(driver)) throw new ReplicationNotSupported(op.host, item.config.driver);
 
   if (op.kind === 'drill-end') {
-    const copies = await getDrillCopies(op.drillOperationId!, batch);
-    if (copies) {
-      await driver.endDrill(copies);
-      await deleteDrillCopies(op.drillOperationId!, batch);
-    }
-    return { batch, volumes: copies?.length ?? 0 };
+    // What the batch recorded, or what it chose before a crash lost the record of what it made.
+    const copies = await drillCopiesToEnd(op.drillOperationId!, batch, op.target ?? '');
+    if (copies.length) await driver.endDrill(copies);
+    await deleteDrillCopies(op.drillOperationId!, batch);
+    return { batch, volumes: copies.length };
   }
 
   // Only volumes still on this backend (one deleted meanwhile is simply gone).
   const volumes = carried.volumes.filter((v) => onBackend(v, op.host));
   // The replicas the driver starts the batch's volumes from: recorded before it makes anything, and
   // an earlier run's record handed back to it (refOf), so a re-run starts each from the same one.
-  const recordReplicas: RecordReplicaChoices = (chosen) => recordReplicaChoices(operationId, batch, chosen);
+  const recordReplicas: RecordReplicaChoices = (chosen, replacing) => recordReplicaChoices(operationId, batch, chosen, replacing);
   const { replicaChoices } = carried;
   const refOf = (v: Volume): ReplicatedVolumeRef => ({ volumeId: v.id, backendName: v.backendName, sizeGb: v.size, ...(replicaChoices ? { replica: replicaChoices[v.id] ?? null } : {}) });
 

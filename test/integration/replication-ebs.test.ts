@@ -2,7 +2,8 @@
  * Replication v2.1 on EBS through the Cinder API, EC2 mocked per region (test/support/fake-ec2.ts):
  * volumes of a replicated type on an aws-ebs backend whose target is another region; the
  * replication-pass machine (functions/replication/pass.ts, run by the local interpreter) snapshots
- * and copies them; freeze stops it; a drill brings copies up in the target and ending it removes them;
+ * and copies them; freeze stops it; a drill brings copies up in the target and ending it removes them
+ * (also after a crash whose re-run finds the copies it recorded pruned, and after a drill that failed midway);
  * failover_host runs the volume-failover machine with the primary region not answering; a failed-
  * over volume attaches to an instance of the target zone; failback ('default') brings the volumes
  * home, waiting in the machine while the copies travel; the audit is clean at the end; a failover
@@ -87,6 +88,62 @@ describe('EBS replication to another region through the API (EC2 mocked per regi
     await eventually(async (note) => note((await service()).drill?.status ?? 'ended') === 'ended' || undefined, 'drill ended');
     expect(frankfurt.volumes.size).toBe(0);
     expect(await seen()).toEqual(before.records);
+  });
+
+  test('a drill whose batch crashed after its first drill volume, the copies it recorded pruned before the re-run: the re-run chooses again, one drill volume each; a drill that failed midway leaves nothing once ended', async () => {
+    // Prepare: the batch's second CreateVolume finds that newer copies arrived and a pass pruned
+    // the ones recorded, then the Lambda running it stops (the Task's Retry runs the batch again).
+    const real = { createVolume: frankfurt.createVolume };
+    const drills = () => [...frankfurt.volumes.values()].filter((v) => v.Tags?.some((t) => t.Key === 'ferry:drill'));
+    let calls = 0;
+    frankfurt.createVolume = (input) => {
+      if (++calls !== 2) return real.createVolume.call(frankfurt, input);
+      for (const arrived of [...frankfurt.snapshots.values()].filter((c) => c.State === 'completed')) {
+        const Tags = arrived.Tags!.map((t) => (t.Key === 'ferry:source-time' ? { ...t, Value: new Date().toISOString() } : t));
+        frankfurt.snapshots.set(`${arrived.SnapshotId}-arrived`, { ...arrived, SnapshotId: `${arrived.SnapshotId}-arrived`, Tags });
+        frankfurt.snapshots.delete(arrived.SnapshotId!);
+      }
+      throw awsError('RequestTimeout', 'the Lambda running the batch was stopped');
+    };
+    try {
+      // Act
+      expect((await api('PUT', '/os-services/failover_host', { host: HOST, backend_id: 'frankfurt', drill: true })).status).toBe(202);
+      await eventually(async (note) => ['active', 'failed'].includes(note((await service()).drill?.status)) || undefined, 'drill ended its start');
+    } finally {
+      Object.assign(frankfurt, real);
+    }
+
+    // Assess: active, one drill volume per volume, the second from a copy recorded in place of the pruned one.
+    const [drill] = (await listOperations(HOST)).filter((o) => o.kind === 'drill');
+    expect({ drill: (await service()).drill?.status, error: drill!.error }).toEqual({ drill: 'active', error: undefined });
+    const { replicaChoices } = await getBatch(drill!.id, 0);
+    for (const id of ids) {
+      const made = drills().filter((v) => v.Tags?.some((t) => t.Key === 'ferry:drill' && t.Value === `volume-${id}`));
+      expect(made).toHaveLength(1);
+      expect(made[0]!.SnapshotId).toBe(replicaChoices?.[id]?.split('@')[0]);
+    }
+    expect(Object.values(replicaChoices ?? {}).filter((c) => c?.split('@')[0]?.endsWith('-arrived'))).toHaveLength(1);
+    expect((await api('PUT', '/os-services/failover_host', { host: HOST, drill: 'end' })).status).toBe(202);
+    await eventually(async (note) => note((await service()).drill?.status ?? 'ended') === 'ended' || undefined, 'drill ended');
+    expect(drills()).toEqual([]);
+
+    // A drill whose second volume is refused on every try fails with its first drill volume made and unrecorded; ending it removes that one.
+    const drillName = (input: Parameters<FakeEc2['createVolume']>[0]) => input.TagSpecifications?.[0]?.Tags?.find((t) => t.Key === 'ferry:drill')?.Value;
+    let first: string | undefined;
+    frankfurt.createVolume = (input) => {
+      if ((first ??= drillName(input)) !== drillName(input)) throw awsError('UnauthorizedOperation', 'You are not authorized to perform this operation.');
+      return real.createVolume.call(frankfurt, input);
+    };
+    try {
+      expect((await api('PUT', '/os-services/failover_host', { host: HOST, backend_id: 'frankfurt', drill: true })).status).toBe(202);
+      await eventually(async (note) => note((await service()).drill?.status) === 'failed' || undefined, 'drill failed');
+    } finally {
+      Object.assign(frankfurt, real);
+    }
+    expect(drills()).toHaveLength(1);
+    expect((await api('PUT', '/os-services/failover_host', { host: HOST, drill: 'end' })).status).toBe(202);
+    await eventually(async (note) => note((await service()).drill?.status ?? 'ended') === 'ended' || undefined, 'drill ended');
+    expect(drills()).toEqual([]);
   });
 
   test('failover with the primary region gone: each volume is a volume in Frankfurt, and attaches to an instance there', async () => {

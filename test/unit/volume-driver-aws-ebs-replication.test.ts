@@ -283,6 +283,63 @@ describe('failover, failback and drills', () => {
     await expect(driver.startDrill([ref('volume-2')], 'virginia')).rejects.toThrow(/no replica of volume-2 has arrived in virginia/);
   });
 
+  describe('a drill batch that crashed after its first drill volume, its recorded copies pruned by a pass before the re-run', () => {
+    /** The batch's record of its choices, as repo.ts recordReplicaChoices keeps it (a replacement only where the gone choice is still recorded). */
+    let recorded: Record<string, string | null> | undefined;
+    const record = async (chosen: Record<string, string | null>, replacing?: Record<string, string | null>) => {
+      if (!replacing) return (recorded ??= { ...chosen });
+      for (const [volumeId, gone] of Object.entries(replacing)) if (recorded![volumeId] === gone) recorded![volumeId] = chosen[volumeId]!;
+      return { ...recorded! };
+    };
+    const drillVolumes = () => [...fake('eu-central-1').volumes.values()].filter((v) => v.Tags?.some((t) => t.Key === 'ferry:drill'));
+    const drillOf = (name: string) => drillVolumes().filter((v) => v.Tags?.some((t) => t.Key === 'ferry:drill' && t.Value === name));
+    /** The first run: volume-1's drill volume made, then the crash before volume-2's CreateVolume; then passes until newer copies arrived and the recorded ones are pruned. */
+    async function crashThenPrune(): Promise<string> {
+      await replicated('volume-1', 5);
+      await replicated('volume-2', 5);
+      recorded = undefined;
+      const frankfurt = fake('eu-central-1');
+      const create = frankfurt.createVolume.bind(frankfurt);
+      let calls = 0;
+      frankfurt.createVolume = (input) => {
+        if (++calls === 2) throw awsError('RequestTimeout', 'the Lambda running the batch was stopped');
+        return create(input);
+      };
+      await expect(driverOn().startDrill([ref('volume-1'), ref('volume-2')], 'frankfurt', record)).rejects.toThrow(/RequestTimeout/);
+      frankfurt.createVolume = create;
+      const [first] = drillOf('volume-1');
+      for (let i = 0; i < 5; i++) await pass(driverOn());
+      for (const choice of Object.values(recorded!)) expect(frankfurt.snapshots.has(choice!.split('@')[0]!)).toBe(false);
+      return first!.VolumeId!;
+    }
+
+    it('the re-run keeps the volume its first run made, chooses the newest copy again for the other, recorded in place of the gone one: one drill volume each', async () => {
+      // Prepare
+      const first = await crashThenPrune();
+      const before = { ...recorded! };
+
+      // Act: the re-run, with the batch's record
+      const copies = await driverOn().startDrill(['volume-1', 'volume-2'].map((n) => ({ ...ref(n), replica: before[`id-${n}`] })), 'frankfurt', record);
+
+      // Assess
+      expect(drillOf('volume-1').map((v) => v.VolumeId)).toEqual([first]);
+      expect(drillOf('volume-2')).toHaveLength(1);
+      expect(copies.map((c) => c.location)).toEqual([first, drillOf('volume-2')[0]!.VolumeId]);
+      expect(recorded!['id-volume-1']).toBe(before['id-volume-1']);
+      expect(recorded!['id-volume-2']).not.toBe(before['id-volume-2']);
+      expect(drillOf('volume-2')[0]!.SnapshotId).toBe(recorded!['id-volume-2']!.split('@')[0]);
+      expect(fake('eu-central-1').snapshots.get(drillOf('volume-2')[0]!.SnapshotId!)?.State).toBe('completed');
+    });
+
+    it('ending the drill with only its choices recorded (no re-run) deletes the volume its first run made', async () => {
+      await crashThenPrune();
+
+      await driverOn().endDrill(['volume-1', 'volume-2'].map((n) => ({ volumeId: `id-${n}`, backendName: n, targetBackendId: 'frankfurt', location: '' })));
+
+      expect(drillVolumes()).toEqual([]);
+    });
+  });
+
   it('discarding failed-over replicas deletes each (already gone: done); one refused leaves the others deleted and is named in the error', async () => {
     for (const name of ['volume-1', 'volume-2', 'volume-3']) await replicated(name, 5);
     const refs = ['volume-1', 'volume-2', 'volume-3'].map(ref);

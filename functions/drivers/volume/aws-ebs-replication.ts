@@ -16,7 +16,7 @@
  * failover after a failback is a new request, from a newer copy or the same one: EC2 answers a
  * reused token with what it first made, even deleted, or IdempotentParameterMismatch when the
  * request differs, for at least 24 hours. Failback runs the same way the other way round
- * (aws-ebs-failback.ts).
+ * (aws-ebs-failback.ts); drills are aws-ebs-drill.ts.
  *
  * Every object is found by its tags (`ferry:backend`, `ferry:replica-of`, `ferry:replication`),
  * never by a remembered id, so each call is idempotent.
@@ -51,7 +51,7 @@ export const TAG_SOURCE_TIME = 'ferry:source-time';
 export const TAG_TARGET = 'ferry:target';
 
 /** EC2's most values in one filter: the batch reads of a failover go by this many names. */
-const MAX_FILTER_VALUES = 200;
+export const MAX_FILTER_VALUES = 200;
 
 /** A pass does not snapshot a volume again sooner than this after its newest snapshot. */
 export const DEFAULT_REPLICATION_INTERVAL_MS = 5 * 60_000;
@@ -287,7 +287,7 @@ export class EbsReplication {
    * names the copy alone. A recorded copy no longer listed is named by its id alone (its volume's
    * size): EC2 answers a token it knows with the volume it made, and a new one InvalidSnapshot.NotFound.
    */
-  private async chosenCopies(volumes: ReplicatedVolumeRef[], copies: Map<string, Snapshot[]>, recordReplicas?: RecordReplicaChoices): Promise<Map<string, { copy: Snapshot; choice: string } | undefined>> {
+  async chosenCopies(volumes: ReplicatedVolumeRef[], copies: Map<string, Snapshot[]>, recordReplicas?: RecordReplicaChoices): Promise<Map<string, { copy: Snapshot; choice: string } | undefined>> {
     const unchosen = volumes.filter((v) => v.replica === undefined);
     let recorded: Record<string, string | null> = {};
     if (unchosen.length > 0) {
@@ -304,27 +304,6 @@ export class EbsReplication {
         return [v.volumeId, { copy: copies.get(v.backendName)?.find((c) => c.SnapshotId === id) ?? { SnapshotId: id, VolumeSize: v.sizeGb }, choice }];
       }),
     );
-  }
-
-  /** Copies of the volumes in a target from their newest arrived copies, tagged as a drill (never the backend's volumes); the copies chosen recorded first, as failOver's. */
-  async startDrill(volumes: ReplicatedVolumeRef[], targetId: string, recordReplicas?: RecordReplicaChoices): Promise<DrillCopy[]> {
-    const t = this.target(targetId);
-    const copies = new Map<string, Snapshot[]>();
-    for (const v of volumes) copies.set(v.backendName, await this.completedCopies(t.region, v.backendName));
-    const chosen = await this.chosenCopies(volumes, copies, recordReplicas);
-    const out: DrillCopy[] = [];
-    for (const v of volumes) {
-      const { copy, choice } = chosen.get(v.volumeId) ?? {};
-      if (!copy) throw this.c.fail(`no replica of ${v.backendName} has arrived in ${t.backendId} yet: nothing to drill on`, { backendName: v.backendName, target: t.backendId });
-      const token = clientTokenFor(this.c.host, `drill:${t.backendId}:${v.backendName}:${choice}`);
-      const id = await this.volumeFrom(t, copy, token, { [TAG_NAME]: `drill-${v.backendName}`, [TAG_DRILL]: v.backendName, [TAG_REPLICATION]: 'drill' });
-      out.push({ volumeId: v.volumeId, backendName: v.backendName, targetBackendId: t.backendId, location: id });
-    }
-    return out;
-  }
-
-  endDrill(copies: DrillCopy[]): Promise<void> {
-    return this.deleteTargetVolumes(copies, 'drill copy');
   }
 
   /**
@@ -344,7 +323,7 @@ export class EbsReplication {
     if (left.length) throw this.c.fail(errors.join('; '), { left });
   }
 
-  private async deleteTargetVolumes(volumes: DrillCopy[], what: string): Promise<void> {
+  async deleteTargetVolumes(volumes: DrillCopy[], what: string): Promise<void> {
     for (const copy of volumes) {
       const t = this.target(copy.targetBackendId);
       try {
@@ -368,4 +347,4 @@ const tags = (o: Record<string, string>) => Object.entries(o).map(([Key, Value])
 const time = (s: Snapshot) => (s.StartTime ? new Date(s.StartTime).getTime() : 0);
 const sourceTime = (s: Snapshot) => Date.parse(tagOf(s, TAG_SOURCE_TIME) ?? '') || time(s);
 /** The copy whose source was taken last. */
-const newest = (copies: Snapshot[]) => copies.reduce<Snapshot | undefined>((best, c) => (!best || sourceTime(c) > sourceTime(best) ? c : best), undefined);
+export const newest = (copies: Snapshot[]) => copies.reduce<Snapshot | undefined>((best, c) => (!best || sourceTime(c) > sourceTime(best) ? c : best), undefined);

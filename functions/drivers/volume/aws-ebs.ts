@@ -8,7 +8,7 @@
  * tries racing each other make one volume.
  *
  * Snapshots are EBS snapshots found the same way, by tags (`ferry:backend`, `ferry:backend-name`,
- * `ferry:snapshot-name`). Replication to other regions is aws-ebs-replication.ts's.
+ * `ferry:snapshot-name`). Replication to other regions: aws-ebs-replication.ts, -failback, -drill.
  *
  * Manage adopts: a volume of the backend's zone that no Ferry backend has tagged, named by its EBS
  * id, is tagged as this backend's (plus `ferry:adopted`) under that id as its backend name; a
@@ -34,23 +34,10 @@ import {
   type SnapshotDriver,
 } from './driver.js';
 import {
-  ADOPTION_TAG_KEYS,
-  CONNECTED_STATES,
-  LIVE_SNAPSHOT_STATES,
-  SNAPSHOT_NOT_FOUND_CODES,
-  TAG_ADOPTED,
-  TAG_BACKEND,
-  TAG_BACKEND_NAME,
-  TAG_NAME,
-  TAG_POOL,
-  TAG_SNAPSHOT_NAME,
-  ec2Sdk,
-  errorCode,
-  regionOfAvailabilityZone,
-  sleep,
-  tagOf,
-  type AwsEbsDriverOptions,
+  ADOPTION_TAG_KEYS, CONNECTED_STATES, LIVE_SNAPSHOT_STATES, SNAPSHOT_NOT_FOUND_CODES, TAG_ADOPTED, TAG_BACKEND, TAG_BACKEND_NAME, TAG_NAME,
+  TAG_POOL, TAG_SNAPSHOT_NAME, ec2Sdk, errorCode, regionOfAvailabilityZone, sleep, tagOf, type AwsEbsDriverOptions,
 } from './aws-ebs-ec2.js';
+import { endDrill, startDrill } from './aws-ebs-drill.js';
 import { failBack } from './aws-ebs-failback.js';
 import { DEFAULT_REPLICATION_INTERVAL_MS, EbsReplication, TAG_REPLICATED, ebsTargets, type EbsReplicationContext, type EbsSite } from './aws-ebs-replication.js';
 import { AwsEbsVolumeStore } from './aws-ebs-volumes.js';
@@ -100,7 +87,7 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
     this.replication = new EbsReplication(this.replicationContext);
   }
 
-  // ---- replication (seed 001): aws-ebs-replication.ts, aws-ebs-failback.ts ----------------------
+  // ---- replication (seed 001) ----------------------------------------------------------------------
 
   replicationTargets(): string[] {
     return this.targets.map((t) => t.backendId);
@@ -153,10 +140,10 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
 
   async startDrill(volumes: ReplicatedVolumeRef[], targetBackendId: string, recordReplicas?: RecordReplicaChoices): Promise<DrillCopy[]> {
     if (this.activeTarget?.backendId === targetBackendId) throw new InvalidReplicationTarget(`${targetBackendId} is the active site of ${this.backendHost}, not a replica to drill on.`, { host: this.backendHost, targetBackendId });
-    return this.replication.startDrill(volumes, targetBackendId, recordReplicas);
+    return startDrill(this.replication, this.replicationContext, volumes, targetBackendId, recordReplicas);
   }
 
-  readonly endDrill = (copies: DrillCopy[]): Promise<void> => this.replication.endDrill(copies);
+  readonly endDrill = (copies: DrillCopy[]): Promise<void> => endDrill(this.replication, this.replicationContext, copies);
   /** failOver's compensation (aws-ebs-replication.ts): the target volumes made for volumes deleted meanwhile. */
   readonly discardFailedOver = (replicas: DrillCopy[]): Promise<void> => this.replication.discardFailedOver(replicas);
 

@@ -198,9 +198,12 @@ export interface ReplicatedVolumeRef {
  * made before the driver acts on any of them: it answers what is recorded for the batch, which is
  * an earlier run's choice when there was one. A driver that starts volumes from one of several
  * replicas (aws-ebs: the newest copy, which a copy in flight can change between two runs) calls it
- * once per call, before its first effect, and uses what it answers.
+ * once per call, before its first effect, and uses what it answers. With `replacing` (volume id ->
+ * the recorded choice found gone, e.g. a copy pruned before a re-run made anything from it), each
+ * of those volumes' choices is replaced by `chosen`'s only where the record still names the gone
+ * one; the answer is the record as it then is (another run's new choice, if it came first).
  */
-export type RecordReplicaChoices = (chosen: Record<string, string | null>) => Promise<Record<string, string | null>>;
+export type RecordReplicaChoices = (chosen: Record<string, string | null>, replacing?: Record<string, string | null>) => Promise<Record<string, string | null>>;
 
 /** `failover_host`'s answer: the backend now active, and model updates per volume (upstream's `volume_update_list`). */
 export interface FailoverResult {
@@ -213,7 +216,11 @@ export interface DrillCopy {
   volumeId: string;
   backendName: string;
   targetBackendId: string;
-  /** Where the copy can be opened (local driver: a file path). */
+  /**
+   * Where the copy can be opened (local driver: a file path; aws-ebs: the volume id). '' when only
+   * the intent was recorded (a drill batch's choices, its run crashed before recording what it
+   * made): endDrill then finds the copy by its own means (the driver's tags, the path by name).
+   */
   location: string;
 }
 
