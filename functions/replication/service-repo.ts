@@ -260,11 +260,14 @@ export async function finishServiceFailover(host: string, operationId: string, e
       if (item.failoverOperationId !== operationId || item.service.replicationStatus !== REPLICATION.failingOver) return false;
       const after = serviceTransition(host, item.service, event);
       if (after instanceof FerryError) throw after;
+      // A failback's end drops the lag measured before the failover (the pools showed those copies'
+      // age): absent until the next pass measures the copies from the failback's own point on.
+      const failedBack = event.type === 'failover-succeeded' && event.failback;
       await db().send(
         new UpdateCommand({
           TableName: tableName('volume'),
           Key: backendKey(host),
-          UpdateExpression: 'SET #service = :after',
+          UpdateExpression: `SET #service = :after${failedBack ? ' REMOVE replicationLag' : ''}`,
           ConditionExpression: 'failoverOperationId = :op AND #service.#rs = :failingOver AND #service.frozen = :frozen',
           ExpressionAttributeNames: { '#service': 'service', '#rs': 'replicationStatus' },
           ExpressionAttributeValues: { ':after': after, ':op': operationId, ':failingOver': REPLICATION.failingOver, ':frozen': item.service.frozen },

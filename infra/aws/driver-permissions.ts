@@ -19,7 +19,7 @@ import { Aws, Validations } from 'aws-cdk-lib';
 import { PolicyStatement } from 'aws-cdk-lib/aws-iam';
 import type { IFunction } from 'aws-cdk-lib/aws-lambda';
 import { TAG_ADOPTED, TAG_BACKEND } from '../../functions/drivers/volume/aws-ebs-ec2.js';
-import { TAG_REPLICATED } from '../../functions/drivers/volume/aws-ebs-replication.js';
+import { TAG_REPLICATED, TAG_REPLICATION, TAG_SOURCE_SNAPSHOT, TAG_SOURCE_TIME, TAG_TARGET } from '../../functions/drivers/volume/aws-ebs-replication.js';
 
 /** `arn:<partition>:ec2:*:<account>:<type>/*`; an EBS snapshot's ARN has no account in it. */
 export const ec2Arn = (type: string) => `arn:${Aws.PARTITION}:ec2:*:${type === 'snapshot' ? '' : Aws.ACCOUNT_ID}:${type}/*`;
@@ -75,6 +75,13 @@ export function ebsDriverStatements(): PolicyStatement[] {
       actions: ['ec2:CreateTags', 'ec2:DeleteTags'],
       resources: [ec2Arn('volume')],
       conditions: { ...taggedResource, 'ForAllValues:StringEquals': { 'aws:TagKeys': [TAG_REPLICATED] } },
+    }),
+    // A failback keeps its snapshots as the replication's newest source and copy (aws-ebs-failback.ts): those keys only.
+    new PolicyStatement({
+      sid: 'EbsKeepFailbackPoint',
+      actions: ['ec2:CreateTags'],
+      resources: [ec2Arn('snapshot')],
+      conditions: { ...taggedResource, 'ForAllValues:StringEquals': { 'aws:TagKeys': [TAG_REPLICATION, TAG_SOURCE_SNAPSHOT, TAG_SOURCE_TIME, TAG_TARGET] } },
     }),
     new PolicyStatement({ sid: 'EbsInstances', actions: ['ec2:AttachVolume', 'ec2:DetachVolume'], resources: [ec2Arn('instance')] }),
   ];

@@ -6,7 +6,8 @@
  * (also after a crash whose re-run finds the copies it recorded pruned, and after a drill that failed midway);
  * failover_host runs the volume-failover machine with the primary region not answering; a failed-
  * over volume attaches to an instance of the target zone; failback ('default') brings the volumes
- * home, waiting in the machine while the copies travel; the audit is clean at the end; a failover
+ * home, waiting in the machine while the copies travel, and the next pass replicates them from the
+ * failback's point; the audit is clean at the end; a failover
  * right after, whose first CreateVolume reply is lost while newer copies arrive, runs its batch
  * again from the copies it recorded: one volume each.
  */
@@ -184,6 +185,13 @@ describe('EBS replication to another region through the API (EC2 mocked per regi
     expect(homeNames).toEqual(ids.map((id) => `volume-${id}`).sort());
     expect(kinds(home).filter((k) => k.startsWith('failback'))).toEqual([]);
     expect((await runAudit()).findings).toEqual([]);
+    // The lag measured before the failover is gone; the next pass takes the volumes up again and
+    // measures from the failback's own snapshots, kept as the newest copies in Frankfurt.
+    expect(await lagOnPool()).toBeUndefined();
+    expect(await replicationPass(HOST)).toMatchObject({ volumes: 2, failed: 0 });
+    const lag = await lagOnPool();
+    expect(lag).toMatchObject({ volumes: 2, replicated: 2 });
+    expect(lag.max_lag_seconds).toBeLessThan(120);
   });
 
   test('failing over again at once, the first CreateVolume\'s reply lost while newer copies arrive: the batch runs again from the copies it recorded, one volume each', async () => {

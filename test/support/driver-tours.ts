@@ -105,7 +105,11 @@ export async function recordEbsReplicationCalls(): Promise<Recorded[]> {
       const snapshotTags = (id: string) => [...fakes.values()].map((f) => f.snapshots.get(id)?.Tags).find(Boolean);
       if (typeof i.VolumeId === 'string') tags.set(`volume/${i.VolumeId}`, structuredClone(fake.volumes.get(i.VolumeId)?.Tags));
       for (const id of [i.SnapshotId, i.SourceSnapshotId]) if (typeof id === 'string') tags.set(`snapshot/${id}`, structuredClone(snapshotTags(id)));
-      for (const id of (i.Resources as string[] | undefined) ?? []) tags.set(`volume/${id}`, structuredClone(fake.volumes.get(id)?.Tags));
+      // CreateTags names volumes (replication's mark) and snapshots (a failback's kept point).
+      for (const id of (i.Resources as string[] | undefined) ?? []) {
+        if (id.startsWith('snap-')) tags.set(`snapshot/${id}`, structuredClone(snapshotTags(id)));
+        else tags.set(`volume/${id}`, structuredClone(fake.volumes.get(id)?.Tags));
+      }
       calls.push({ region, command, input: structuredClone(input) as Record<string, unknown>, tags });
     });
   }

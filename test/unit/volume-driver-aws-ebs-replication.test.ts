@@ -158,6 +158,29 @@ describe('failover, failback and drills', () => {
     await expect(driverOn().failoverHost([ref('volume-1')], 'default')).rejects.toBeInstanceOf(InvalidReplicationTarget);
   });
 
+  it('after a failback the lag in the target is the failback\'s age from the next pass on, not the pre-failover copies\', and a failover right after starts from what was failed back', async () => {
+    // Prepare: failed over for two hours (the volume written there), then back home.
+    await replicated('volume-1', 5);
+    await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
+    clock += 2 * 3_600_000;
+    const failbackAt = clock;
+    for (let i = 0; i < 5; i++) if (await driverOn('frankfurt').failoverHost([ref('volume-1')], 'default').catch(() => undefined)) break;
+    expect(fake('eu-central-1').volumes.size).toBe(0);
+
+    // Act: the next pass
+    const report = await pass(driverOn());
+
+    // Assess: the lag is the failback snapshot's age (one pass, a minute), in the pass's tally and per volume
+    const frankfurtLag = report.lag!.targets.find((t) => t.targetBackendId === 'frankfurt')!;
+    expect(frankfurtLag).toEqual({ targetBackendId: 'frankfurt', volumes: 1, replicated: 1, maxLagMs: clock - failbackAt });
+    expect((await driverOn().replicationStatus('volume-1')).find((t) => t.targetBackendId === 'frankfurt')).toEqual({ targetBackendId: 'frankfurt', lastSyncAt: failbackAt, lagMs: clock - failbackAt });
+    expect(kinds('eu-central-1').filter((k) => k === 'copy:completed')).toHaveLength(1);
+    const kept = [...fake('eu-central-1').snapshots.values()].find((c) => c.Tags?.some((t) => t.Key === 'ferry:replication' && t.Value === 'copy'))!;
+    const again = await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
+    expect(fake('eu-central-1').volumes.get(again.volumeUpdates[0]!.updates.providerLocation!)?.SnapshotId).toBe(kept.SnapshotId);
+    expect(new Date(kept.StartTime!).getTime()).toBe(failbackAt);
+  });
+
   it('fails over again after a failback: the second failover makes a new volume from the newer copy (its ClientToken is not the first one\'s)', async () => {
     // Prepare: failed over, back home, and replicated again until a newer copy has arrived.
     await replicated('volume-1', 5);

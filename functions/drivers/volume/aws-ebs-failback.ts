@@ -6,7 +6,8 @@
  *   2. once completed, its copy to the primary region (failback-copy);
  *   3. once arrived, a volume in the primary zone from it (ClientToken per backend, name and copy,
  *      so a repeat makes none twice); the stale primary volume of the same name, if the region kept
- *      one, is deleted, and so is the target's volume: replication starts again from the primary.
+ *      one, is deleted, and so is the target's volume: replication starts again from the primary,
+ *      from the failback's snapshots kept as its newest source and copy (keepFailbackPoint).
  * While any volume of the batch is still on its way, the call answers BackendNotReady after
  * starting what it could, and the failover machine runs the batch again after its wait.
  *
@@ -17,7 +18,7 @@ import type { Snapshot, Volume } from '@aws-sdk/client-ec2';
 import { BackendNotReady } from '../../core/errors.js';
 import type { FailoverResult, ReplicatedVolumeRef } from './driver.js';
 import { CONNECTED_STATES, TAG_BACKEND, TAG_BACKEND_NAME, TAG_NAME, TAG_POOL, clientTokenFor, ec2Sdk, errorCode, NOT_FOUND_CODES, tagOf } from './aws-ebs-ec2.js';
-import { TAG_REPLICA_OF, TAG_REPLICATION, TAG_SOURCE_SNAPSHOT, TAG_SOURCE_TIME, type EbsReplication, type EbsReplicationContext, type EbsSite } from './aws-ebs-replication.js';
+import { TAG_REPLICATED, TAG_REPLICA_OF, TAG_REPLICATION, TAG_SOURCE_SNAPSHOT, TAG_SOURCE_TIME, TAG_TARGET, type EbsReplication, type EbsReplicationContext, type EbsSite } from './aws-ebs-replication.js';
 
 export const TAG_FAILBACK_COPY = 'ferry:failback-copy';
 
@@ -70,7 +71,8 @@ async function failBackVolume(r: EbsReplication, c: EbsReplicationContext, from:
     return { done: false, waiting: 'copy to the primary region' };
   }
   const token = clientTokenFor(c.host, `failback:${backendName}:${copy.SnapshotId}`);
-  const id = await r.volumeFrom(home, copy, token, { [TAG_NAME]: backendName, [TAG_BACKEND_NAME]: backendName, [TAG_POOL]: tagOf(copy, TAG_POOL) ?? '', [TAG_FAILBACK_COPY]: copy.SnapshotId! });
+  // Marked replicated as it is made (`ferry:replicated`), so the passes take it up again at once.
+  const id = await r.volumeFrom(home, copy, token, { [TAG_NAME]: backendName, [TAG_BACKEND_NAME]: backendName, [TAG_POOL]: tagOf(copy, TAG_POOL) ?? '', [TAG_FAILBACK_COPY]: copy.SnapshotId!, [TAG_REPLICATED]: 'true' });
   return finish(r, c, from, backendName, homeVolumes, { VolumeId: id }, onTarget);
 }
 
@@ -109,10 +111,36 @@ async function finish(r: EbsReplication, c: EbsReplicationContext, from: EbsSite
   if (attached.length > 0) return { error: `${attached.map((x) => x.VolumeId).join(', ')} still attached: detach before failing back` };
   for (const stale of homeVolumes.filter((x) => x.VolumeId !== brought.VolumeId)) await deleteVolume(c, c.primary.region, stale.VolumeId!);
   if (onTarget) await deleteVolume(c, from.region, onTarget.VolumeId!);
-  for (const site of [from, c.primary]) {
-    for (const s of await r.snapshots(site.region, { [TAG_REPLICA_OF]: backendName })) if (tagOf(s, TAG_REPLICATION)?.startsWith('failback')) await r.deleteSnapshot(site.region, s.SnapshotId!);
-  }
+  await keepFailbackPoint(r, c, from, backendName);
   return { done: true, volumeId: brought.VolumeId! };
+}
+
+/**
+ * The failback's snapshots become the replication's newest point, not deleted: its copy home a
+ * `source` (the snapshot the volume home was made from) and its snapshot in the target a `copy` of
+ * it (the same data, already there). So the lag in the target is the failback's age from the next
+ * pass on, not the pre-failover copies' (which that pass prunes as older), and a failover there
+ * right after starts from what was failed back, not from before the failover. Retagged only once
+ * both are completed (they are: the volume home was made from the copy); a repeat finds none left.
+ */
+async function keepFailbackPoint(r: EbsReplication, c: EbsReplicationContext, from: EbsSite, backendName: string): Promise<void> {
+  const homeCopies = (await r.snapshots(c.primary.region, { [TAG_REPLICA_OF]: backendName, [TAG_REPLICATION]: 'failback-copy' })).filter((s) => s.State === 'completed');
+  for (const source of await r.snapshots(from.region, { [TAG_REPLICA_OF]: backendName, [TAG_REPLICATION]: 'failback-source' })) {
+    const home = homeCopies.find((h) => tagOf(h, TAG_SOURCE_SNAPSHOT) === source.SnapshotId);
+    if (!home || source.State !== 'completed') {
+      await r.deleteSnapshot(from.region, source.SnapshotId!);
+      continue;
+    }
+    const at = new Date(source.StartTime ?? c.now()).toISOString();
+    // The target's first, so a crash between the two leaves a copy whose source is still failback-copy (the repeat retags it), never a source with no copy.
+    await retag(c, from.region, source.SnapshotId!, { [TAG_REPLICATION]: 'copy', [TAG_SOURCE_SNAPSHOT]: home.SnapshotId!, [TAG_SOURCE_TIME]: at, [TAG_TARGET]: from.backendId });
+    await retag(c, c.primary.region, home.SnapshotId!, { [TAG_REPLICATION]: 'source', [TAG_SOURCE_TIME]: at });
+  }
+  for (const s of await r.snapshots(c.primary.region, { [TAG_REPLICA_OF]: backendName, [TAG_REPLICATION]: 'failback-copy' })) await r.deleteSnapshot(c.primary.region, s.SnapshotId!);
+}
+
+async function retag(c: EbsReplicationContext, region: string, snapshotId: string, values: Record<string, string>): Promise<void> {
+  await c.send('CreateTags', { region, snapshotId }, async () => (await c.client(region)).send(new (await ec2Sdk()).CreateTagsCommand({ Resources: [snapshotId], Tags: tags(values) })));
 }
 
 async function deleteVolume(c: EbsReplicationContext, region: string, volumeId: string): Promise<void> {

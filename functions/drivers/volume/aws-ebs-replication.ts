@@ -151,9 +151,10 @@ export class EbsReplication {
     const backendName = tagOf(volume, TAG_BACKEND_NAME) ?? volume.VolumeId!;
     const started = { snapshots: 0, copies: 0, lagMs: new Map<string, number | null>(this.c.targets.map((t) => [t.backendId, null])) };
     const sources = await this.snapshots(this.c.primary.region, { [TAG_REPLICA_OF]: backendName, [TAG_REPLICATION]: 'source' });
-    const completed = sources.filter((s) => s.State === 'completed').sort((a, b) => time(b) - time(a));
+    // A source's time is when its data was taken: a failback's copy home carries it (aws-ebs-failback.ts).
+    const completed = sources.filter((s) => s.State === 'completed').sort((a, b) => sourceTime(b) - sourceTime(a));
     const pending = sources.some((s) => s.State === 'pending');
-    if (!pending && (!completed[0] || this.c.now() - time(completed[0]) >= intervalMs)) {
+    if (!pending && (!completed[0] || this.c.now() - sourceTime(completed[0]) >= intervalMs)) {
       await this.snapshotVolume(volume, backendName);
       started.snapshots++;
     }
@@ -177,7 +178,7 @@ export class EbsReplication {
     }
     // A source is needed until a newer one has arrived in every target (and the newest is the base
     // of the next incremental copy), so only those older than what arrived everywhere go.
-    for (const s of completed.slice(1)) if (time(s) < arrivedEverywhere) await this.deleteSnapshot(this.c.primary.region, s.SnapshotId!);
+    for (const s of completed.slice(1)) if (sourceTime(s) < arrivedEverywhere) await this.deleteSnapshot(this.c.primary.region, s.SnapshotId!);
     return started;
   }
 
@@ -207,7 +208,7 @@ export class EbsReplication {
                 [TAG_REPLICA_OF]: backendName,
                 [TAG_REPLICATION]: 'copy',
                 [TAG_SOURCE_SNAPSHOT]: source.SnapshotId!,
-                [TAG_SOURCE_TIME]: new Date(time(source)).toISOString(),
+                [TAG_SOURCE_TIME]: new Date(sourceTime(source)).toISOString(),
                 [TAG_TARGET]: t.backendId,
                 [TAG_POOL]: tagOf(volume, TAG_POOL) ?? tagOf(source, TAG_POOL) ?? '',
               }),
