@@ -51,7 +51,7 @@ export default defineConfig({
         test: {
           ...shared,
           name: 'integration',
-          include: ['test/integration/**/*.test.ts', 'test/crash/subset.test.ts'],
+          include: ['test/integration/**/*.test.ts', 'test/crash/subset.test.ts', 'test/crash/subset-ebs.test.ts'],
           globalSetup: ['test/support/shared-dynamo.ts'],
           sequence: { groupOrder: 1 },
         },

@@ -10,6 +10,7 @@ import { clearFaults } from '../../functions/core/faults.js';
 import { resetPolicyCache } from '../../functions/core/policy.js';
 import { crashAt, forwardStepPoints, keepDynamoAcrossRestarts, spareKeptDynamos, seededPick, stopKeptDynamos, writeCrashReport, type CrashPoint, type CrashScenario, type PointResult } from '../support/crash.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
+import { crashAtFixedPoint } from './matrix.js';
 import { CROSS_CELL_POLICY_ENV, CROSS_CELL_SUBSET, crossCellScenarios } from './scenarios/cross-cell.js';
 import { serverScenarios } from './scenarios/servers.js';
 import { shareScenarios } from './scenarios/shares.js';
@@ -74,12 +75,7 @@ for (const [name, point] of CROSS_CELL_SUBSET) {
     resetPolicyCache();
     try {
       const scenario = crossCellScenarios(stack).find((s) => s.name === name)!;
-      const r = await crashAt(stack, scenario, point);
-      console.log(`crash ${r.scenario} @ ${r.point}: ${r.result} (${r.ms} ms ${JSON.stringify(r.phases)})${r.error ? ` — ${r.error.slice(0, 500)}` : ''}`);
-      results.push(r);
-      expect(r.error).toBeUndefined();
-      expect(r.result).not.toBe('failed');
-      expect(r.result).not.toBe('not-reached');
+      await crashAtFixedPoint(stack, scenario, point, results);
     } finally {
       if (saved === undefined) delete process.env.FERRY_POLICY;
       else process.env.FERRY_POLICY = saved;
