@@ -7,6 +7,8 @@
  *   intent; if the connect finally fails and no attachment uses the host, the connection is
  *   terminated again and the intent cleared. A process that dies in between leaves the intent,
  *   which recovery.ts undoes.
+ * - a move off a host nobody else uses: that host's terminate between the connect's initialize
+ *   and its transaction (the transaction is its fence); restoreHost is its compensation.
  * - release: terminateConnection only when no attachment uses the host, then a fence write.
  */
 import { isConditionFailure, isTransactionConflict, withRetries } from '../core/db.js';
@@ -58,11 +60,21 @@ export interface ConnectStart {
  * race both again after a re-read (a fence write by a concurrent disconnect may have removed the
  * connection in between). If the connect finally fails, the connection is removed again unless
  * another attachment uses the host, then the intent is cleared.
+ *
+ * An attachment moving off a host nobody else uses: that host's connection is terminated BEFORE
+ * the transaction, which then is its fence (it moves the volume's version, so a connect on that
+ * host that read the volume before the terminate retries and connects again) and its record of
+ * done, in the same write that records the new host: no fence or intent write of its own. The
+ * intent of the terminate is the connect intent itself on an attachment still recorded on the old
+ * host (recovery.ts restores that host's connection if the call died in between). If the
+ * transaction does not happen, the old host's connection is made again (restoreHost) before the
+ * retry or the failure.
  */
 export async function connectAttachment(attachmentId: string, connector: Connector, options: ConnectOptions, first: ConnectStart): Promise<Attachment> {
   let state: ConnectStart | undefined = first;
   const intent = first.intent;
   let connectedVolume: Volume | undefined;
+  let keepIntent = false;
   try {
     return await withRetries(async () => {
       if (!state) {
@@ -82,36 +94,41 @@ export async function connectAttachment(attachmentId: string, connector: Connect
       const connection = await driver.initializeConnection(volume.volume.backendName, connector);
       // A connection the backend has not finished gets its wait recorded in the same transaction (attach-wait.ts).
       const result = withAttachWait(connect(volume.volume, attachment, { connector, connection, now: now(), intentId: intent.id }, options), connection, now());
-      // The attachment moved off a host nobody else uses: the same transaction records the intent
-      // of removing that host's connection, so a death before the removal leaves it to recovery.
-      const leaving = result.releasedHost ? newConnectIntent(result.releasedHost.connector, now()) : undefined;
-      await writeVersioned({ volume: volume.volume, attachment }, result, { endIntent: intent.id, addIntent: leaving });
-      if (result.releasedHost && leaving) await releaseLeftHost(attachmentId, result.volume, result.releasedHost, leaving);
+      const left = result.releasedHost;
+      try {
+        if (left) await driver.terminateConnection(volume.volume.backendName, left.connector);
+        await writeVersioned({ volume: volume.volume, attachment }, result, { endIntent: intent.id });
+      } catch (e) {
+        // Compensation of the terminate: the old host's connection again, while an attachment records it.
+        if (left) keepIntent = !(await restoreLeftHost(attachmentId, volume.volume, left));
+        throw e;
+      }
       await startAttachWait(result.attachment);
       return result.attachment;
     }, RETRY);
   } catch (e) {
-    await undoFailedConnect(attachmentId, connector, connectedVolume, intent);
+    await undoFailedConnect(attachmentId, connector, connectedVolume, keepIntent ? undefined : intent);
     throw e;
   }
 }
 
-/** The old host of a moved attachment: its connection goes, then the intent. The update itself succeeded, so a failure is left to recovery, not thrown. */
-async function releaseLeftHost(attachmentId: string, volume: Volume, left: { host: string; connector: Connector }, intent: ConnectIntent): Promise<void> {
+/** restoreHost for a move whose transaction did not happen; false (logged) when it failed: the intent then stays for recovery. */
+async function restoreLeftHost(attachmentId: string, volume: Volume, left: { host: string; connector: Connector }): Promise<boolean> {
   try {
-    await releaseHost(volume, left, { knownUnused: true });
-    await clearConnectIntent(attachmentId, intent.id);
+    await restoreHost(volume, left);
+    return true;
   } catch (e) {
-    logger.error('could not remove the connection of a host the attachment left; its intent stays for recovery to undo', { attachmentId, host: left.host, error: e as Error });
+    logger.error('could not make again the connection of the host a failed move left; its intent stays for recovery', { attachmentId, host: left.host, error: e as Error });
+    return false;
   }
 }
 
 /**
  * The cleanup of a failed connect: the connection it may have made goes unless another attachment
- * uses the host, then its intent. If the connection could not be removed, the intent stays, so
- * a recovery pass (recoverPendingConnects) removes it later instead of nobody.
+ * uses the host, then its intent (none: the intent is kept, as it is when the connection could not
+ * be removed, so that a recovery pass, recoverPendingConnects, finishes the cleanup later).
  */
-async function undoFailedConnect(attachmentId: string, connector: Connector, connectedVolume: Volume | undefined, intent: ConnectIntent): Promise<void> {
+async function undoFailedConnect(attachmentId: string, connector: Connector, connectedVolume: Volume | undefined, intent: ConnectIntent | undefined): Promise<void> {
   if (connectedVolume) {
     try {
       await releaseHost(connectedVolume, { host: connector.host, connector }, { knownUnused: false });
@@ -125,6 +142,7 @@ async function undoFailedConnect(attachmentId: string, connector: Connector, con
       return;
     }
   }
+  if (!intent) return;
   try {
     await clearConnectIntent(attachmentId, intent.id);
   } catch (e) {
@@ -156,4 +174,26 @@ export async function releaseHost(volume: Volume, target: { host: string; connec
     return 'in-use';
   }
   return 'terminated';
+}
+
+/** What restoreHost did: made the connection again, or found no attachment recording the host (nothing left made). */
+export type RestoreOutcome = 'restored' | 'unused' | 'volume-gone';
+
+/**
+ * Makes a host's backend connection again (a move terminated it, then did not record its
+ * transaction), then fences while an attachment still records the host: a move that read the
+ * volume before this and would terminate the host again retries from the record instead. When no
+ * attachment records the host any more, what this made is removed again (releaseHost).
+ */
+export async function restoreHost(volume: Volume, target: { host: string; connector: Connector }): Promise<RestoreOutcome> {
+  const driver = await driverForVolume(volume);
+  await driver.initializeConnection(volume.backendName, target.connector);
+  const fenced = await fenceHost(volume.id, target.host, { whileUsed: true });
+  if (fenced === 'fenced') return 'restored';
+  if (fenced === 'gone') {
+    await driver.terminateConnection(volume.backendName, target.connector);
+    return 'volume-gone';
+  }
+  await releaseHost(volume, target, { knownUnused: false });
+  return 'unused';
 }

@@ -19,8 +19,9 @@
  * instead of reading it again, its write conditional on that record's version as always. An
  * os-attach with nothing to attach yet reserves and attaches in ONE transaction. DynamoDB requests,
  * the route's read included: os-reserve 2, os-attach 2 (3 onto an earlier reservation),
- * os-initialize_connection 3, os-unreserve 3, os-detach and os-terminate_connection 3 (+1, the
- * fence, when they remove a host's last connection).
+ * os-initialize_connection 3, os-unreserve 2, os-detach and os-terminate_connection 2 (+1, the
+ * fence, when they remove a host's last connection): the detaching actions delete from the route's
+ * record of the volume, with no read of the attachment (listed-removal.ts).
  */
 import { randomUUID } from 'node:crypto';
 import { json, type ApiRequest, type ApiResponse } from '../core/api.js';
@@ -32,7 +33,8 @@ import type { Volume } from '../volumes/model.js';
 import { invalidField, isObject, isUuidLike, pyRepr } from '../volumes/validation.js';
 import { loadVolumeOf, now, RETRY, volumeNotFound } from './connections.js';
 import { getAttachmentRecord, getVolumeRecord, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
-import { ATTACHMENT_POLICIES, createAttachment, deleteAttachment, updateAttachment } from './service.js';
+import { deleteListedAttachment } from './listed-removal.js';
+import { ATTACHMENT_POLICIES, createAttachment, updateAttachment } from './service.js';
 import { assertAttachmentLive, checkLegacyAttach, legacyAttach, needsMultiattachBootablePolicy, reserve } from './transitions.js';
 import { rememberVolume } from './volume-records.js';
 
@@ -75,7 +77,11 @@ const summaries = (v: Volume) => Object.entries(v.attachments ?? {});
  * service's delete starts from it. `hasMaps` false: a reserve from it writes the whole aggregate
  * under its version instead of adding to maps the item may not have.
  */
-const routeVolume = (v: Volume): LoadedVolume => rememberVolume({ volume: { ...v, adminMetadata: v.adminMetadata ?? {}, version: v.version ?? 0 }, hasMaps: false });
+const routeVolume = (v: Volume): LoadedVolume =>
+  rememberVolume({
+    volume: { ...v, attachments: v.attachments ?? {}, instances: v.instances ?? {}, connections: v.connections ?? {}, adminMetadata: v.adminMetadata ?? {}, version: v.version ?? 0 },
+    hasMaps: false,
+  });
 
 async function reserveRoute(req: ApiRequest, v: Volume): Promise<ApiResponse> {
   authorize(req.auth, P.reserve, { projectId: v.projectId });
@@ -101,8 +107,8 @@ const pendingReservation = (v: Volume) => summaries(v).find(([, s]) => s.status 
 async function unreserveRoute(req: ApiRequest, v: Volume): Promise<ApiResponse> {
   authorize(req.auth, P.unreserve, { projectId: v.projectId });
   const id = pendingReservation(v);
-  routeVolume(v);
-  if (id) await deleteAttachment({ auth: req.auth, attachmentId: id });
+  const volume = routeVolume(v);
+  if (id) await deleteListedAttachment({ auth: req.auth, attachmentId: id, volume });
   return json(202);
 }
 
@@ -124,8 +130,8 @@ async function terminateRoute(req: ApiRequest, v: Volume, args: unknown): Promis
   authorize(req.auth, P.terminate, { projectId: v.projectId });
   // A connection that was never attached goes with its attachment; an attached one stays until os-detach.
   const id = summaries(v).find(([, s]) => s.host === connector.host && s.status !== 'attached' && !s.instanceUuid)?.[0];
-  routeVolume(v);
-  if (id) await deleteAttachment({ auth: req.auth, attachmentId: id });
+  const volume = routeVolume(v);
+  if (id) await deleteListedAttachment({ auth: req.auth, attachmentId: id, volume });
   return json(202);
 }
 
@@ -237,8 +243,7 @@ async function detachOne(req: ApiRequest, v: Volume, attachmentId: string | unde
     if (live.length === 0) return json(202);
     id = live[0]!;
   }
-  routeVolume(v);
-  await deleteAttachment({ auth: req.auth, attachmentId: id });
+  await deleteListedAttachment({ auth: req.auth, attachmentId: id, volume: routeVolume(v) });
   return json(202);
 }
 

@@ -5,6 +5,9 @@
  * run it on a schedule with `before` = now minus CONNECT_INTENT_TIMEOUT_MS (model.ts), so a live
  * call is never taken for a dead one.
  *
+ * A move that died between its terminate of the old host's connection and its transaction has its
+ * old host's connection made again (restoreHost, under its fence) before its intent is undone.
+ *
  * Every backend connection is removed through releaseHost (connections.ts): only when no
  * attachment of the volume records the host, followed by the fence that makes a concurrent
  * connect retry and connect again. So a repair never races a live operation: it works under the
@@ -14,8 +17,10 @@ import { FerryError } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import type { BackendConnection, Connector } from '../drivers/volume/driver.js';
 import type { Volume } from '../volumes/model.js';
-import { driverForVolume, releaseHost, type ReleaseOutcome } from './connections.js';
-import { clearConnectIntent, getVolumeRecord, markDisconnectDone, scanConnectIntents, scanPendingDisconnects } from './repo.js';
+import { driverForVolume, releaseHost, restoreHost, type ReleaseOutcome } from './connections.js';
+import type { Attachment } from './model.js';
+import { clearConnectIntent, getVolumeRecord } from './repo.js';
+import { markDisconnectDone, scanConnectIntents, scanPendingDisconnects } from './repo-recovery.js';
 
 /** One repair: its kind (an audit finding's kind where there is one), what it was about, what it saw, what it did. */
 export type AttachmentRepair = { kind: string; resource: string; saw: string; did: string };
@@ -50,15 +55,31 @@ export async function recoverPendingConnects(options: { before: Date }): Promise
       const resource = `attachment ${attachment.id}`;
       const saw = `${attachment.deleted ? 'deleted' : attachment.attachStatus} attachment of volume ${attachment.volumeId} with a connect intent to host ${host} from ${intent.startedAt}`;
       try {
+        const restored = await restoreMovedFrom(attachment, host);
         const released = await releaseIfUnused(attachment.volumeId, host, intent.connector);
         const cleared = await clearConnectIntent(attachment.id, intent.id);
-        repairs.push(logged({ kind: 'pending-connect', resource, saw, did: `${RELEASED[released]}; ${cleared === 'cleared' ? 'cleared the intent' : 'the intent was already gone'}` }));
+        repairs.push(logged({ kind: 'pending-connect', resource, saw, did: `${restored}${RELEASED[released]}; ${cleared === 'cleared' ? 'cleared the intent' : 'the intent was already gone'}` }));
       } catch (e) {
         repairs.push(logged({ kind: 'pending-connect', resource, saw, did: `failed: ${reasonOf(e)}` }));
       }
     }
   }
   return repairs;
+}
+
+/**
+ * A connect intent to another host than the one a live attachment is recorded connected on is a
+ * move, which terminates the old host's connection before its transaction (connections.ts): if it
+ * died in between, the record still counts the attachment on the old host, whose connection is
+ * made again (restoreHost, under its fence). What it did, as the start of the repair's `did`.
+ */
+async function restoreMovedFrom(attachment: Attachment, intentHost: string): Promise<string> {
+  const old = attachment.attachedHost;
+  if (attachment.deleted || !attachment.connector || attachment.connectionInfo === null || !old || old === intentHost) return '';
+  const loaded = await getVolumeRecord(attachment.volumeId);
+  if (!loaded?.volume.connections[old]?.includes(attachment.id)) return '';
+  const restored = await restoreHost(loaded.volume, { host: old, connector: attachment.connector });
+  return restored === 'restored' ? `made the connection on host ${old} (the move's old host) again; ` : '';
 }
 
 /**

@@ -151,7 +151,7 @@ async function sendReserve(items: TransactItem[]): Promise<void> {
  * alone but for the one this write ends: intents of concurrent connects, written after the read,
  * survive it (their writes do not move the version, so they never make this one retry).
  */
-function versionedAttachmentUpdate(before: Attachment, after: Attachment, intents: { endIntent?: string; addIntent?: ConnectIntent }): TransactItem {
+function versionedAttachmentUpdate(before: Attachment, after: Attachment, intents: { endIntent?: string }): TransactItem {
   const item = attachmentToItem(after);
   const previous = attachmentToItem(before);
   const untouched = new Set(['pk', 'sk', 'pendingConnect']);
@@ -174,12 +174,6 @@ function versionedAttachmentUpdate(before: Attachment, after: Attachment, intent
     names['#pc'] = 'pendingConnect';
     names['#intent'] = intents.endIntent;
     removes.push('#pc.#intent');
-  }
-  if (intents.addIntent) {
-    names['#pc'] = 'pendingConnect';
-    names['#added'] = intents.addIntent.id;
-    values[':added'] = intents.addIntent;
-    sets.push('#pc.#added = :added');
   }
   return {
     Update: {
@@ -211,34 +205,85 @@ export class ExtraConditionFailed extends Error {
 
 /**
  * Connect, complete or delete: the attachment (or its tombstone) and the volume, each conditioned
- * on the version read. A connect also ends its intent, and a connect that moves the attachment off
- * a host adds the intent of removing that host's connection (`addIntent`: undone like any intent).
- * `conditions` ride in the same transaction (a delete's in-use check: attachments/ports.ts); one
- * that fails is ExtraConditionFailed, a version race stays the transaction's own error.
+ * on the version read. A connect also ends its intent. `conditions` ride in the same transaction
+ * (a delete's in-use check: attachments/ports.ts); one that fails is ExtraConditionFailed, a
+ * version race stays the transaction's own error.
  */
 export async function writeVersioned(
   before: { volume: Volume; attachment: Attachment },
   after: { volume: Volume; attachment: Attachment },
-  intents: { endIntent?: string; addIntent?: ConnectIntent } = {},
+  intents: { endIntent?: string } = {},
   conditions: readonly TransactItem[] = [],
 ): Promise<void> {
-  const items = [versionedAttachmentUpdate(before.attachment, after.attachment, intents), versionedVolumeUpdate(before.volume, after.volume)];
+  await writeWithVolume(versionedAttachmentUpdate(before.attachment, after.attachment, intents), before.volume, after.volume, conditions);
+}
+
+/** The fields a delete changes on the attachment's item (transitions.ts remove), besides its version and GSI keys. */
+const TOMBSTONE_FIELDS = ['attachStatus', 'detachTime', 'deleted', 'disconnect', 'updatedAt', 'expiresAt'] as const;
+
+/**
+ * A delete computed from the volume's record alone (its summary of the attachment), with no read
+ * of the attachment: the item becomes the tombstone by the fields a delete changes, on condition
+ * that it is a live attachment of this volume; the volume under its version, which every write of
+ * what the summary shows moves. The attachment's condition failing while the volume's held is
+ * AttachmentNotListed (records that disagree: the caller deletes by reading the attachment).
+ */
+export async function writeTombstoneFromVolume(before: Volume, after: Volume, tombstone: Attachment, conditions: readonly TransactItem[] = []): Promise<void> {
+  const item = attachmentToItem(tombstone);
+  const names: Record<string, string> = { '#vid': 'volumeId', '#g1': 'gsi1pk', '#g2': 'gsi1sk' };
+  const values: Record<string, unknown> = { ':vid': before.id, ':one': 1 };
+  TOMBSTONE_FIELDS.forEach((field, i) => {
+    names[`#t${i}`] = field;
+    values[`:t${i}`] = item[field] ?? null;
+  });
+  const update: TransactItem = {
+    Update: {
+      TableName: table(),
+      Key: attachmentKey(tombstone.id),
+      UpdateExpression: `SET ${TOMBSTONE_FIELDS.map((_, i) => `#t${i} = :t${i}`).join(', ')} ADD version :one REMOVE #g1, #g2`,
+      ConditionExpression: `${ATTACHMENT_EXISTS} AND ${ATTACHMENT_LIVE} AND #vid = :vid`,
+      ExpressionAttributeNames: names,
+      ExpressionAttributeValues: values,
+    },
+  };
+  try {
+    await writeWithVolume(update, before, after, conditions);
+  } catch (e) {
+    const [attachmentCode, volumeCode] = cancellationCodes(e);
+    if (attachmentCode === 'ConditionalCheckFailed' && volumeCode === 'None') throw new AttachmentNotListed(tombstone.id, e);
+    throw e;
+  }
+}
+
+/** The volume lists an attachment whose item is not a live attachment of it (writeTombstoneFromVolume). */
+export class AttachmentNotListed extends Error {
+  constructor(
+    readonly attachmentId: string,
+    cause: unknown,
+  ) {
+    super(`attachment ${attachmentId} is listed on its volume but its item is not a live attachment of it`, { cause });
+    this.name = 'AttachmentNotListed';
+  }
+}
+
+/** One attachment write and the volume's versioned update in a transaction, with `conditions`; the volume as stored after is remembered. */
+async function writeWithVolume(attachmentWrite: TransactItem, before: Volume, after: Volume, conditions: readonly TransactItem[]): Promise<void> {
+  const items = [attachmentWrite, versionedVolumeUpdate(before, after)];
   try {
     await db().send(new TransactWriteCommand({ TransactItems: [...items, ...conditions] }));
   } catch (e) {
     // The volume as the failed transaction found it: the retry starts from it instead of a read.
     const current = failedItem(e, 1);
     if (current) rememberVolume(loadedVolume(current));
-    else if (cancellationCodes(e)[1] !== 'None') forgetVolume(before.volume.id); // 'None': its condition held, the record read is still the stored one
+    else if (cancellationCodes(e)[1] !== 'None') forgetVolume(before.id); // 'None': its condition held, the record read is still the stored one
     const reasons = (e as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? [];
     const failed = reasons.findIndex((r, i) => i >= items.length && r?.Code === 'ConditionalCheckFailed');
     if (!isNamed(e, 'TransactionCanceledException') || failed < 0) throw e;
     throw new ExtraConditionFailed(failed - items.length, failedItem(e, failed), e);
   }
   // Stored now: the record read with what versionedVolumeUpdate set.
-  const a = after.volume;
-  const written = { status: a.status, attachStatus: a.attachStatus, attachments: a.attachments, instances: a.instances, connections: a.connections, updatedAt: a.updatedAt };
-  rememberVolume({ volume: { ...before.volume, ...written, version: before.volume.version + 1 }, hasMaps: true });
+  const written = { status: after.status, attachStatus: after.attachStatus, attachments: after.attachments, instances: after.instances, connections: after.connections, updatedAt: after.updatedAt };
+  rememberVolume({ volume: { ...before, ...written, version: before.version + 1 }, hasMaps: true });
 }
 
 /**
@@ -246,15 +291,18 @@ export async function writeVersioned(
  * has meanwhile recorded a connection on that host. A connect that read the volume before this
  * fence then fails its versioned write and connects again, so it cannot keep a connection the
  * terminate removed. Returns 'in-use' when the host has users again (the caller reconnects it).
+ *
+ * `whileUsed`: the fence after a connection was made again (connections.ts restoreHost): bump the
+ * version only while an attachment still records the host; 'unused' when none does any more.
  */
-export async function fenceHost(volumeId: string, host: string): Promise<'fenced' | 'in-use' | 'gone'> {
+export async function fenceHost(volumeId: string, host: string, options: { whileUsed?: boolean } = {}): Promise<'fenced' | 'in-use' | 'unused' | 'gone'> {
   try {
     const out = await db().send(
       new UpdateCommand({
         TableName: table(),
         Key: volumeKey(volumeId),
         UpdateExpression: 'ADD version :one',
-        ConditionExpression: 'attribute_exists(pk) AND attribute_not_exists(#conns.#host)',
+        ConditionExpression: `attribute_exists(pk) AND ${options.whileUsed ? 'attribute_exists' : 'attribute_not_exists'}(#conns.#host)`,
         ExpressionAttributeNames: { '#conns': 'connections', '#host': host },
         ExpressionAttributeValues: { ':one': 1 },
         ReturnValues: 'ALL_NEW',
@@ -266,7 +314,8 @@ export async function fenceHost(volumeId: string, host: string): Promise<'fenced
   } catch (e) {
     forgetVolume(volumeId);
     if ((e as { name?: string }).name !== 'ConditionalCheckFailedException') throw e;
-    return (e as { Item?: unknown }).Item ? 'in-use' : 'gone';
+    if (!(e as { Item?: unknown }).Item) return 'gone';
+    return options.whileUsed ? 'unused' : 'in-use';
   }
 }
 
@@ -335,51 +384,5 @@ export async function clearConnectIntent(attachmentId: string, intentId: string)
   } catch (e) {
     if (isNamed(e, 'ConditionalCheckFailedException')) return 'gone';
     throw e;
-  }
-}
-
-/**
- * Every attachment item (live or tombstone) holding a connect intent. A Scan with a filter: the
- * volume table's only index (gsi1) keys the project listings, and intents are rare (only
- * connects in flight or abandoned by a crash), so recovery passes pay one table read each.
- */
-export async function scanConnectIntents(): Promise<Attachment[]> {
-  const items = await scanAll({
-    TableName: table(),
-    FilterExpression: 'sk = :sk AND size(pendingConnect) > :zero',
-    ExpressionAttributeValues: { ':sk': ATTACHMENT_SK, ':zero': 0 },
-    ConsistentRead: true,
-  });
-  return items.map(attachmentFromItem);
-}
-
-/** Every tombstone whose delete had to remove a host's connection and was not yet seen through by a recovery pass. */
-export async function scanPendingDisconnects(): Promise<Attachment[]> {
-  const items = await scanAll({
-    TableName: table(),
-    FilterExpression: 'sk = :sk AND deleted = :true AND attribute_type(#disconnect, :map)',
-    ExpressionAttributeNames: { '#disconnect': 'disconnect' },
-    ExpressionAttributeValues: { ':sk': ATTACHMENT_SK, ':true': true, ':map': 'M' },
-    ConsistentRead: true,
-  });
-  return items.map(attachmentFromItem);
-}
-
-/** A recovery pass saw the tombstone's disconnect through: later passes skip it (a retried delete then has nothing left to finish). */
-export async function markDisconnectDone(tombstone: Attachment): Promise<void> {
-  try {
-    await db().send(
-      new UpdateCommand({
-        TableName: table(),
-        Key: attachmentKey(tombstone.id),
-        UpdateExpression: 'SET #disconnect = :none ADD version :one',
-        ConditionExpression: 'deleted = :true AND #disconnect.#host = :host',
-        ExpressionAttributeNames: { '#disconnect': 'disconnect', '#host': 'host' },
-        ExpressionAttributeValues: { ':none': null, ':one': 1, ':true': true, ':host': tombstone.disconnect!.host },
-      }),
-    );
-  } catch (e) {
-    // Done by another pass (or the tombstone expired): nothing left to mark.
-    if (!isNamed(e, 'ConditionalCheckFailedException')) throw e;
   }
 }

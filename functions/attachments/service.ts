@@ -6,8 +6,9 @@
  * Each operation reads the attachment and/or volume, applies a pure transition (transitions.ts),
  * and writes both in one transaction (repo.ts); a lost race re-reads and re-applies. Happy-path
  * DynamoDB requests: create 2 (get volume, transaction), create with connector 3, update 3
- * (connect-intent update returning the attachment, get volume, transaction; +2 when it moves the
- * attachment off a host nobody else uses: the fence, and clearing the removal's intent), complete
+ * (connect-intent update returning the attachment, get volume, transaction; also when it moves the
+ * attachment off a host nobody else uses: that host's terminate comes before the transaction,
+ * which is its fence: connections.ts connectAttachment), complete
  * 2 (get attachment, transaction), delete 2 (+1 fence when it removes a host's last connection),
  * show 1. Complete and delete start from the volume as this process last saw it stored
  * (volume-records.ts), which the previous call of the cycle left: +1 (get volume) when it has not
@@ -277,21 +278,41 @@ export interface RemainingAttachment {
  * the delete's own transaction (the port's), so a server that attaches between the delete's reads
  * and its write refuses it too; none for the callers upstream does not ask for.
  */
-function inUseConditions(auth: AuthContext, attachment: Attachment): TransactCondition[] {
+function inUseConditions(auth: AuthContext, attachment: RemovedAttachment): TransactCondition[] {
   if (auth.roles.includes('service') || !attachment.instanceUuid || !attachment.connectionInfo) return [];
   return getAttachmentUsers().notInUseConditions(attachment.instanceUuid, attachment.volumeId, attachment.id);
 }
 
-/** The delete's transaction; a failed in-use condition is the 409 when its record shows the server using the attachment, else a race to retry. */
-async function writeRemoval(auth: AuthContext, attachment: Attachment, volume: LoadedVolume, removed: RemoveResult): Promise<void> {
+/** What the in-use question asks of the attachment a delete removes. */
+export type RemovedAttachment = Pick<Attachment, 'id' | 'volumeId' | 'instanceUuid' | 'connectionInfo'>;
+
+/**
+ * The delete's transaction (`write`, given the in-use conditions to carry); a failed in-use
+ * condition is the 409 when its record shows the server using the attachment, else a race to retry.
+ */
+export async function writeRemoval(auth: AuthContext, attachment: RemovedAttachment, write: (conditions: TransactCondition[]) => Promise<void>): Promise<void> {
   try {
-    await writeVersioned({ volume: volume.volume, attachment }, { volume: removed.volume, attachment: removed.tombstone }, {}, inUseConditions(auth, attachment));
+    await write(inUseConditions(auth, attachment));
   } catch (e) {
     if (!(e instanceof ExtraConditionFailed)) throw e;
     const why = await getAttachmentUsers().whyRefused(attachment.instanceUuid!, attachment.volumeId, attachment.id, e.index, e.old);
     if (why === 'in-use') throw new Conflict(`Detach volume from instance ${attachment.instanceUuid} using the Compute API`);
     // The transaction's own error: a condition failure, which RETRY retries from the current records.
     throw e.cancelled;
+  }
+}
+
+/** After a delete's transaction that removed a host's last connection: the terminate and its fence; a failure says how to retry. */
+export async function finishDisconnect(attachmentId: string, removed: Pick<RemoveResult, 'volume' | 'disconnect'>): Promise<void> {
+  if (!removed.disconnect) return;
+  try {
+    await releaseHost(removed.volume, removed.disconnect, { knownUnused: true });
+  } catch (e) {
+    const reason = e instanceof FerryError ? e.message : String(e);
+    throw new DriverError(
+      `Attachment ${attachmentId} was deleted, but the backend connection of host ${removed.disconnect.host} could not be removed (${reason}); delete the attachment again to retry.`,
+      { cause: e, context: { attachmentId, host: removed.disconnect.host } },
+    );
   }
 }
 
@@ -326,25 +347,17 @@ export async function deleteAttachment(input: AttachmentRef): Promise<RemainingA
     authorize(input.auth, ATTACHMENT_POLICIES.delete, { projectId: visible.projectId });
     const volume = await startingVolumeOf(visible);
     const removed = remove(volume.volume, visible, now());
+    const write = (conditions: TransactCondition[]) =>
+      writeVersioned({ volume: volume.volume, attachment: visible }, { volume: removed.volume, attachment: removed.tombstone }, {}, conditions);
     try {
-      await writeRemoval(input.auth, visible, volume, removed);
+      await writeRemoval(input.auth, visible, write);
     } catch (e) {
       attachmentHeld = cancellationCodes(e)[0] === 'None';
       throw e;
     }
     return removed;
   }, RETRY);
-  if (result.disconnect) {
-    try {
-      await releaseHost(result.volume, result.disconnect, { knownUnused: true });
-    } catch (e) {
-      const reason = e instanceof FerryError ? e.message : String(e);
-      throw new DriverError(
-        `Attachment ${input.attachmentId} was deleted, but the backend connection of host ${result.disconnect.host} could not be removed (${reason}); delete the attachment again to retry.`,
-        { cause: e, context: { attachmentId: input.attachmentId, host: result.disconnect.host } },
-      );
-    }
-  }
+  await finishDisconnect(input.attachmentId, result);
   return result.remaining.map((r) => ({ id: r.id, volumeId: result.volume.id, summary: r.summary }));
 }
 

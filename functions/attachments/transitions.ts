@@ -84,6 +84,8 @@ function summaryOf(a: Attachment): AttachmentSummary {
     attachedAt: a.attachTime,
     connected: a.connectionInfo !== null,
     mountpoint: a.mountpoint,
+    // What a delete from the volume's record alone needs to terminate the host's connection.
+    ...(a.connectionInfo !== null && a.connector ? { connector: a.connector } : {}),
   };
 }
 

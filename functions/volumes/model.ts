@@ -7,6 +7,7 @@
  * item lets a single conditional write or transaction enforce each invariant, with no
  * read-then-write race.
  */
+import type { Connector } from '../drivers/volume/driver.js';
 
 /** Cinder volume status strings (C/objects/fields.py VolumeStatus), as the API shows them. */
 export type VolumeStatus =
@@ -49,6 +50,12 @@ export interface AttachmentSummary {
   connected: boolean;
   /** connector.mountpoint, shown as `device` in the volume view (optional: added by volumes). */
   mountpoint?: string | null;
+  /**
+   * The connector of a connected attachment (absent on summaries written before it was kept):
+   * the pre-3.27 detach actions delete from the volume's record with no read of the attachment
+   * (attachments/listed-removal.ts), and terminate the host's connection with it.
+   */
+  connector?: Connector;
 }
 
 /** Capacity a volume holds on a pool item (scheduler.ts); present exactly while it is held, so release happens once. */

@@ -15,6 +15,7 @@ import { DriverError } from '../../functions/core/errors.js';
 import { clearFaultCalls, clearFaults, crashedCalls, faultCalls, injectFault } from '../../functions/core/faults.js';
 import { intentId } from '../../functions/core/intents.js';
 import { driverForHost } from '../../functions/volumes/backends.js';
+import { db } from '../../functions/core/db.js';
 import { eventually } from '../support/poll.js';
 import { attachmentItems, BACKEND, backendConnections, connector, DEMO_AUTH, liveAttachmentItems, putVolume, readVolume, startAttachmentEnv, VOLUME_HOST, type AttachmentTestEnv } from './attachments-support.js';
 
@@ -152,19 +153,61 @@ describe('recoverPendingConnects', () => {
     expect(await backendConnections(volume)).toEqual(['cmp2']);
   });
 
-  test("a move whose removal of the old host's connection died: recovery removes the old export", async () => {
+  test("a move that died after terminating the old host's connection, before its transaction: recovery makes the old host's connection again and removes the new one", async () => {
+    // Prepare: the old host's terminate happens, then the process dies
     const volume = await putVolume();
     const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
-    injectFault({ kind: 'volume', backend: BACKEND, method: 'terminateConnection', mode: 'crash', times: 1 });
+    injectFault({ kind: 'volume', backend: BACKEND, method: 'terminateConnection', mode: 'crash-after', times: 1 });
     void updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp2') });
     await crashed('terminateConnection');
-    expect(await backendConnections(volume)).toEqual(['cmp1', 'cmp2']);
-
-    const repairs = await recoverPendingConnects({ before: later() });
-
-    expect(repairs).toEqual([{ kind: 'pending-connect', resource: `attachment ${att.id}`, saw: expect.stringContaining('host cmp1'), did: 'terminated the backend connection; cleared the intent' }]);
     expect(await backendConnections(volume)).toEqual(['cmp2']);
-    expect((await readVolume(volume.id)).connections).toEqual({ cmp2: [att.id] });
+    expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [att.id] });
+    // Act
+    const repairs = await recoverPendingConnects({ before: later() });
+    // Assess: what the record says (the attachment on cmp1) is what the backend holds again
+    expect(repairs).toEqual([
+      {
+        kind: 'pending-connect',
+        resource: `attachment ${att.id}`,
+        saw: expect.stringContaining('host cmp2'),
+        did: "made the connection on host cmp1 (the move's old host) again; terminated the backend connection; cleared the intent",
+      },
+    ]);
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [att.id] });
+    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachedHost: 'cmp1', pendingConnect: {} });
+  });
+
+  test("a move whose transaction fails after the old host's terminate: the old host's connection is made again, the new one removed, the intent cleared", async () => {
+    // Prepare
+    const volume = await putVolume();
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    const lost = Object.assign(new Error('the transaction failed'), { name: 'InternalServerError' });
+    db().middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'TransactWriteItemsCommand') throw lost;
+        return next(args);
+      },
+      { step: 'initialize', name: 'testFailTransaction' },
+    );
+    clearFaultCalls();
+    // Act
+    let failure: unknown;
+    try {
+      await updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp2') });
+    } catch (e) {
+      failure = e;
+    } finally {
+      db().middlewareStack.remove('testFailTransaction');
+    }
+    // Assess: the terminate of cmp1 happened (the move's order) and was undone; nothing of cmp2 is left
+    expect(failure).toBe(lost);
+    const driverCalls = faultCalls().map((c) => c.method).filter((m) => m.endsWith('Connection'));
+    // connect cmp2, terminate cmp1 (before the transaction), make cmp1 again (restoreHost), terminate cmp2 (the failed connect's cleanup)
+    expect(driverCalls).toEqual(['initializeConnection', 'terminateConnection', 'initializeConnection', 'terminateConnection']);
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [att.id] });
+    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachedHost: 'cmp1', pendingConnect: {} });
   });
 
   test('an intent on a host another attachment uses: the intent is cleared, the connection kept', async () => {

@@ -84,10 +84,10 @@ describe('at most 3 DynamoDB requests per call', () => {
     const attach = await action(volume.id, { 'os-attach': { instance_uuid: server, mountpoint: '/dev/vdb' } });
     const attached = await readVolume(volume.id);
     const detach = await action(volume.id, { 'os-detach': null });
-    // Assess: os-detach removed the host's last connection, so its fence (after the terminate) is a 4th request
+    // Assess: os-detach removes the host's last connection from the route's record (no attachment read): route read, transaction, the fence after the terminate
     expect([reserve.status, initialize.status, attach.status, detach.status]).toEqual([202, 200, 202, 202]);
     expect(attached).toMatchObject({ status: 'in-use', attachStatus: 'attached' });
-    expect({ reserve: reserve.requests, initialize: initialize.requests, attach: attach.requests, detach: detach.requests }).toEqual({ reserve: 2, initialize: 3, attach: 3, detach: 4 });
+    expect({ reserve: reserve.requests, initialize: initialize.requests, attach: attach.requests, detach: detach.requests }).toEqual({ reserve: 2, initialize: 3, attach: 3, detach: 3 });
     expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
     expect(await backendConnections(volume)).toEqual([]);
   });
@@ -105,7 +105,7 @@ describe('at most 3 DynamoDB requests per call', () => {
     expect([attach.status, detach.status]).toEqual([202, 202]);
     expect(attached).toMatchObject({ status: 'in-use', attachStatus: 'attached', instances: { [server]: 1 } });
     expect(Object.values(attached.attachments)).toMatchObject([{ status: 'attached', instanceUuid: server, mode: 'ro', mountpoint: '/dev/vdb' }]);
-    expect({ attach: attach.requests, detach: detach.requests }).toEqual({ attach: 2, detach: 3 });
+    expect({ attach: attach.requests, detach: detach.requests }).toEqual({ attach: 2, detach: 2 });
     expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, instances: {} });
   });
 
@@ -119,11 +119,36 @@ describe('at most 3 DynamoDB requests per call', () => {
     const initialize = await action(volume.id, { 'os-initialize_connection': { connector: connector('cmp1') } });
     const connected = await backendConnections(volume);
     const terminate = await action(volume.id, { 'os-terminate_connection': { connector: connector('cmp1') } });
-    // Assess: os-terminate_connection removes the host's last connection: the fence is its 4th request
+    // Assess: os-terminate_connection removes the host's last connection from the route's record: route read, transaction, fence
     expect([reserve.status, unreserve.status, initialize.status, terminate.status]).toEqual([202, 202, 200, 202]);
     expect(connected).toEqual(['cmp1']);
-    expect({ reserve: reserve.requests, unreserve: unreserve.requests, initialize: initialize.requests, terminate: terminate.requests }).toEqual({ reserve: 2, unreserve: 3, initialize: 3, terminate: 4 });
+    expect({ reserve: reserve.requests, unreserve: unreserve.requests, initialize: initialize.requests, terminate: terminate.requests }).toEqual({ reserve: 2, unreserve: 2, initialize: 3, terminate: 3 });
     expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
+    expect(await backendConnections(volume)).toEqual([]);
+  });
+});
+
+describe('PUT /attachments/{id} moving an attachment to another host', () => {
+  test("off a host nobody else uses: 3 requests (the old host's connection goes before the transaction, which is its fence); again from a process that has not seen the volume", async () => {
+    // Prepare
+    await warmDriver();
+    const volume = await putVolume();
+    const made = await counted('POST', '/attachments', { attachment: { volume_uuid: volume.id, instance_uuid: randomUUID(), connector: connector('cmp1') } });
+    const id = made.body.attachment.id as string;
+    await counted('POST', `/attachments/${id}/action`, { 'os-complete': null });
+    // Act
+    const move = await counted('PUT', `/attachments/${id}`, { attachment: { connector: connector('cmp2') } });
+    const afterMove = await backendConnections(volume);
+    forgetVolume(volume.id); // as another process would handle the next move
+    const moveBack = await counted('PUT', `/attachments/${id}`, { attachment: { connector: connector('cmp1') } });
+    // Assess
+    expect([move.status, moveBack.status]).toEqual([200, 200]);
+    expect({ move: move.requests, moveBack: moveBack.requests }).toEqual({ move: 3, moveBack: 3 });
+    expect(afterMove).toEqual(['cmp2']);
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [id] });
+    const remove = await counted('DELETE', `/attachments/${id}`);
+    expect(remove.status).toBe(200);
     expect(await backendConnections(volume)).toEqual([]);
   });
 });
