@@ -2,7 +2,9 @@
  * bench/attachments: attachment create -> update -> complete -> delete cycles against the local
  * stack over HTTP, with 1 client and with 32 concurrent clients (each on its own volume).
  *
- * Prints p50/p99 per call and DynamoDB requests per API call (goal: at most 3). Absolute times
+ * Prints p50/p99 per call and DynamoDB requests per API call (goal: at most 3), and the requests of
+ * the calls the cycle does not make (a PUT moving an attachment to another host, os-detach and
+ * os-terminate_connection removing a host's last connection), counted with one client. Absolute times
  * drift on a noisy machine, so it also prints ratios against baselines measured in the same run:
  * a single DynamoDB GetItem round trip (how many round trips an API call costs), and the
  * DynamoDB-only ceiling (the bare DynamoDB work of the same number of calls, run by as many loops
@@ -36,8 +38,9 @@ const ROUNDS = Math.max(1, Math.min(CYCLES, Number(process.env.BENCH_ROUNDS ?? 4
 const CLIENTS = 32;
 const HEADERS = { 'X-Auth-Token': 'demo:demo', 'OpenStack-API-Version': 'volume 3.70', 'Content-Type': 'application/json' };
 
-async function api(base: string, method: string, path: string, body?: unknown): Promise<any> {
-  const res = await fetch(base + path, { method, headers: HEADERS, body: body === undefined ? undefined : JSON.stringify(body) });
+async function api(base: string, method: string, path: string, body?: unknown, version = '3.70'): Promise<any> {
+  const headers = { ...HEADERS, 'OpenStack-API-Version': `volume ${version}` };
+  const res = await fetch(base + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const text = await res.text();
   if (res.status >= 400) throw new Error(`${method} ${path} -> ${res.status} ${text}`);
   return text ? JSON.parse(text) : undefined;
@@ -76,6 +79,26 @@ async function cycle(base: string, rec: Recorder, volumeId: string, instance: st
   await rec.time('update', () => counted('update', () => api(base, 'PUT', `/attachments/${att.id}`, { attachment: { connector: { host, initiator: 'iqn.bench', ip: '127.0.0.1', platform: 'x86_64', os_type: 'linux2', multipath: false, mountpoint: '/dev/vdb' } } })));
   await rec.time('complete', () => counted('complete', () => api(base, 'POST', `/attachments/${att.id}/action`, { 'os-complete': null })));
   await rec.time('delete', () => counted('delete', () => api(base, 'DELETE', `/attachments/${att.id}`)));
+}
+
+/**
+ * The calls the cycle does not make, counted with one client (not timed): a PUT moving a connected
+ * attachment to another host, and the pre-3.27 actions removing a host's last connection.
+ */
+async function otherPaths(base: string, volumeId: string, cycles: number): Promise<void> {
+  const bench = (host: string) => ({ host, initiator: `iqn.bench:${host}`, ip: '127.0.0.1', platform: 'x86_64', os_type: 'linux2', multipath: false });
+  const action = (body: unknown) => api(base, 'POST', `/volumes/${volumeId}/action`, body, '3.0');
+  for (let i = 0; i < cycles; i++) {
+    const att = (await api(base, 'POST', '/attachments', { attachment: { volume_uuid: volumeId, instance_uuid: '00000000-0000-4000-8000-0000000000aa', connector: bench('bench-from') } })).attachment;
+    await api(base, 'POST', `/attachments/${att.id}/action`, { 'os-complete': null });
+    await counted('update moving host', () => api(base, 'PUT', `/attachments/${att.id}`, { attachment: { connector: bench('bench-to') } }));
+    await api(base, 'DELETE', `/attachments/${att.id}`);
+    await action({ 'os-initialize_connection': { connector: bench('bench-legacy') } });
+    await action({ 'os-attach': { instance_uuid: '00000000-0000-4000-8000-0000000000bb', mountpoint: '/dev/vdb' } });
+    await counted('os-detach', () => action({ 'os-detach': null }));
+    await action({ 'os-initialize_connection': { connector: bench('bench-legacy') } });
+    await counted('os-terminate_connection', () => action({ 'os-terminate_connection': { connector: bench('bench-legacy') } }));
+  }
 }
 
 interface ApiRun {
@@ -207,6 +230,7 @@ try {
   console.log(`bench/attachments: ${CYCLES} cycles per client over ${ROUNDS} rounds; baseline DynamoDB GetItem p50 ${fmt(getItemP50)}; load average ${loadText()}`);
   const one = await interleaved(base, volumes, 1);
   const oneThroughput = report('1 client', one.api, getItemP50);
+  await otherPaths(base, volumes[0]!, 5);
   console.log('  DynamoDB requests per call (1 client, exact): ' + [...perCall].map(([n, v]) => `${n} ${(v.reduce((a, b) => a + b, 0) / v.length).toFixed(2)}`).join(', '));
   perCall.clear();
   const profiler = new SpanProfiler(process.env.BENCH_PROFILE);
