@@ -31,6 +31,11 @@ export const now = () => new Date().toISOString();
 export const DRIVER_CACHE_MS = 10_000;
 const drivers = new Map<string, { driver: VolumeDriver; until: number }>();
 
+/** Forgets the drivers kept (a test that counts requests starts its 10 s with a fresh one). */
+export function forgetConnectionDrivers(): void {
+  drivers.clear();
+}
+
 export async function driverForVolume(volume: Volume): Promise<VolumeDriver> {
   if (!volume.host) throw new InvalidVolume(`Volume ${volume.id} has no host yet; it cannot be connected.`, { volumeId: volume.id });
   const cached = drivers.get(volume.host);

@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { runAudit } from '../../functions/audit/audit.js';
+import { forgetConnectionDrivers } from '../../functions/attachments/connections.js';
 import { LEGACY_ATTACH_ACTIONS } from '../../functions/attachments/legacy.js';
 import { attachmentRoutes } from '../../functions/attachments/routes.js';
 import { forgetVolume } from '../../functions/attachments/volume-records.js';
@@ -40,8 +41,13 @@ async function counted(method: string, path: string, body?: unknown, version = '
 }
 const action = (volumeId: string, body: unknown) => counted('POST', `/volumes/${volumeId}/action`, body, '3.0');
 
-/** A first connect reads the backend record, then reuses the driver (connections.ts DRIVER_CACHE_MS): warm it, as a running API is. */
+/**
+ * A first connect reads the backend record, then reuses the driver for 10 s from that read
+ * (connections.ts DRIVER_CACHE_MS): warm it afresh, as a running API is, so that its 10 s do not
+ * end in the middle of a test on a loaded machine.
+ */
 async function warmDriver(): Promise<void> {
+  forgetConnectionDrivers();
   const volume = await putVolume();
   const made = await counted('POST', '/attachments', { attachment: { volume_uuid: volume.id, connector: connector('warm') } });
   await counted('DELETE', `/attachments/${made.body.attachment.id}`);
