@@ -2,7 +2,8 @@
  * The per-volume failover rules of VolumeManager.failover (reference §2.4), as pure functions.
  */
 import { describe, expect, test } from 'vitest';
-import { FAILOVER_BATCH_SIZE, failoverVolumeState } from '../../functions/replication/repo.js';
+import { InvariantViolation } from '../../functions/core/errors.js';
+import { FAILOVER_BATCH_SIZE, failoverVolumeState, recordedBatch } from '../../functions/replication/repo.js';
 import { applyFailoverUpdate, doneBy, markNotCapable } from '../../functions/replication/volume-rules.js';
 import { volumeUpdate } from '../../functions/volumes/repo.js';
 import { isReplicatedVolume } from '../../functions/volumes/capabilities.js';
@@ -102,5 +103,30 @@ describe('a volume as a failover batch carries it (replication/repo.ts failoverV
   test('a batch of the largest volumes fits a DynamoDB item (400 KB) whatever their snapshots', () => {
     const largest = failoverVolumeState({ ...volume({ id: 'f'.repeat(36), backendName: 'x'.repeat(255), host: `${'h'.repeat(64)}@${'b'.repeat(64)}#${'p'.repeat(64)}`, failoverOperationId: 'o'.repeat(36), snapshotIds: Array.from({ length: 1000 }, (_, i) => `snapshot-${i}`) }) });
     expect(JSON.stringify(Array.from({ length: FAILOVER_BATCH_SIZE }, () => largest)).length).toBeLessThan(400 * 1024);
+  });
+});
+
+describe('a batch item as read (replication/repo.ts recordedBatch)', () => {
+  const carried = [failoverVolumeState({ ...volume() }), failoverVolumeState({ ...volume({ id: 'v2', replicationStatus: null, snapshotIds: [] }) })];
+
+  test('the listing, stored as one JSON string, comes back as the volumes listed, with the recorded replica choices', () => {
+    // Prepare: the item as Prepare writes it (recordPlan), after the driver recorded its choices.
+    const item = { pk: 'REPLOP#op-1', sk: 'BATCH#00000', listing: JSON.stringify(carried), replicaChoices: { v1: 'snap-1', v2: null } };
+    // Act / Assess
+    expect(recordedBatch(item, OP, 0)).toEqual({ volumes: carried, replicaChoices: { v1: 'snap-1', v2: null } });
+  });
+
+  test('plans recorded before: volumes as a list of maps, or ids only', () => {
+    expect(recordedBatch({ volumes: carried }, OP, 0)).toEqual({ volumes: carried });
+    expect(recordedBatch({ volumeIds: ['v1', 'v2'] }, OP, 0)).toEqual({ volumeIds: ['v1', 'v2'] });
+  });
+
+  test.each([
+    ['a listing that is not JSON', { listing: '[{"id": "v1",' }, 'is not JSON'],
+    ['a listing that is not a list', { listing: '{"id": "v1"}' }, 'is not a list of volumes'],
+    ['no volumes in any form', {}, 'records no volumes'],
+  ])('%s is an invariant violation naming the batch', (_, item, reason) => {
+    expect(() => recordedBatch(item, OP, 7)).toThrow(InvariantViolation);
+    expect(() => recordedBatch(item, OP, 7)).toThrow(new RegExp(`Batch 7 of replication operation ${OP} .*${reason}`));
   });
 });
