@@ -39,8 +39,8 @@ import { MAX_TRANSACTION_ITEMS } from '../../functions/replication/steps.js';
 import { FAILOVER_BATCH_SIZE } from '../../functions/replication/repo.js';
 import { REPLICATED_BACKEND } from '../../functions/volumes/seed.js';
 import { startLocalStack } from '../../infra/local/stack.js';
-import { quietAwsSdk } from '../../infra/local/quiet-sdk.js';
 import { childrenCpuSeconds } from '../support/cpu.js';
+import { runBench } from '../support/run-bench.js';
 
 const N = Number(process.env.BENCH_VOLUMES ?? 10_000);
 const RUN_FAILBACK = process.env.BENCH_FAILBACK === '1';
@@ -269,9 +269,4 @@ async function main(): Promise<void> {
   }
 }
 
-// The SDK's Node-version warning is not the bench's output (as npm start, infra/local/quiet-sdk.ts).
-quietAwsSdk();
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+runBench(main);
