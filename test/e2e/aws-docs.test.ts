@@ -177,7 +177,7 @@ const RULES: Rule[] = [
 
   // --- not run here: builds, tests of their own, mentions of a subcommand the doc shows elsewhere
   { match: /^npm run (synth|test:infra|test:crash)\b/, notRun: 'builds and tests of their own (npm run test:infra runs the synth; npm run test:crash is the crash matrix)', check: checkSubcommand },
-  { match: /^npm (ci|run smoke:local|run smoke)$/, notRun: 'a mention (npm run smoke:local is in .ci/run; npm run smoke is run above)', check: checkSubcommand },
+  { match: /^npm (ci|test|run smoke:local|run smoke)$/, notRun: 'a mention (npm test is this suite; npm run smoke:local is in .ci/run; npm run smoke is run above)', check: checkSubcommand },
   { match: /^ferry (audit|inventory|watch|token create --admin)/, notRun: 'a mention of the operator CLI (its tests: test/integration/inventory-deployed.test.ts, ferry-cli*.test.ts)', check: checkSubcommand },
   { match: /^cinder (unmanage|failover-host)$/, notRun: 'a mention of a cinder subcommand the doc shows in full elsewhere', check: checkSubcommand },
   { match: /^manila (extend|shrink|migration-get-progress|show)$/, notRun: 'a mention of a manila subcommand', check: checkSubcommand },
