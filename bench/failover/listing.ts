@@ -4,7 +4,8 @@
  * BENCH_VOLUMES replicated volume items and their claims (default 3,000: 6,000 items; no backend
  * files) are written straight to DynamoDB Local, then each variant (BENCH_VARIANTS, comma-separated,
  * default all) runs BENCH_REPEATS times interleaved, printing wall time and the CPU seconds of
- * DynamoDB Local and of this process:
+ * DynamoDB Local and of this process, and each against the round's first variant (its baseline: with
+ * the default order, the listing as it is):
  *
  * - `listing`: repo.ts listFailoverVolumesOnBackend as it is; `s1`, `s2`, `s4`, `s8`, `s16`: the
  *   same scan with that many segments; `noproj`: 4 segments without the projection;
@@ -109,14 +110,18 @@ const VARIANTS: Record<string, [string, () => Promise<number>]> = {
   'read-json': ['plan read, JSON strings', () => readPlan('json')],
 };
 
-async function measure(label: string, fn: () => Promise<number>): Promise<void> {
+/** One variant's wall and DynamoDB Local CPU seconds; the line says both against the round's first variant (the baseline). */
+async function measure(label: string, fn: () => Promise<number>, baseline?: { seconds: number; dynamoCpu: number }): Promise<{ seconds: number; dynamoCpu: number }> {
   const dynamo0 = childrenCpuSeconds();
   const node0 = process.cpuUsage();
   const t0 = performance.now();
   const count = await fn();
   const seconds = (performance.now() - t0) / 1000;
+  const dynamoCpu = childrenCpuSeconds() - dynamo0;
   const node = process.cpuUsage(node0);
-  console.log(`${label.padEnd(42)} ${seconds.toFixed(2)} s, CPU: DynamoDB Local ${(childrenCpuSeconds() - dynamo0).toFixed(2)} s, this process ${((node.user + node.system) / 1e6).toFixed(2)} s (${count})`);
+  const against = baseline ? `; ${(seconds / baseline.seconds).toFixed(2)}x the first's wall, ${(dynamoCpu / baseline.dynamoCpu).toFixed(2)}x its DynamoDB Local CPU` : ' (the baseline of the round)';
+  console.log(`${label.padEnd(42)} ${seconds.toFixed(2)} s, CPU: DynamoDB Local ${dynamoCpu.toFixed(2)} s, this process ${((node.user + node.system) / 1e6).toFixed(2)} s (${count})${against}`);
+  return { seconds, dynamoCpu };
 }
 
 async function main(): Promise<void> {
@@ -139,7 +144,11 @@ async function main(): Promise<void> {
     listed = await listFailoverVolumesOnBackend(REPLICATED_BACKEND);
     console.log(`bench/failover/listing: ${N} volumes and their claims written in ${((performance.now() - t0) / 1000).toFixed(1)} s; load ${loadavg()[0]!.toFixed(1)}`);
     for (let r = 0; r < REPEATS; r++) {
-      for (const [label, fn] of chosen) await measure(label, fn);
+      let baseline: { seconds: number; dynamoCpu: number } | undefined;
+      for (const [label, fn] of chosen) {
+        const measured = await measure(label, fn, baseline);
+        baseline ??= measured;
+      }
       console.log('');
     }
   } finally {

@@ -38,6 +38,7 @@ import { driverOfHost } from '../../functions/servers/engine.js';
 import { SANDBOX_IMAGES } from '../../functions/servers/images.js';
 import { findCopies } from '../../functions/servers/repo.js';
 import { startLocalStack } from '../../infra/local/stack.js';
+import { runBench } from '../support/run-bench.js';
 
 const MiB = 1 << 20;
 const DISK_MIB = Number(process.env.BENCH_DISK_MIB ?? 1024);
@@ -349,7 +350,4 @@ async function main(): Promise<void> {
   rmSync(dataDir, { recursive: true, force: true });
 }
 
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+runBench(main);

@@ -29,6 +29,7 @@ import { findCopies } from '../../functions/servers/repo.js';
 import { startLocalStack } from '../../infra/local/stack.js';
 import { stackCpuSeconds } from '../support/cpu.js';
 import { writeRootData } from './cross-cell.js';
+import { runBench } from '../support/run-bench.js';
 
 const FLOW = process.env.BENCH_FLOW ?? 'live';
 const REPEATS = Number(process.env.BENCH_PROFILE_REPEATS ?? 1);
@@ -271,7 +272,4 @@ async function main(): Promise<void> {
   rmSync(dataDir, { recursive: true, force: true });
 }
 
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+runBench(main);

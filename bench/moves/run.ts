@@ -34,6 +34,7 @@ import { startLocalStack } from '../../infra/local/stack.js';
 import { stackCpuSeconds } from '../support/cpu.js';
 import { percentile } from '../support/stats.js';
 import { CROSS_CELL_REFERENCE, crossCellRound, crossCellSummary, writeRootData, type FlowSample } from './cross-cell.js';
+import { runBench } from '../support/run-bench.js';
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 3);
 /** Where the image-backed server's root disk gets 1 MiB of data each (MiB offsets). */
@@ -270,7 +271,4 @@ async function main(): Promise<void> {
   rmSync(dataDir, { recursive: true, force: true });
 }
 
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+runBench(main);

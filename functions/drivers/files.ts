@@ -111,23 +111,28 @@ export const WRITEBACK_PAUSE_MS = 20;
 export function writebackWhileWriting(fh: FileHandle): { stop(): Promise<void> } {
   let stopped = false;
   let wake: (() => void) | undefined;
+  // A failed sync ends the loop and is kept here until stop() throws it to the caller.
+  let failed: Error | undefined;
   const loop = (async () => {
-    while (!stopped) {
-      await fh.datasync();
-      if (stopped) break;
-      await new Promise<void>((resolve) => {
-        wake = resolve;
-        setTimeout(resolve, WRITEBACK_PAUSE_MS);
-      });
+    try {
+      while (!stopped) {
+        await fh.datasync();
+        if (stopped) break;
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+          setTimeout(resolve, WRITEBACK_PAUSE_MS);
+        });
+      }
+    } catch (e) {
+      failed = e as Error;
     }
   })();
-  // Held until stop(): its rejection is the caller's, given there (not an unhandled rejection meanwhile).
-  loop.catch(() => {});
   return {
     async stop() {
       stopped = true;
       wake?.();
       await loop;
+      if (failed) throw failed;
     },
   };
 }

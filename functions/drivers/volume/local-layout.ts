@@ -6,7 +6,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { DriverError } from '../../core/errors.js';
 import { logger } from '../../core/logger.js';
-import { unlinkIfPresent } from '../files.js';
+import { listVisible, statOrUndefined, unlinkIfPresent } from '../files.js';
 import type { BackendConfig } from './driver.js';
 import { CONNECTIONS_DIR, PRIMARY_BACKEND_ID, siteRoot, snapshotDirOf } from './local-sites.js';
 
@@ -18,6 +18,16 @@ const SAFE_NAME = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$/;
 /** The root of the site the backend runs on: the primary's, or a replication target's after a failover. */
 export function rootOf(config: BackendConfig, activeBackendId = PRIMARY_BACKEND_ID): string {
   return siteRoot(config, activeBackendId);
+}
+
+/** GiB held by the volume files of a pool's directory (their sizes on disk: the pool's real use). */
+export async function poolUsedGb(root: string, pool: string): Promise<number> {
+  let used = 0;
+  for (const name of await listVisible(join(root, pool))) {
+    const st = await statOrUndefined(join(root, pool, name));
+    if (st?.isFile()) used += sizeGbOf(st.size);
+  }
+  return used;
 }
 
 export function checkName(what: string, name: string, config: BackendConfig): void {

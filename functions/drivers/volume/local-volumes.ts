@@ -16,7 +16,7 @@ import { dirname, join, relative } from 'node:path';
 import { DriverError } from '../../core/errors.js';
 import type { BackendConfig, BackendConnection, BackendVolume, ConnectionProperties, Connector, CopyingDriver, CreateVolumeRequest, ImageFillingDriver, PoolCapabilities, SnapshotDriver, VolumeDriver } from './driver.js';
 import { isErrno, listVisible as listDir, statOrUndefined, tempName } from '../files.js';
-import { GIB, LOCAL_DRIVER_VERSION, checkName, discardTemp, connectionPath, decodeHost, rootOf, serialized, sizeGbOf } from './local-layout.js';
+import { GIB, LOCAL_DRIVER_VERSION, checkName, discardTemp, connectionPath, decodeHost, poolUsedGb, rootOf, serialized, sizeGbOf } from './local-layout.js';
 import { CONNECTIONS_DIR, PRIMARY_BACKEND_ID, SNAPSHOTS_DIR, replicationDevicesOf, snapshotDirOf } from './local-sites.js';
 import { sparseCopyFile, writeStreamToFile } from './sparse-copy.js';
 
@@ -75,16 +75,11 @@ export class LocalVolumeStore implements VolumeDriver, SnapshotDriver, CopyingDr
     return (await inPools(configured)) ?? (await inPools((await listDir(this.root)).filter((p) => !configured.includes(p))));
   }
 
-  private async usedGb(pool: string): Promise<number> {
-    let used = 0;
-    for (const name of await listDir(join(this.root, pool))) {
-      const st = await statOrUndefined(join(this.root, pool, name));
-      if (st?.isFile()) used += sizeGbOf(st.size);
-    }
-    return used;
-  }
-
-  private poolConfig(pool: string) {
+  /** The checks every create makes before touching the disk; the request's pool's configuration. */
+  private checkCreate(req: { backendName: string; sizeGb: number; pool: string }) {
+    const { backendName, sizeGb, pool } = req;
+    checkName('volume', backendName, this.config);
+    if (!Number.isInteger(sizeGb) || sizeGb <= 0) throw this.fail(`invalid size ${sizeGb} GiB for ${backendName}`, { backendName, sizeGb });
     const found = this.config.pools.find((p) => p.name === pool);
     if (!found) throw this.fail(`no pool ${pool}`, { pool });
     return found;
@@ -93,7 +88,7 @@ export class LocalVolumeStore implements VolumeDriver, SnapshotDriver, CopyingDr
   async capabilities(): Promise<PoolCapabilities[]> {
     const out: PoolCapabilities[] = [];
     for (const pool of this.config.pools) {
-      const used = await this.usedGb(pool.name);
+      const used = await poolUsedGb(this.root, pool.name);
       out.push({
         pool: pool.name,
         totalCapacityGb: pool.totalCapacityGb,
@@ -115,13 +110,11 @@ export class LocalVolumeStore implements VolumeDriver, SnapshotDriver, CopyingDr
 
   async createVolume(req: { backendName: string; sizeGb: number; pool: string }): Promise<{ providerLocation: string }> {
     const { backendName, sizeGb, pool } = req;
-    checkName('volume', backendName, this.config);
-    if (!Number.isInteger(sizeGb) || sizeGb <= 0) throw this.fail(`invalid size ${sizeGb} GiB for ${backendName}`, { backendName, sizeGb });
-    const poolConf = this.poolConfig(pool);
+    const poolConf = this.checkCreate(req);
     return serialized(this.root, async () => {
       const existing = await this.find(backendName);
       if (existing) return this.sameVolume(existing, req);
-      const free = poolConf.totalCapacityGb - (await this.usedGb(pool));
+      const free = poolConf.totalCapacityGb - (await poolUsedGb(this.root, pool));
       if (sizeGb > free) throw this.fail(`pool ${pool} has ${free} GiB free, ${sizeGb} GiB requested for ${backendName}`, { pool, freeGb: free, sizeGb });
 
       const dir = join(this.root, pool);
@@ -199,7 +192,7 @@ export class LocalVolumeStore implements VolumeDriver, SnapshotDriver, CopyingDr
       if (newSizeGb === existing.sizeGb) return;
       if (newSizeGb < existing.sizeGb) throw this.fail(`cannot shrink ${backendName} from ${existing.sizeGb} GiB to ${newSizeGb} GiB`, { backendName, sizeGb: existing.sizeGb, newSizeGb });
       const poolConf = this.config.pools.find((p) => p.name === existing.pool);
-      const free = (poolConf?.totalCapacityGb ?? 0) - (await this.usedGb(existing.pool));
+      const free = (poolConf?.totalCapacityGb ?? 0) - (await poolUsedGb(this.root, existing.pool));
       const growth = newSizeGb - existing.sizeGb;
       if (growth > free) throw this.fail(`pool ${existing.pool} has ${free} GiB free, ${backendName} needs ${growth} GiB more`, { pool: existing.pool, freeGb: free, growth });
       // Truncating a file up is a single metadata change: the volume is either old or new size.
@@ -321,15 +314,13 @@ export class LocalVolumeStore implements VolumeDriver, SnapshotDriver, CopyingDr
    */
   private async createFrom(req: CreateVolumeRequest, src: string | ((temp: string) => Promise<void>)): Promise<{ providerLocation: string }> {
     const { backendName, sizeGb, pool } = req;
-    checkName('volume', backendName, this.config);
-    if (!Number.isInteger(sizeGb) || sizeGb <= 0) throw this.fail(`invalid size ${sizeGb} GiB for ${backendName}`, { backendName, sizeGb });
-    const poolConf = this.poolConfig(pool);
+    const poolConf = this.checkCreate(req);
     return serialized(this.root, async () => {
       const existing = await this.find(backendName);
       if (existing) return this.sameVolume(existing, req);
       const srcBytes = typeof src === 'string' ? (await lstat(src)).size : 0;
       if (srcBytes > sizeGb * GIB) throw this.fail(`${backendName} (${sizeGb} GiB) cannot hold its source ${src} (${srcBytes} bytes)`, { backendName, sizeGb, srcBytes });
-      const free = poolConf.totalCapacityGb - (await this.usedGb(pool));
+      const free = poolConf.totalCapacityGb - (await poolUsedGb(this.root, pool));
       if (sizeGb > free) throw this.fail(`pool ${pool} has ${free} GiB free, ${sizeGb} GiB requested for ${backendName}`, { pool, freeGb: free, sizeGb });
       const dir = join(this.root, pool);
       await mkdir(dir, { recursive: true });
