@@ -210,6 +210,30 @@ describe('recoverPendingConnects', () => {
     expect(await getAttachmentRecord(att.id)).toMatchObject({ attachedHost: 'cmp1', pendingConnect: {} });
   });
 
+  test("a move whose transaction loses its race to a connect on the old host: the old host's connection is made again, then the retry moves without terminating it", async () => {
+    // Prepare: the move read the volume (cmp1 used by it alone) and is held at the old host's terminate
+    const volume = await putVolume({ multiattach: true });
+    const moving = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    injectFault({ kind: 'volume', backend: BACKEND, method: 'terminateConnection', mode: 'hang', times: 1 });
+    clearFaultCalls();
+    const move = updateAttachment({ auth, attachmentId: moving.id, connector: connector('cmp2') });
+    await eventually(() => faultCalls().some((c) => c.method === 'terminateConnection' && c.hanging), "the move held at cmp1's terminate");
+    // Act: a second attachment connects on cmp1 and records it, then the held terminate removes that connection
+    const joining = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [moving.id, joining.id] });
+    clearFaults(); // releases the held terminate (a hang, not a crash)
+    const moved = await move;
+    // Assess: the move's transaction failed on the version the connect moved; restoreHost made cmp1 again, and the
+    // retry, reading cmp1 in use, kept it
+    expect(moved).toMatchObject({ attachedHost: 'cmp2', pendingConnect: {} });
+    expect(await backendConnections(volume)).toEqual(['cmp1', 'cmp2']);
+    expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [joining.id], cmp2: [moving.id] });
+    const driverCalls = faultCalls().map((c) => c.method).filter((m) => m.endsWith('Connection'));
+    // In the order intercepted: the move's initialize of cmp2, its terminate of cmp1 (held), the joining connect's
+    // initialize of cmp1, restoreHost's of cmp1, the retry's of cmp2; no second terminate
+    expect(driverCalls).toEqual(['initializeConnection', 'terminateConnection', 'initializeConnection', 'initializeConnection', 'initializeConnection']);
+  });
+
   test('an intent on a host another attachment uses: the intent is cleared, the connection kept', async () => {
     const volume = await putVolume({ multiattach: true });
     const user = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmpH') });
