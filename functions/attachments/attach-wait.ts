@@ -81,6 +81,12 @@ export function failAttach(volume: Volume, attachment: Attachment, reason: strin
   if (users.length > 0) connections[wait.host] = users;
   else delete connections[wait.host];
   const previous = volume.attachments[attachment.id];
+  // The summary keeps its host and connector (unlike summaryOf's, which has a connector only while
+  // connected), harmlessly: the host's connection count is connections[host], which it just left;
+  // a delete from the summary (listed-removal.ts) terminates only a host whose connections list
+  // the attachment (transitions.ts remove), and so does a connect moving it (connect's
+  // releasedHost); the audit, the duplicate-connector guard and os-initialize_connection's pick go
+  // by `connected`. The detach still pending reads the attachment item's connector, not this one.
   const attachments = previous ? { ...volume.attachments, [attachment.id]: { ...previous, status: 'error_attaching' as const, connected: false } } : volume.attachments;
   const deciding = Object.values(attachments).filter((s) => !s.status.startsWith('error'));
   return {

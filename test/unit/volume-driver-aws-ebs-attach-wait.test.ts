@@ -9,11 +9,11 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { attachWaitExecutionName, failAttach, liveWait, renewAttachWait, withAttachWait } from '../../functions/attachments/attach-wait.js';
 import { attachWaitStep } from '../../functions/attachments/attach-wait-steps.js';
-import { connect, reserve } from '../../functions/attachments/transitions.js';
+import { connect, remove, reserve } from '../../functions/attachments/transitions.js';
 import { BackendNotReady, DriverError } from '../../functions/core/errors.js';
 import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
 import { awsError, FAKE_EC2_GP_BACKEND, FakeEc2, wireFakeEc2 } from '../support/fake-ec2.js';
-import { connectorFor, INSTANCE_A, T0, T1, volumeFixture } from '../support/attachment-fixtures.js';
+import { connectorFor, INSTANCE_A, INSTANCE_B, T0, T1, volumeFixture } from '../support/attachment-fixtures.js';
 
 const client = new EC2Client({ region: 'eu-west-1' });
 const ec2 = mockClient(client);
@@ -130,6 +130,28 @@ describe('the wait record (attach-wait.ts)', () => {
     expect(liveWait(failed.attachment)).toBeUndefined();
     expect(liveWait({ ...attachment, deleted: true })).toBeUndefined();
     expect(liveWait({ ...attachment, attachedHost: 'i-2' })).toBeUndefined();
+  });
+  it('a failed attach\'s summary keeps its host and connector, but counts for no connection: a delete of it or a move of it terminates nothing', () => {
+    // Prepare: another attachment of the multiattach volume uses the same host's connection
+    const r = reserve(volumeFixture({ multiattach: true }), { attachmentId: 'att-1', instanceUuid: INSTANCE_A, now: T0 });
+    const connection = { driverVolumeType: 'aws_ebs', data: { volume_id: 'vol-1' }, pending: true };
+    const first = withAttachWait(connect(r.volume, r.attachment, { connector: connectorFor('i-1'), connection, now: T1 }, { checkDuplicates: true }), connection, T1);
+    const other = reserve(first.volume, { attachmentId: 'att-2', instanceUuid: INSTANCE_B, now: T1 });
+    const both = connect(other.volume, other.attachment, { connector: connectorFor('i-1'), connection: { ...connection, pending: false }, now: T1 }, { checkDuplicates: true });
+
+    // Act
+    const failed = failAttach(both.volume, first.attachment, 'EC2 holds no attachment', '2026-01-01T00:00:09.000Z');
+    const deleted = remove(failed.volume, failed.attachment, '2026-01-01T00:00:10.000Z');
+    const moved = connect(failed.volume, failed.attachment, { connector: connectorFor('i-2'), connection, now: '2026-01-01T00:00:10.000Z' }, { checkDuplicates: true });
+
+    // Assess
+    expect(failed.volume.attachments['att-1']).toMatchObject({ status: 'error_attaching', connected: false, host: 'i-1', connector: { host: 'i-1' } });
+    expect(failed.volume.connections).toEqual({ 'i-1': ['att-2'] });
+    expect([deleted.disconnect, deleted.volume.connections]).toEqual([null, { 'i-1': ['att-2'] }]);
+    expect([moved.releasedHost, moved.volume.connections]).toEqual([null, { 'i-1': ['att-2'], 'i-2': ['att-1'] }]);
+    // Alone on its host, the same: its failure took it off, so nothing is left to terminate by it.
+    const alone = failAttach(first.volume, first.attachment, 'EC2 holds no attachment', '2026-01-01T00:00:09.000Z');
+    expect(remove(alone.volume, alone.attachment, '2026-01-01T00:00:10.000Z').disconnect).toBeNull();
   });
   it('a renewed wait carries its own version\'s name (the attachment\'s next version); the connection it watches is the same, made once', () => {
     // Prepare
