@@ -86,7 +86,8 @@ export function failAttach(volume: Volume, attachment: Attachment, reason: strin
   // a delete from the summary (listed-removal.ts) terminates only a host whose connections list
   // the attachment (transitions.ts remove), and so does a connect moving it (connect's
   // releasedHost); the audit, the duplicate-connector guard and os-initialize_connection's pick go
-  // by `connected`. The detach still pending reads the attachment item's connector, not this one.
+  // by `connected`, and os-terminate_connection takes a connected attachment of the host before it
+  // (legacy.ts attachmentToTerminate). The detach still pending reads the item's connector, not this.
   const attachments = previous ? { ...volume.attachments, [attachment.id]: { ...previous, status: 'error_attaching' as const, connected: false } } : volume.attachments;
   const deciding = Object.values(attachments).filter((s) => !s.status.startsWith('error'));
   return {

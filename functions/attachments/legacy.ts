@@ -125,11 +125,22 @@ async function initializeRoute(req: ApiRequest, v: Volume, args: unknown): Promi
   return json(200, { connection_info: { driver_volume_type: driverVolumeType, data } });
 }
 
+/**
+ * The attachment os-terminate_connection deletes: a connection that was never attached goes with its
+ * attachment (one of no instance on the connector's host); an attached one stays until os-detach. A
+ * connected one first: a failed attach (error_attaching) keeps its host in the volume's summary but
+ * holds no connection (attach-wait.ts failAttach), and deleted in place of a connected one on the
+ * same host it would leave the connection this call is to end.
+ */
+export function attachmentToTerminate(v: Volume, host: string): string | undefined {
+  const onHost = summaries(v).filter(([, s]) => s.host === host && s.status !== 'attached' && !s.instanceUuid);
+  return (onHost.find(([, s]) => s.connected) ?? onHost[0])?.[0];
+}
+
 async function terminateRoute(req: ApiRequest, v: Volume, args: unknown): Promise<ApiResponse> {
   const connector = connectorOf('os-terminate_connection', args);
   authorize(req.auth, P.terminate, { projectId: v.projectId });
-  // A connection that was never attached goes with its attachment; an attached one stays until os-detach.
-  const id = summaries(v).find(([, s]) => s.host === connector.host && s.status !== 'attached' && !s.instanceUuid)?.[0];
+  const id = attachmentToTerminate(v, connector.host);
   const volume = routeVolume(v);
   if (id) await deleteListedAttachment({ auth: req.auth, attachmentId: id, volume });
   return json(202);

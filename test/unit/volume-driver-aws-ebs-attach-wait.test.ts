@@ -9,6 +9,7 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { attachWaitExecutionName, failAttach, liveWait, renewAttachWait, withAttachWait } from '../../functions/attachments/attach-wait.js';
 import { attachWaitStep } from '../../functions/attachments/attach-wait-steps.js';
+import { attachmentToTerminate } from '../../functions/attachments/legacy.js';
 import { connect, remove, reserve } from '../../functions/attachments/transitions.js';
 import { BackendNotReady, DriverError } from '../../functions/core/errors.js';
 import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
@@ -152,6 +153,22 @@ describe('the wait record (attach-wait.ts)', () => {
     // Alone on its host, the same: its failure took it off, so nothing is left to terminate by it.
     const alone = failAttach(first.volume, first.attachment, 'EC2 holds no attachment', '2026-01-01T00:00:09.000Z');
     expect(remove(alone.volume, alone.attachment, '2026-01-01T00:00:10.000Z').disconnect).toBeNull();
+  });
+  it('os-terminate_connection on a host where an attach failed and another attachment connected since: the connected one goes', () => {
+    // Prepare: os-initialize_connection's attachments (no instance), the first failed, the second connected on the same host
+    const connection = { driverVolumeType: 'aws_ebs', data: { volume_id: 'vol-1' }, pending: true };
+    const r = reserve(volumeFixture(), { attachmentId: 'att-1', instanceUuid: null, now: T0 });
+    const first = withAttachWait(connect(r.volume, r.attachment, { connector: connectorFor('i-1'), connection, now: T1 }, { checkDuplicates: true }), connection, T1);
+    const failed = failAttach(first.volume, first.attachment, 'EC2 holds no attachment', '2026-01-01T00:00:09.000Z');
+    const again = reserve(failed.volume, { attachmentId: 'att-2', instanceUuid: null, now: '2026-01-01T00:00:10.000Z' });
+    const second = connect(again.volume, again.attachment, { connector: connectorFor('i-1'), connection, now: '2026-01-01T00:00:10.000Z' }, { checkDuplicates: true });
+
+    // Act, Assess: the failed one is listed first, but holds no connection
+    expect(Object.keys(second.volume.attachments)).toEqual(['att-1', 'att-2']);
+    expect(attachmentToTerminate(second.volume, 'i-1')).toBe('att-2');
+    // With only the failed one on the host, it goes (the call ends what is there: nothing)
+    expect(attachmentToTerminate(failed.volume, 'i-1')).toBe('att-1');
+    expect(attachmentToTerminate(second.volume, 'i-2')).toBeUndefined();
   });
   it('a renewed wait carries its own version\'s name (the attachment\'s next version); the connection it watches is the same, made once', () => {
     // Prepare
