@@ -24,7 +24,7 @@ import { IMAGE_IMPORT_COMMANDS, TOUR_BUCKET, TOUR_IMAGE_ID, TOUR_TABLE_ARN, reco
 
 /** Each AWS driver: its sources, the module whose presence in a bundle means the function runs it, the wiring flag that says so. */
 const DRIVERS = {
-  'aws-ebs': { sources: ['aws-ebs.ts', 'aws-ebs-volumes.ts', 'aws-ebs-replication.ts', 'aws-ebs-failback.ts'].map((f) => `functions/drivers/volume/${f}`), module: 'functions/drivers/volume/aws-ebs-volumes.ts', flag: 'callsVolumeDrivers' },
+  'aws-ebs': { sources: ['aws-ebs.ts', 'aws-ebs-volumes.ts', 'aws-ebs-replication.ts', 'aws-ebs-failback.ts', 'aws-ebs-sites.ts'].map((f) => `functions/drivers/volume/${f}`), module: 'functions/drivers/volume/aws-ebs-volumes.ts', flag: 'callsVolumeDrivers' },
   'aws-efs': { sources: ['aws-efs.ts', 'aws-efs-backend.ts', 'aws-efs-migration.ts'].map((f) => `functions/drivers/share/${f}`), module: 'functions/drivers/share/aws-efs.ts', flag: 'callsShareDrivers' },
 } as const satisfies Record<string, { sources: string[]; module: string; flag: keyof FunctionWiring }>;
 type Driver = keyof typeof DRIVERS;

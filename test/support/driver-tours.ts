@@ -137,6 +137,12 @@ export async function recordEbsReplicationCalls(): Promise<Recorded[]> {
   // A failover whose volume was deleted meanwhile: the replica it made is discarded (replication/failover-discard.ts).
   const replica = (await on().failoverHost([ref], 'fra')).volumeUpdates[0]!.updates.providerLocation!;
   await on().discardFailedOver([{ volumeId: ref.volumeId, backendName: ref.backendName, targetBackendId: 'fra', location: replica }]);
+  // The audit of unowned replicas (audit/replica-unowned.ts): the sites listed (from the primary, and failed over), an orphan looked at and deleted.
+  const orphan = fakes.get(target)!.add('volume-orphan', 1).VolumeId!;
+  await on().listSiteVolumes();
+  await on('fra').listSiteVolumes();
+  await on().getSiteVolume('fra', orphan);
+  await on().deleteSiteVolume('fra', orphan);
   await on().disableReplication('volume-r');
   for (const m of mocks) m.restore();
   const out: Recorded[] = [];

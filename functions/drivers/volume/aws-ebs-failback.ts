@@ -17,8 +17,8 @@
 import type { Snapshot, Volume } from '@aws-sdk/client-ec2';
 import { BackendNotReady } from '../../core/errors.js';
 import type { FailoverResult, ReplicatedVolumeRef } from './driver.js';
-import { CONNECTED_STATES, TAG_BACKEND, TAG_BACKEND_NAME, TAG_NAME, TAG_POOL, clientTokenFor, ec2Sdk, errorCode, NOT_FOUND_CODES, tagOf } from './aws-ebs-ec2.js';
-import { TAG_REPLICATED, TAG_REPLICA_OF, TAG_REPLICATION, TAG_SOURCE_SNAPSHOT, TAG_SOURCE_TIME, TAG_TARGET, type EbsReplication, type EbsReplicationContext, type EbsSite } from './aws-ebs-replication.js';
+import { CONNECTED_STATES, TAG_BACKEND, TAG_BACKEND_NAME, TAG_NAME, TAG_POOL, clientTokenFor, ec2Sdk, tagOf } from './aws-ebs-ec2.js';
+import { deleteVolumeIn, TAG_REPLICATED, TAG_REPLICA_OF, TAG_REPLICATION, TAG_SOURCE_SNAPSHOT, TAG_SOURCE_TIME, TAG_TARGET, type EbsReplication, type EbsReplicationContext, type EbsSite } from './aws-ebs-replication.js';
 
 export const TAG_FAILBACK_COPY = 'ferry:failback-copy';
 
@@ -109,8 +109,8 @@ async function copyHome(c: EbsReplicationContext, from: EbsSite, source: Snapsho
 async function finish(r: EbsReplication, c: EbsReplicationContext, from: EbsSite, backendName: string, homeVolumes: Volume[], brought: Pick<Volume, 'VolumeId'>, onTarget: Volume | undefined): Promise<Step> {
   const attached = [...homeVolumes.filter((x) => x.VolumeId !== brought.VolumeId), ...(onTarget ? [onTarget] : [])].filter((x) => (x.Attachments ?? []).some((a) => CONNECTED_STATES.has(a.State ?? '')));
   if (attached.length > 0) return { error: `${attached.map((x) => x.VolumeId).join(', ')} still attached: detach before failing back` };
-  for (const stale of homeVolumes.filter((x) => x.VolumeId !== brought.VolumeId)) await deleteVolume(c, c.primary.region, stale.VolumeId!);
-  if (onTarget) await deleteVolume(c, from.region, onTarget.VolumeId!);
+  for (const stale of homeVolumes.filter((x) => x.VolumeId !== brought.VolumeId)) await deleteVolumeIn(c, c.primary.region, stale.VolumeId!);
+  if (onTarget) await deleteVolumeIn(c, from.region, onTarget.VolumeId!);
   await keepFailbackPoint(r, c, from, backendName);
   return { done: true, volumeId: brought.VolumeId! };
 }
@@ -141,15 +141,6 @@ async function keepFailbackPoint(r: EbsReplication, c: EbsReplicationContext, fr
 
 async function retag(c: EbsReplicationContext, region: string, snapshotId: string, values: Record<string, string>): Promise<void> {
   await c.send('CreateTags', { region, snapshotId }, async () => (await c.client(region)).send(new (await ec2Sdk()).CreateTagsCommand({ Resources: [snapshotId], Tags: tags(values) })));
-}
-
-async function deleteVolume(c: EbsReplicationContext, region: string, volumeId: string): Promise<void> {
-  try {
-    await (await c.client(region)).send(new (await ec2Sdk()).DeleteVolumeCommand({ VolumeId: volumeId }));
-  } catch (e) {
-    if (NOT_FOUND_CODES.has(errorCode(e))) return;
-    throw c.fail(`EBS DeleteVolume of ${volumeId} in ${region} failed: ${errorCode(e)}: ${(e as Error).message}`, { region, volumeId });
-  }
 }
 
 const tags = (o: Record<string, string>) => Object.entries(o).map(([Key, Value]) => ({ Key, Value }));

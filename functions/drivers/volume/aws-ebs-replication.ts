@@ -344,6 +344,16 @@ export class EbsReplication {
   }
 }
 
+/** DeleteVolume of one volume of a region; InvalidVolume.NotFound is done (EC2 refuses one attached: VolumeInUse, the caller's failure). */
+export async function deleteVolumeIn(c: EbsReplicationContext, region: string, volumeId: string): Promise<void> {
+  try {
+    await (await c.client(region)).send(new (await ec2Sdk()).DeleteVolumeCommand({ VolumeId: volumeId }));
+  } catch (e) {
+    if (NOT_FOUND_CODES.has(errorCode(e))) return;
+    throw c.fail(`EBS DeleteVolume of ${volumeId} in ${region} failed: ${errorCode(e)}: ${(e as Error).message}`, { region, volumeId, code: errorCode(e) });
+  }
+}
+
 const tags = (o: Record<string, string>) => Object.entries(o).map(([Key, Value]) => ({ Key, Value }));
 const time = (s: Snapshot) => (s.StartTime ? new Date(s.StartTime).getTime() : 0);
 const sourceTime = (s: Snapshot) => Date.parse(tagOf(s, TAG_SOURCE_TIME) ?? '') || time(s);

@@ -31,6 +31,7 @@ import {
   type RecordReplicaChoices,
   type ReplicatedVolumeRef,
   type ReplicationDriver,
+  type SiteVolumeDriver,
   type SnapshotDriver,
 } from './driver.js';
 import {
@@ -39,6 +40,7 @@ import {
 } from './aws-ebs-ec2.js';
 import { endDrill, startDrill } from './aws-ebs-drill.js';
 import { failBack } from './aws-ebs-failback.js';
+import { deleteSiteVolume, getSiteVolume, listSiteVolumes } from './aws-ebs-sites.js';
 import { DEFAULT_REPLICATION_INTERVAL_MS, EbsReplication, TAG_REPLICATED, ebsTargets, type EbsReplicationContext, type EbsSite } from './aws-ebs-replication.js';
 import { AwsEbsVolumeStore } from './aws-ebs-volumes.js';
 import { LagTally, type BackendLag } from './replication-lag.js';
@@ -57,7 +59,7 @@ export interface EbsPassReport {
 // The driver's module is where callers (tests, operators' scripts) find its names.
 export { DEFAULT_EBS_VOLUME_TYPE, EBS_DRIVER_VERSION, clientTokenFor, regionOfAvailabilityZone, type AwsEbsDriverOptions } from './aws-ebs-ec2.js';
 
-export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDriver, AdoptingDriver, ReplicationDriver, CopyingDriver {
+export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDriver, AdoptingDriver, ReplicationDriver, CopyingDriver, SiteVolumeDriver {
   private readonly targets: EbsSite[];
   /** The replication target the backend was failed over to, or undefined on the primary. */
   private readonly activeTarget?: EbsSite;
@@ -146,6 +148,10 @@ export class AwsEbsVolumeDriver extends AwsEbsVolumeStore implements SnapshotDri
   readonly endDrill = (copies: DrillCopy[]): Promise<void> => endDrill(this.replication, this.replicationContext, copies);
   /** failOver's compensation (aws-ebs-replication.ts): the target volumes made for volumes deleted meanwhile. */
   readonly discardFailedOver = (replicas: DrillCopy[]): Promise<void> => this.replication.discardFailedOver(replicas);
+  /** The audit of unowned replicas' look at the regions the backend does not run on, and its repair (aws-ebs-sites.ts). */
+  readonly listSiteVolumes = () => listSiteVolumes(this.replicationContext, this.activeTarget);
+  readonly getSiteVolume = (site: string, volumeId: string) => getSiteVolume(this.replication, this.replicationContext, site, volumeId);
+  readonly deleteSiteVolume = (site: string, volumeId: string) => deleteSiteVolume(this.replication, this.replicationContext, site, volumeId);
 
   /**
    * One replication pass: each replicated volume of the backend moves one step (snapshot, copy,

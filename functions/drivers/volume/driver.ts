@@ -257,6 +257,46 @@ export interface ReplicationDriver {
   discardFailedOver(replicas: DrillCopy[]): Promise<void>;
 }
 
+/**
+ * A volume a replication driver made on one of its sites (aws-ebs: an EBS volume in a region), as
+ * the audit of unowned replicas (audit/replica-unowned.ts) reads it.
+ */
+export interface SiteVolume {
+  /** '' the primary, else a replication_device backend_id. */
+  site: string;
+  /** The driver's id of it (aws-ebs: the EBS volume id). */
+  location: string;
+  /** The backend name it is a copy of (a drill's) or a volume of (a failover's, a failback's, the primary's own). */
+  backendName: string;
+  kind: 'drill' | 'volume';
+  /** The backend's word for its state (aws-ebs: creating, available, in-use, error). */
+  state: string;
+  /** When the backend made it (ms since the epoch); unknown counts as now, so it is never old enough to repair. */
+  createdAt: number;
+  /** Attached somewhere: a repair never removes it. */
+  inUse: boolean;
+}
+
+/** One site's volumes, or why the site could not be read (never an empty list in its place). */
+export type SiteListing = { site: string; volumes: SiteVolume[] } | { site: string; error: string };
+
+/**
+ * Optional beside ReplicationDriver: what the driver made on the sites the backend does not run on
+ * (every volume tagged as the backend's there) and its drill copies on the one it runs on. The
+ * audit's own listing (listVolumes) covers the rest of the active site.
+ */
+export interface SiteVolumeDriver {
+  listSiteVolumes(): Promise<SiteListing[]>;
+  /** One of them as it is now; undefined when gone or not this backend's. */
+  getSiteVolume(site: string, location: string): Promise<SiteVolume | undefined>;
+  /** Removes one (idempotent: one already gone is done); the backend refuses one in use. */
+  deleteSiteVolume(site: string, location: string): Promise<void>;
+}
+
+export function isSiteVolumeDriver(driver: VolumeDriver): driver is VolumeDriver & SiteVolumeDriver {
+  return typeof (driver as Partial<SiteVolumeDriver>).listSiteVolumes === 'function';
+}
+
 /** Snapshots (Cinder's create_snapshot / delete_snapshot), by stable names. */
 export interface SnapshotDriver {
   createSnapshot(backendName: string, snapshotName: string): Promise<void>;
