@@ -24,6 +24,8 @@
  *   (copy-task-repairs.ts says why).
  * - `failover-replica-left`: what a failover brought up for volumes no record holds and recorded
  *   as left (its intent), removed once the failover ended, then the record (replica-left-repairs.ts).
+ * - `replica-unowned`: a volume a replication made on a site that nothing holds, deleted once past
+ *   its grace, available and still unowned on a fresh read (replica-unowned.ts says why).
  *
  * The rest (a missing backend object, a capacity count, a guest, a mapping...) is reported: the
  * audit sees two records that disagree but cannot prove which one is right.
@@ -37,6 +39,7 @@ import { logger } from '../core/logger.js';
 import { findServer, loadPartition } from '../servers/repo.js';
 import type { AuditFinding } from './findings.js';
 import { REPLICA_LEFT_REPAIRS, removeLeftReplicas } from './replica-left-repairs.js';
+import { REPLICA_UNOWNED_REPAIRS, removeUnownedReplica } from './replica-unowned.js';
 import { repairShareBackendFinding, SHARE_BACKEND_REPAIRS } from './share-backend-repairs.js';
 
 /** Nova's service user, as the server flows call the attachments service (servers/cinder.ts). */
@@ -64,10 +67,11 @@ export const REPAIRABLE_KINDS: Readonly<Record<string, string>> = {
   // A share backend's quota and stray replications (share-backend-repairs.ts says why each is safe).
   ...SHARE_BACKEND_REPAIRS,
   ...REPLICA_LEFT_REPAIRS,
+  ...REPLICA_UNOWNED_REPAIRS,
 };
 
 /** The kinds repairFinding acts on after the audit (the others in REPAIRABLE_KINDS are intents, finished before the audit). */
-const AFTER_AUDIT = new Set(['orphan-host-connection', 'attachment-without-bdm', ...Object.keys(SHARE_BACKEND_REPAIRS), ...Object.keys(REPLICA_LEFT_REPAIRS)]);
+const AFTER_AUDIT = new Set(['orphan-host-connection', 'attachment-without-bdm', ...Object.keys(SHARE_BACKEND_REPAIRS), ...Object.keys(REPLICA_LEFT_REPAIRS), ...Object.keys(REPLICA_UNOWNED_REPAIRS)]);
 
 export interface RepairContext {
   /** Only what has not changed since this instant is repaired (now less the grace period). */
@@ -82,6 +86,7 @@ export async function repairFinding(finding: AuditFinding, context: RepairContex
     const record =
       (await repairShareBackendFinding(finding.kind, finding.ref, context.before)) ??
       (finding.kind === 'failover-replica-left' ? await removeLeftReplicas(finding.ref, context.before) : undefined) ??
+      (finding.kind === 'replica-unowned' ? await removeUnownedReplica(finding.ref, context.before) : undefined) ??
       (finding.kind === 'attachment-without-bdm' ? await deleteUnusedAttachment(finding.ref, context) : await terminateExport(finding.ref));
     return { ...base, ...record };
   } catch (e) {

@@ -15,6 +15,7 @@ import type { Snapshot } from '../snapshots/model.js';
 import { backendOf, listBackendRecords } from '../volumes/backends.js';
 import type { Volume } from '../volumes/model.js';
 import type { Find } from './findings.js';
+import { auditUnownedReplicas } from './replica-unowned.js';
 
 /** Statuses an operation passes through; a volume should not stay in one for long. */
 const TRANSITIONAL = new Set(['creating', 'deleting', 'managing', 'extending', 'reserved', 'attaching', 'detaching', 'retyping', 'downloading', 'uploading']);
@@ -91,6 +92,9 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
       find('backend-unreadable', config.host, `the driver could not list the backend: ${(e as Error).message}`);
     }
   }
+
+  // What replication made on the sites the backends do not run on, that nothing holds (replica-unowned.ts).
+  const siteVolumes = await auditUnownedReplicas(items, backends, now, find);
 
   // Snapshots: each listed on its volume and the volume's list complete; an available one on its backend; none stuck.
   const snapshots = items.filter((i) => i.sk === 'SNAP').map((i) => stripKeys<Snapshot>(i));
@@ -297,6 +301,7 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
       pools: pools.length,
       snapshots: snapshots.length,
       'replication operations': operations.size,
+      'replication site volumes': siteVolumes,
     },
   };
 }
