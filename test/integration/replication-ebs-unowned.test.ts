@@ -4,7 +4,7 @@
  * available and still unowned, deleted by the repair. An aws-ebs backend in Ireland replicated to
  * Frankfurt and Virginia (EC2 mocked per region, test/support/fake-ec2.ts):
  * - Frankfurt holds orphans made an hour ago (a drill copy, a failover volume of a deleted volume,
- *   one in use, one named after a live volume, one a failover records right after the audit read,
+ *   one in use, one in error, one named after a live volume, one a failover records right after the audit read,
  *   one deleting) and one made just now; Virginia does not answer (RequestLimitExceeded);
  * - a drill's copies, a failover's volumes and what it left in Ireland are all held.
  */
@@ -73,7 +73,7 @@ afterEach(async () => {
   for (const fn of undo.splice(0).reverse()) await fn();
 });
 
-test('the audit reports what nothing holds in a target region and a region it cannot read; the repair deletes the available orphans past the grace, and leaves one in use, one a failover would take up, one recorded meanwhile', async () => {
+test('the audit reports what nothing holds in a target region and a region it cannot read; the repair deletes the available orphans past the grace, and leaves one in use or in error, one a failover would take up, one recorded meanwhile', async () => {
   // Prepare: a live replicated volume, and Frankfurt's orphans.
   const kept = (await api('POST', '/volumes', { volume: { size: 1, name: 'kept', volume_type: TYPE, availability_zone: 'eu-west-1a' } })).body.volume.id as string;
   await eventually(async () => ((await api('GET', `/volumes/${kept}`)).body.volume.status === 'available' ? true : undefined), 'volume available');
@@ -86,9 +86,10 @@ test('the audit reports what nothing holds in a target region and a region it ca
   const inUse = madeAgo(frankfurt, HOUR, 'volume-gone-3', { State: 'in-use', Attachments: [{ InstanceId: 'i-9', State: 'attached', Device: '/dev/sdf' }] });
   const namedLive = madeAgo(frankfurt, HOUR, `volume-${kept}`);
   const recordedMeanwhile = madeAgo(frankfurt, HOUR, 'volume-gone-4');
+  const broken = madeAgo(frankfurt, HOUR, 'volume-gone-7', { State: 'error' });
   const deleting = madeAgo(frankfurt, HOUR, 'volume-gone-5', { State: 'deleting' });
   const recent = madeAgo(frankfurt, 0, 'volume-gone-6');
-  afterThisTest(() => [drillCopy, failedOver, inUse, namedLive, recordedMeanwhile, deleting, recent].forEach((id) => frankfurt.volumes.delete(id)));
+  afterThisTest(() => [drillCopy, failedOver, inUse, namedLive, recordedMeanwhile, broken, deleting, recent].forEach((id) => frankfurt.volumes.delete(id)));
   const { describeVolumes } = virginia;
   virginia.describeVolumes = () => {
     throw awsError('RequestLimitExceeded', 'Request limit exceeded.');
@@ -100,7 +101,7 @@ test('the audit reports what nothing holds in a target region and a region it ca
 
   // Assess
   expect(replicaFindings(audit.findings)).toEqual(
-    [`replica-site-unreadable ${HOST} virginia`, ...[drillCopy, failedOver, inUse, namedLive, recordedMeanwhile].map((id) => `replica-unowned ${HOST} frankfurt ${id}`)].sort(),
+    [`replica-site-unreadable ${HOST} virginia`, ...[drillCopy, failedOver, inUse, namedLive, recordedMeanwhile, broken].map((id) => `replica-unowned ${HOST} frankfurt ${id}`)].sort(),
   );
   const findingOf = (id: string) => audit.findings.find((f) => f.resource.endsWith(id))!;
   expect(findingOf('virginia').detail).toContain('RequestLimitExceeded');
@@ -135,11 +136,13 @@ test('the audit reports what nothing holds in a target region and a region it ca
   expect(first[failedOver]).toMatch(/^failed: .*UnauthorizedOperation/);
   expect(second[failedOver]).toMatch(/^repaired/);
   expect(first[inUse]).toMatch(/^left: .*in use/);
+  expect(first[broken]).toMatch(/^left: .*error, not available/);
   expect(first[namedLive]).toMatch(/^left: .*would take it up/);
   expect(first[recordedMeanwhile]).toMatch(/^left: .*op-after-the-audit records it/);
   expect(first.virginia).toBe('not repairable');
   expect([drillCopy, failedOver].filter((id) => frankfurt.volumes.has(id))).toEqual([]);
   expect([inUse, namedLive, recordedMeanwhile].filter((id) => frankfurt.volumes.has(id))).toEqual([inUse, namedLive, recordedMeanwhile]);
+  expect(frankfurt.volumes.has(broken)).toBe(true);
 });
 
 test('a drill\'s copies, a failover\'s volumes and what it left on the primary are held: an audit an hour later finds nothing unowned', async () => {
