@@ -247,11 +247,18 @@ export class EbsReplication {
    */
   async failOver(volumes: ReplicatedVolumeRef[], targetId: string, recordReplicas?: RecordReplicaChoices): Promise<FailoverResult> {
     const t = this.target(targetId);
-    const there = new Map<string, string>();
+    // Each name's volumes in the target, with the snapshot each was made from: only the one made
+    // from this batch's chosen copy is this failover's (a re-run's). Another of the same name (a
+    // failback's target volume whose delete failed, an earlier failover's) holds older data and is
+    // never taken up: the audit reports it (replica-unowned).
+    const there = new Map<string, Volume[]>();
     const copies = new Map<string, Snapshot[]>();
     for (let i = 0; i < volumes.length; i += MAX_FILTER_VALUES) {
       const names = volumes.slice(i, i + MAX_FILTER_VALUES).map((v) => v.backendName);
-      for (const v of await this.c.volumes(t.region, [{ Name: `tag:${TAG_BACKEND_NAME}`, Values: names }])) there.set(tagOf(v, TAG_BACKEND_NAME)!, v.VolumeId!);
+      for (const v of await this.c.volumes(t.region, [{ Name: `tag:${TAG_BACKEND_NAME}`, Values: names }])) {
+        const name = tagOf(v, TAG_BACKEND_NAME)!;
+        there.set(name, [...(there.get(name) ?? []), v]);
+      }
       for (const c of await this.snapshots(t.region, { [TAG_REPLICATION]: 'copy' }, [{ Name: `tag:${TAG_REPLICA_OF}`, Values: names }])) {
         const name = tagOf(c, TAG_REPLICA_OF)!;
         if (c.State === 'completed') copies.set(name, [...(copies.get(name) ?? []), c]);
@@ -261,7 +268,11 @@ export class EbsReplication {
     const volumeUpdates: FailoverResult['volumeUpdates'] = [];
     for (const v of volumes) {
       const { copy, choice } = chosen.get(v.volumeId) ?? {};
-      let id = there.get(v.backendName);
+      const made = there.get(v.backendName) ?? [];
+      let id = copy && made.find((m) => m.SnapshotId === copy.SnapshotId)?.VolumeId;
+      // Unrecorded (a caller with no batch to hold the choice): EC2 is the only evidence of an
+      // earlier run's choice, so a volume made from one of the name's current copies is taken.
+      if (!id && !recordReplicas && v.replica === undefined) id = made.find((m) => copies.get(v.backendName)?.some((c) => c.SnapshotId === m.SnapshotId))?.VolumeId;
       if (!id && copy) {
         const token = clientTokenFor(this.c.host, `failover:${t.backendId}:${v.backendName}:${choice}`);
         id = await this.volumeFrom(t, copy, token, { [TAG_NAME]: v.backendName, [TAG_BACKEND_NAME]: v.backendName, [TAG_POOL]: tagOf(copy, TAG_POOL) ?? '' }).catch((e: unknown) => {
