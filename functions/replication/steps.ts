@@ -191,7 +191,7 @@ export async function runBatch(operationId: string, batch: number): Promise<Batc
   // an earlier run's record handed back to it (refOf), so a re-run starts each from the same one.
   const recordReplicas: RecordReplicaChoices = (chosen, replacing) => recordReplicaChoices(operationId, batch, chosen, replacing);
   const { replicaChoices } = carried;
-  const refOf = (v: Volume): ReplicatedVolumeRef => ({ volumeId: v.id, backendName: v.backendName, sizeGb: v.size, ...(replicaChoices ? { replica: replicaChoices[v.id] ?? null } : {}) });
+  const refOf = (v: Volume): ReplicatedVolumeRef => ({ volumeId: v.id, backendName: v.backendName, sizeGb: v.size, ...(v.providerLocation ? { location: v.providerLocation } : {}), ...(replicaChoices ? { replica: replicaChoices[v.id] ?? null } : {}) });
 
   if (op.kind === 'drill') {
     const replicated = volumes.filter(isReplicatedVolume);

@@ -107,8 +107,11 @@ describe('failover, failback and drills', () => {
     mocks.get('eu-west-1')!.reset();
     mocks.get('eu-west-1')!.onAnyCommand().rejects(awsError('RequestTimeout', 'the region does not answer'));
 
-    const first = await driverOn().failoverHost([ref('volume-1'), ref('volume-2')], 'frankfurt');
-    const again = await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
+    // The choices recorded as the batch records them; the run again carries them, as a re-run's refs do.
+    const recorded: Record<string, string | null> = {};
+    const record = async (chosen: Record<string, string | null>) => Object.assign(recorded, chosen);
+    const first = await driverOn().failoverHost([ref('volume-1'), ref('volume-2')], 'frankfurt', record);
+    const again = await driverOn().failoverHost([{ ...ref('volume-1'), replica: recorded['id-volume-1'] ?? null }], 'frankfurt', record);
 
     const [made] = [...fake('eu-central-1').volumes.values()];
     expect(first).toEqual({
@@ -158,6 +161,36 @@ describe('failover, failback and drills', () => {
     await expect(driverOn().failoverHost([ref('volume-1')], 'default')).rejects.toBeInstanceOf(InvalidReplicationTarget);
   });
 
+  it('a second failover and failback bring the second failover\'s volume home: the volume the first failback brought is not taken for it, and goes', async () => {
+    const failBack = async (location: string) => {
+      for (let i = 0; i < 6; i++) {
+        const done = await driverOn('frankfurt').failoverHost([{ ...ref('volume-1'), location }], 'default').catch((e: unknown) => {
+          expect(e).toBeInstanceOf(BackendNotReady);
+          return undefined;
+        });
+        if (done) return done.volumeUpdates[0]!.updates.providerLocation as string;
+      }
+      throw new Error('the failback did not end');
+    };
+    // Prepare: one whole cycle (failover, failback), replicated again, failed over again.
+    await replicated('volume-1', 5);
+    const firstOut = (await driverOn().failoverHost([ref('volume-1')], 'frankfurt')).volumeUpdates[0]!.updates.providerLocation as string;
+    const firstHome = await failBack(firstOut);
+    for (let i = 0; i < 3; i++) await pass(driverOn());
+    const secondOut = (await driverOn().failoverHost([ref('volume-1')], 'frankfurt')).volumeUpdates[0]!.updates.providerLocation as string;
+
+    // Act
+    const secondHome = await failBack(secondOut);
+
+    // Assess: home holds one volume, new, made from a failback copy of a snapshot of the second failover's volume.
+    expect(secondHome).not.toBe(firstHome);
+    expect([...fake('eu-west-1').volumes.keys()]).toEqual([secondHome]);
+    const homeCopy = fake('eu-west-1').snapshots.get(fake('eu-west-1').volumes.get(secondHome)!.SnapshotId!)!;
+    const source = fake('eu-central-1').snapshots.get(homeCopy.Tags!.find((t) => t.Key === 'ferry:source-snapshot')!.Value!)!;
+    expect(source.VolumeId).toBe(secondOut);
+    expect(fake('eu-central-1').volumes.size).toBe(0);
+  });
+
   it('after a failback the lag in the target is the failback\'s age from the next pass on, not the pre-failover copies\', and a failover right after starts from what was failed back', async () => {
     // Prepare: failed over for two hours (the volume written there), then back home.
     await replicated('volume-1', 5);
@@ -198,6 +231,28 @@ describe('failover, failback and drills', () => {
     expect(made).toBeDefined();
     expect(second.volumeUpdates).toEqual([{ volumeId: 'id-volume-1', updates: { replicationStatus: 'failed-over', providerLocation: made!.VolumeId } }]);
     expect(made!.VolumeId).not.toBe(first.volumeUpdates[0]!.updates.providerLocation);
+  });
+
+  it('fails over again with a stale target volume of the same name left (a failback whose delete failed): a new volume from the newest copy, the stale one never taken up', async () => {
+    // Prepare: failed over and back home; the first failover's target volume stays behind, as a
+    // delete that failed would leave it; then passes until a newer copy has arrived.
+    await replicated('volume-1', 5);
+    const first = await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
+    const staleId = first.volumeUpdates[0]!.updates.providerLocation as string;
+    const stale = { ...fake('eu-central-1').volumes.get(staleId)! };
+    const there = driverOn('frankfurt');
+    for (let i = 0; i < 5; i++) if (await there.failoverHost([ref('volume-1')], 'default').catch(() => undefined)) break;
+    fake('eu-central-1').volumes.set(staleId, { ...stale, State: 'available', Attachments: [] });
+    for (let i = 0; i < 5; i++) await pass(driverOn());
+
+    // Act
+    const second = await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
+
+    // Assess: the volume failed over to is a new one, made from a newer copy than the stale one's.
+    const made = second.volumeUpdates[0]!.updates.providerLocation as string;
+    expect(second.volumeUpdates[0]!.updates.replicationStatus).toBe('failed-over');
+    expect(made).not.toBe(staleId);
+    expect(fake('eu-central-1').volumes.get(made)!.SnapshotId).not.toBe(stale.SnapshotId);
   });
 
   it('fails over again right after a failback, before a newer copy arrived: a new volume from the same copy, not the first failover\'s deleted one', async () => {

@@ -21,6 +21,8 @@ import { CONNECTED_STATES, TAG_BACKEND, TAG_BACKEND_NAME, TAG_NAME, TAG_POOL, cl
 import { deleteVolumeIn, TAG_REPLICATED, TAG_REPLICA_OF, TAG_REPLICATION, TAG_SOURCE_SNAPSHOT, TAG_SOURCE_TIME, TAG_TARGET, type EbsReplication, type EbsReplicationContext, type EbsSite } from './aws-ebs-replication.js';
 
 export const TAG_FAILBACK_COPY = 'ferry:failback-copy';
+/** On a volume a failback brought home: the target volume it was brought from. */
+export const TAG_FAILBACK_OF = 'ferry:failback-of';
 
 type Step = { done: true; volumeId: string } | { done: false; waiting: string } | { error: string };
 
@@ -28,7 +30,7 @@ export async function failBack(r: EbsReplication, c: EbsReplicationContext, from
   const volumeUpdates: FailoverResult['volumeUpdates'] = [];
   const waiting: string[] = [];
   for (const v of volumes) {
-    const step = await failBackVolume(r, c, from, v.backendName);
+    const step = await failBackVolume(r, c, from, v);
     if ('error' in step) volumeUpdates.push({ volumeId: v.volumeId, updates: { status: 'error' } });
     else if (step.done) volumeUpdates.push({ volumeId: v.volumeId, updates: { replicationStatus: 'enabled', providerLocation: step.volumeId } });
     else waiting.push(`${v.backendName}: ${step.waiting}`);
@@ -39,13 +41,19 @@ export async function failBack(r: EbsReplication, c: EbsReplicationContext, from
   return { activeBackendId: '', volumeUpdates };
 }
 
-async function failBackVolume(r: EbsReplication, c: EbsReplicationContext, from: EbsSite, backendName: string): Promise<Step> {
+async function failBackVolume(r: EbsReplication, c: EbsReplicationContext, from: EbsSite, v: ReplicatedVolumeRef): Promise<Step> {
+  const { backendName } = v;
   const home = c.primary;
   const named = [{ Name: `tag:${TAG_BACKEND_NAME}`, Values: [backendName] }];
-  // Done before (a repeated batch): the primary holds the volume made from a failback copy.
+  const inTarget = await c.volumes(from.region, named);
+  // The volume failed over to (the record's location); unknown, the newest of the name there. An
+  // older one of the same name (an earlier failover's whose delete failed) is never brought home.
+  const onTarget = v.location ? inTarget.find((x) => x.VolumeId === v.location) : newestVolume(inTarget);
+  // Done before (a repeated batch): the primary holds the volume made from a failback copy of this
+  // target volume (it names it). One an earlier failback brought holds older data: never taken.
+  // With the target's volume gone (a repeat after finish deleted it), finish deleted those already.
   const homeVolumes = await c.volumes(home.region, named);
-  const brought = homeVolumes.find((x) => tagOf(x, TAG_FAILBACK_COPY));
-  const onTarget = (await c.volumes(from.region, named))[0];
+  const brought = homeVolumes.find((x) => tagOf(x, TAG_FAILBACK_COPY) && (!onTarget || tagOf(x, TAG_FAILBACK_OF) === onTarget.VolumeId));
   if (brought) return finish(r, c, from, backendName, homeVolumes, brought, onTarget);
   if (!onTarget) return { error: `no volume ${backendName} in ${from.backendId} to bring home` };
 
@@ -72,7 +80,7 @@ async function failBackVolume(r: EbsReplication, c: EbsReplicationContext, from:
   }
   const token = clientTokenFor(c.host, `failback:${backendName}:${copy.SnapshotId}`);
   // Marked replicated as it is made (`ferry:replicated`), so the passes take it up again at once.
-  const id = await r.volumeFrom(home, copy, token, { [TAG_NAME]: backendName, [TAG_BACKEND_NAME]: backendName, [TAG_POOL]: tagOf(copy, TAG_POOL) ?? '', [TAG_FAILBACK_COPY]: copy.SnapshotId!, [TAG_REPLICATED]: 'true' });
+  const id = await r.volumeFrom(home, copy, token, { [TAG_NAME]: backendName, [TAG_BACKEND_NAME]: backendName, [TAG_POOL]: tagOf(copy, TAG_POOL) ?? '', [TAG_FAILBACK_COPY]: copy.SnapshotId!, [TAG_FAILBACK_OF]: onTarget.VolumeId!, [TAG_REPLICATED]: 'true' });
   return finish(r, c, from, backendName, homeVolumes, { VolumeId: id }, onTarget);
 }
 
@@ -144,3 +152,7 @@ async function retag(c: EbsReplicationContext, region: string, snapshotId: strin
 }
 
 const tags = (o: Record<string, string>) => Object.entries(o).map(([Key, Value]) => ({ Key, Value }));
+
+function newestVolume(volumes: Volume[]): Volume | undefined {
+  return volumes.reduce<Volume | undefined>((a, x) => (!a || (x.CreateTime?.getTime() ?? 0) > (a.CreateTime?.getTime() ?? 0) ? x : a), undefined);
+}

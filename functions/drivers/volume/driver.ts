@@ -191,6 +191,11 @@ export interface ReplicatedVolumeRef {
    * value only the driver resolves; null: it had none). Absent: not chosen yet, the driver chooses.
    */
   replica?: string | null;
+  /**
+   * Where the volume is now (its record's providerLocation), when known: on a failback, the
+   * target's volume to bring home, told apart from an older one of the same name left there.
+   */
+  location?: string;
 }
 
 /**
