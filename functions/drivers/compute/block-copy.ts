@@ -28,7 +28,7 @@ export const BLOCK_COPY_WRITEBACK_BYTES = 64 * 1024 * 1024;
  */
 export async function copyBlockData(
   from: Pick<BlockHandle, 'read' | 'sizeBytes' | 'dataExtents'>,
-  to: Pick<BlockHandle, 'write' | 'sizeBytes' | 'flush'>,
+  to: Pick<BlockHandle, 'write' | 'sizeBytes' | 'flush' | 'copyFromInKernel'>,
   chunkBytes = BLOCK_COPY_CHUNK_BYTES,
   writebackBytes = BLOCK_COPY_WRITEBACK_BYTES,
 ): Promise<{ readBytes: number; writtenBytes: number }> {
@@ -36,6 +36,9 @@ export async function copyBlockData(
   const extents = (from.dataExtents ? await from.dataExtents() : wholeFile(size))
     .filter((e) => e.offset < size)
     .map((e) => ({ offset: e.offset, length: Math.min(e.length, size - e.offset) }));
+  // A source that is all data: the kernel copies it when the destination can have it do so.
+  const allData = extents.length === 1 && extents[0]!.offset === 0 && extents[0]!.length === size;
+  if (allData && to.copyFromInKernel && (await to.copyFromInKernel(from, size))) return { readBytes: size, writtenBytes: size };
   const zeros = Buffer.alloc(Math.min(chunkBytes, Math.max(size, 1)));
   const deferSync = to.flush !== undefined;
   let writtenBytes = 0;

@@ -1,9 +1,12 @@
 /** Bytes through a file: a guest's root disk, or the volume file a connection points at. */
 import type { FileHandle } from 'node:fs/promises';
+import { logger } from '../../../core/logger.js';
 import { DriverError } from '../../../core/errors.js';
-import { dataExtents, type DataExtent } from '../../sparse.js';
+import { writebackWhileWriting } from '../../files.js';
+import { copyRangeInKernel } from '../../range-copy.js';
+import { dataExtents, dataExtentsOf, type DataExtent } from '../../sparse.js';
 import type { BlockHandle } from '../driver.js';
-import { writeFully } from './files.js';
+import { KERNEL_COPY_MIN_BYTES, writeFully } from './files.js';
 
 export class FileBlockHandle implements BlockHandle {
   constructor(
@@ -42,6 +45,32 @@ export class FileBlockHandle implements BlockHandle {
 
   async flush(): Promise<void> {
     await this.fh.datasync();
+  }
+
+  /**
+   * The kernel copy of a block copy: only between two files of this host, `length` of at least
+   * KERNEL_COPY_MIN_BYTES (smaller copies keep the chunk loop), and a source with no hole (every byte
+   * of it is written here, a hole as zeros: a sparse source keeps the chunk loop, whose holes stay
+   * holes). Its writeback runs beside it (writebackWhileWriting) and it is fsynced before it returns.
+   */
+  async copyFromInKernel(from: Pick<BlockHandle, 'sizeBytes'>, length: number): Promise<boolean> {
+    if (!(from instanceof FileBlockHandle) || length < KERNEL_COPY_MIN_BYTES) return false;
+    from.check(0, length);
+    this.check(0, length);
+    const source = await dataExtentsOf(from.fh, from.path);
+    if (!source.dense || source.size < length) return false;
+    const writeback = writebackWhileWriting(this.fh);
+    let copied: boolean;
+    try {
+      copied = await copyRangeInKernel(from.fh, this.fh, length);
+    } catch (e) {
+      // The copy's own failure is the one reported; the writeback loop is ended first (its error, if any, is logged).
+      await writeback.stop().catch((syncError: unknown) => logger.warn('block copy: a writeback sync failed too, after the kernel copy failed', { what: this.what, error: syncError as Error }));
+      throw e;
+    }
+    await writeback.stop();
+    if (copied) await this.fh.datasync();
+    return copied;
   }
 
   async dataExtents(): Promise<DataExtent[]> {
