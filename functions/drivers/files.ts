@@ -65,6 +65,20 @@ export async function writeFileAtomic(path: string, data: string): Promise<void>
   }
 }
 
+/**
+ * fsyncs a directory: the names created, renamed or removed in it are on disk when it returns (a
+ * file's own fsync makes its bytes durable, not its name; ext4 may persist a rename or a create
+ * after the data, or lose it at a power loss).
+ */
+export async function fsyncDirectory(path: string): Promise<void> {
+  const dir = await open(path, 'r');
+  try {
+    await dir.sync();
+  } finally {
+    await dir.close();
+  }
+}
+
 export async function readJson<T>(path: string): Promise<T | undefined> {
   let text: string;
   try {

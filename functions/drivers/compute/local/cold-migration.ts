@@ -4,10 +4,10 @@
  * into the destination's `incoming/<uuid>` and keeps its own disks until confirm or revert.
  */
 import { mkdir, rename } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { POWER_STATE, type BlockDeviceSpec, type Flavor, type GuestInfo, type GuestSpec } from '../driver.js';
 import type { HostConnections } from './connections.js';
-import { removeTree, sparseCopy, tempName, writeJsonAtomic } from './files.js';
+import { fsyncDirectory, removeTree, sparseCopy, tempName, writeJsonAtomic } from './files.js';
 import type { LocalHost } from './host.js';
 import { DISK_FILE, GIB, INCOMING_DIR, MIGRATION_FILE, isPeerDown, type GuestState, type IncomingMigration } from './layout.js';
 import type { GuestLifecycle } from './lifecycle.js';
@@ -47,7 +47,11 @@ export class ColdMigration {
         const record: IncomingMigration = { version: 1, uuid, kind: 'resize', source: this.h.host, rootDisk: state.rootDisk, flavor: state.flavor };
         if (state.imageRef !== undefined) record.imageRef = state.imageRef;
         await writeJsonAtomic(join(staging, MIGRATION_FILE), record);
+        // The copy is recorded done once this returns (the source's state, then the flow's): the
+        // staging directory's names and its rename must survive a power loss, not only the bytes.
+        await fsyncDirectory(staging);
         await rename(staging, incoming);
+        await fsyncDirectory(dirname(incoming));
       } catch (e) {
         await this.lifecycle.removeLeftover(staging, uuid);
         throw this.h.fail(`cannot copy the disk of ${uuid} to ${destHost}: ${(e as Error).message}`, { uuid, dest: destHost }, e);

@@ -11,7 +11,7 @@ import { copyFileInKernel, isErrno, readChunk, tempName, unlinkIfPresent, writeF
 import { chunkPieces, dataExtentsOf, extentBytes, unionExtents, wholeFile, type DataExtent } from '../../sparse.js';
 
 // The compute driver takes the small helpers from here too.
-export { isErrno, listVisible, readChunk, readJson, statOrUndefined, tempName, unlinkIfPresent, writeFully } from '../../files.js';
+export { fsyncDirectory, isErrno, listVisible, readChunk, readJson, statOrUndefined, tempName, unlinkIfPresent, writeFully } from '../../files.js';
 
 export const DEFAULT_CHUNK_BYTES = 1024 * 1024;
 
