@@ -26,10 +26,10 @@
  *   npm run bench:moves:full    (BENCH_DISK_MIB=1024: the bytes written, the whole 1 GiB disk of
  *                                flavor m1.small; BENCH_REPEATS=3; BENCH_FLOWS=cold,live,swap,shelve)
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { randomFillSync } from 'node:crypto';
 import { open } from 'node:fs/promises';
-import { closeSync, fsyncSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LocalComputeDriver } from '../../functions/drivers/compute/local.js';
@@ -61,32 +61,37 @@ function median(values: number[]): number {
   return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
-/** Fills `path` from offset 0 with `bytes` random bytes (no chunk of zeros: nothing can stay a hole), fsynced. */
-function fillRandom(path: string, bytes: number): void {
-  const fd = openSync(path, 'r+');
+/**
+ * Fills `path` from offset 0 with `bytes` random bytes (no chunk of zeros: nothing can stay a hole), fsynced.
+ * Asynchronous, as warm() is: the stack runs in this process, and an event loop blocked longer than
+ * its keep-alive timeout (5 s; a GiB's fill at load 15) had the server close the idle pooled
+ * connection just as the next request went out on it (ECONNRESET at the next boot).
+ */
+async function fillRandom(path: string, bytes: number): Promise<void> {
+  const fh = await open(path, 'r+');
   try {
     const buf = Buffer.alloc(4 * MiB);
     for (let pos = 0; pos < bytes; pos += buf.length) {
       const n = Math.min(buf.length, bytes - pos);
       randomFillSync(buf, 0, n);
-      for (let done = 0; done < n; ) done += writeSync(fd, buf, done, n - done, pos + done);
+      for (let done = 0; done < n; ) done += (await fh.write(buf, done, n - done, pos + done)).bytesWritten;
     }
-    fsyncSync(fd);
+    await fh.sync();
   } finally {
-    closeSync(fd);
+    await fh.close();
   }
 }
 
 /** Reads the file whole (into the page cache), then syncs every file system: the same start for each half. */
-function warm(path: string): void {
-  const fd = openSync(path, 'r');
+async function warm(path: string): Promise<void> {
+  const fh = await open(path, 'r');
   try {
     const buf = Buffer.alloc(4 * MiB);
-    while (readSync(fd, buf, 0, buf.length, null) > 0);
+    while ((await fh.read(buf, 0, buf.length, null)).bytesRead > 0);
   } finally {
-    closeSync(fd);
+    await fh.close();
   }
-  spawnSync('sync');
+  await new Promise<void>((resolve, reject) => spawn('sync').on('error', reject).on('close', () => resolve()));
 }
 
 /**
@@ -236,7 +241,7 @@ async function main(): Promise<void> {
   if (!(DISK_MIB > 0 && DISK_MIB <= 1024)) throw new Error(`BENCH_DISK_MIB=${DISK_MIB}: at most the 1024 MiB of the m1.small root disk`);
   console.log(`bench/moves/full-disk: ${DISK_MIB} MiB of random bytes, ${REPEATS} rounds of ${FLOWS.join(', ')}; load average at start ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
   const server = await boot();
-  fillRandom(await diskOf(server), DISK_MIB * MiB);
+  await fillRandom(await diskOf(server), DISK_MIB * MiB);
   // The swap's server: a volume filled whole; each round swaps it onto a new empty volume.
   const swapServer = FLOWS.includes('swap') ? await boot() : undefined;
   let swapVolume = '';
@@ -246,7 +251,7 @@ async function main(): Promise<void> {
     const att = await nova('POST', `/servers/${swapServer}/os-volume_attachments`, { volumeAttachment: { volumeId: swapVolume } });
     swapDevice = att.volumeAttachment.device as string;
     await settle(swapServer, 'active');
-    fillRandom(await volumeFileOf(swapServer, swapDevice), DISK_MIB * MiB);
+    await fillRandom(await volumeFileOf(swapServer, swapDevice), DISK_MIB * MiB);
   }
 
   /** A server action on the bench's server, until it settles in `vm`. */
@@ -299,11 +304,11 @@ async function main(): Promise<void> {
       const cpFirst = (round + k) % 2 === 0;
       const runCp = async () => {
         const path = await f.file();
-        warm(path);
+        await warm(path);
         return timeCp(path);
       };
       const runMove = async () => {
-        warm(await f.file());
+        await warm(await f.file());
         calls.length = 0;
         syncs.count = 0;
         syncs.ms = 0;
