@@ -8,7 +8,7 @@ import { createReadStream } from 'node:fs';
 import { mkdtemp, open, rm, stat, truncate } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { copyBlockData } from '../../functions/drivers/compute/block-copy.js';
 import { snapshotDataStream } from '../../functions/drivers/compute/snapshot-data.js';
 import { sparseCopy, syncChangedChunks } from '../../functions/drivers/compute/local/files.js';
@@ -31,6 +31,7 @@ beforeEach(async () => {
 });
 
 afterEach(async () => {
+  vi.restoreAllMocks();
   await rm(tmp, { recursive: true, force: true });
 });
 
@@ -176,6 +177,32 @@ describe('stop-and-copy (changed chunks)', () => {
     expect(written).toBeLessThanOrEqual(3 * 64 * 1024);
     expect(await allocated(dst)).toBeLessThan(MIB);
     expect(await syncChangedChunks(src, dst, 64 * 1024)).toBe(0);
+  });
+});
+
+describe('stop-and-copy fsyncs', () => {
+  it('fsyncs once after a pass that wrote, and not at all after a pass that found nothing changed', async () => {
+    // Prepare: a durable pre-copy; then every fsync of the process counted.
+    const src = await sparseFile('disk', SIZE, WRITES);
+    const dst = join(tmp, 'copy');
+    await sparseCopy(src, dst);
+    const probe = await open(src, 'r');
+    const proto = Object.getPrototypeOf(probe) as { sync(): Promise<void> };
+    await probe.close();
+    const sync = vi.spyOn(proto, 'sync');
+
+    // Act
+    const unchanged = await syncChangedChunks(src, dst, 64 * 1024);
+    const syncsUnchanged = sync.mock.calls.length;
+    await writeAt(src, 10, randomBytes(20));
+    const changed = await syncChangedChunks(src, dst, 64 * 1024);
+
+    // Assess
+    expect(unchanged).toBe(0);
+    expect(syncsUnchanged).toBe(0);
+    expect(changed).toBe(64 * 1024);
+    expect(sync.mock.calls.length).toBe(1);
+    expect(await sha256(dst)).toBe(await sha256(src));
   });
 });
 

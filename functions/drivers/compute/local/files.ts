@@ -274,6 +274,9 @@ export async function unchangedSince(path: string, mark: CopyStartMark): Promise
 /**
  * Makes `dst` equal `src` by rewriting the chunks that differ (and the size); returns the bytes
  * written. Only the data extents of either file are compared: outside both, both read as zeros.
+ * What it changed is fsynced before it returns; a pass that changed nothing does not fsync: `dst`
+ * must be durable already (the live migration's pre-copy fsynced it), and a second fsync of a file
+ * nobody wrote since is one journal commit for nothing.
  */
 export async function syncChangedChunks(src: string, dst: string, chunkBytes = DEFAULT_CHUNK_BYTES): Promise<number> {
   checkChunkBytes(chunkBytes);
@@ -284,7 +287,8 @@ export async function syncChangedChunks(src: string, dst: string, chunkBytes = D
       const want = await dataExtentsOf(input, src);
       const size = want.size;
       const have = await dataExtentsOf(output, dst);
-      if (have.size !== size) await output.truncate(size);
+      const resized = have.size !== size;
+      if (resized) await output.truncate(size);
       const a = Buffer.alloc(Math.min(chunkBytes, Math.max(size, 1)));
       const b = Buffer.alloc(a.length);
       let written = 0;
@@ -300,7 +304,7 @@ export async function syncChangedChunks(src: string, dst: string, chunkBytes = D
           copied.writtenBytes += len;
         }
       }
-      await output.sync();
+      if (written > 0 || resized) await output.sync();
       return written;
     } finally {
       await output.close();
