@@ -26,7 +26,9 @@ my ($len) = @ARGV;
 my $nr = eval { local $SIG{__WARN__} = sub {}; require 'syscall.ph'; &SYS_copy_file_range() };
 $nr = { x86_64 => 326, aarch64 => 285 }->{(split /-/, $Config{archname})[0]} if !defined $nr;
 if (!defined $nr) { print "unsupported no copy_file_range number for $Config{archname}\\n"; exit 0 }
-my ($off_in, $off_out) = (pack('q', 0), pack('q', 0));
+# loff_t offsets the kernel reads and advances: 64-bit, which a perl without 64-bit integers cannot pack.
+my ($off_in, $off_out) = eval { (pack('q', 0), pack('q', 0)) };
+if (!defined $off_out) { print "unsupported no 64-bit integers in this perl\n"; exit 0 }
 my $done = 0;
 while ($done < $len) {
   my $want = $len - $done;
