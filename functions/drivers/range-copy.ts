@@ -11,7 +11,8 @@
  * doing this way is 32 MiB or more: a process start, 60-160 ms on a busy machine, is small beside it).
  * The child gets both files as its descriptors 3 and 4 (the very files open here, even if renamed),
  * so it never opens a path. The syscall's number comes from the system's syscall.ph when perl has it,
- * else from the known numbers of x86_64 and aarch64.
+ * else from the known numbers of x86_64 and aarch64. It copies in 64 MiB steps and stops when this
+ * process is gone (a killed step's re-run or rollback then owns the volume; an orphan would write on).
  */
 import { spawn } from 'node:child_process';
 import type { FileHandle } from 'node:fs/promises';
@@ -29,10 +30,12 @@ if (!defined $nr) { print "unsupported no copy_file_range number for $Config{arc
 # loff_t offsets the kernel reads and advances: 64-bit, which a perl without 64-bit integers cannot pack.
 my ($off_in, $off_out) = eval { (pack('q', 0), pack('q', 0)) };
 if (!defined $off_out) { print "unsupported no 64-bit integers in this perl\n"; exit 0 }
-my $done = 0;
+my ($done, $parent) = (0, getppid());
 while ($done < $len) {
+  # Ends with its parent (a killed step): an orphan writes at most one more 64 MiB step.
+  if (getppid() != $parent) { print "err 0 the copying process ended\n"; exit 0 }
   my $want = $len - $done;
-  $want = 1 << 30 if $want > 1 << 30;
+  $want = 64 << 20 if $want > 64 << 20;
   my $n = syscall($nr, 3, $off_in, 4, $off_out, $want, 0);
   if ($n < 0) {
     if ($done == 0 && ($!{ENOSYS} || $!{EXDEV} || $!{EOPNOTSUPP} || $!{EINVAL})) { print "unsupported copy_file_range: $!\\n"; exit 0 }
