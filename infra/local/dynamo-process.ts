@@ -22,6 +22,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { delimiter, dirname, join } from 'node:path';
 import { exerciseForArchive, planClassArchive, type ClassArchivePlan, type ClassArchiveState } from './dynamo-cds.js';
+import { archiveWriterArgs } from './dynamo-cds-writer.js';
 import { freePort } from './ports.js';
 
 const require = createRequire(import.meta.url);
@@ -83,6 +84,12 @@ export interface DynamoProcess {
   exited(): boolean;
   /** Resolves when the JVM has exited, with its code or signal, or with why it could not be spawned. */
   exit: Promise<DynamoExit>;
+  /**
+   * The stack stops: a class archive's writer, if any, writes what it has now and is gone within
+   * its deadline (dynamo-cds-writer.ts). Called first thing in a stop, so the write has the stop's
+   * whole time; `stop()` calls it too.
+   */
+  stopArchiveWriter(): void;
   /** SIGTERM, then SIGKILL after DYNAMO_STOP_GRACE_MS; resolves once it has exited. */
   stop(): Promise<void>;
 }
@@ -118,7 +125,7 @@ export async function launchDynamo(options: DynamoProcessOptions = {}): Promise<
     return spawn(...withParentDeathSignal(command, [...jvmOptions, ...archive.args]), { ...spawnOptions, detached: true });
   };
   const child = createSpawn(packageDir, spawnJvm)({ port, sharedDb: true, stdio: 'ignore', ...(options.dataDir ? { path: options.dataDir } : {}) });
-  if (archive?.writer) await writeClassArchive(archive.writer, createSpawn(packageDir, spawnArchiveWriter(jvmOptions, archive.writer)));
+  const writer = archive?.writer ? await writeClassArchive(archive.writer, createSpawn(packageDir, spawnArchiveWriter(jvmOptions, archive.writer))) : undefined;
 
   let exited = false;
   const exit = new Promise<DynamoExit>((resolve) => {
@@ -140,7 +147,9 @@ export async function launchDynamo(options: DynamoProcessOptions = {}): Promise<
     classArchive: archive?.archive ?? { state: 'off', reason: 'the JVM was not spawned' },
     exited: () => exited,
     exit,
+    stopArchiveWriter: () => writer?.stop(),
     stop: async () => {
+      writer?.stop();
       if (exited) return;
       const killer = setTimeout(() => child.kill('SIGKILL'), DYNAMO_STOP_GRACE_MS);
       killer.unref();
@@ -153,10 +162,17 @@ export async function launchDynamo(options: DynamoProcessOptions = {}): Promise<
 
 type ArchiveWriter = NonNullable<ClassArchivePlan['writer']>;
 
-/** Spawns the JVM that writes the class archive: at the lowest priority, so it takes only CPU the stack leaves idle. */
+/**
+ * Spawns the JVM that writes the class archive, under its supervisor (dynamo-cds-writer.ts), which
+ * the kernel signals when this process dies; the JVM at the lowest priority, so it takes only CPU
+ * the stack leaves idle, and killed if its supervisor is.
+ */
 function spawnArchiveWriter(jvmOptions: readonly string[], writer: ArchiveWriter): SpawnFn {
-  return (command, args, spawnOptions) =>
-    spawn(...withParentDeathSignal('nice', ['-n', '19', command, ...jvmOptions, ...writer.args([...args, ...DYNAMO_LOCAL_OPTIONS])]), { ...spawnOptions, detached: true });
+  return (command, args, spawnOptions) => {
+    const jvm = withParentDeathSignal('nice', ['-n', '19', command, ...jvmOptions, ...writer.args([...args, ...DYNAMO_LOCAL_OPTIONS])], 'KILL');
+    const supervisor = archiveWriterArgs(writer.files, jvm.flat(), parentDeathSignalCommand());
+    return spawn(...withParentDeathSignal('sh', supervisor), { ...spawnOptions, detached: true });
+  };
 }
 
 /** How long the archive's writer may take to answer before it is stopped without an archive. */
@@ -166,34 +182,41 @@ const ARCHIVE_WRITER_DEADLINE_MS = 120_000;
  * Starts, beside the stack's own, a JVM in memory that serves a few requests and writes the class
  * archive as it exits on SIGTERM (dynamo-cds.ts). It runs on its own and ends by itself; it never
  * delays or fails a start: whatever goes wrong only leaves the archive unwritten, for the next start.
+ * Returns its stop (the stack stops: write now, within the deadline).
  */
-async function writeClassArchive(writer: ArchiveWriter, spawnWriter: ReturnType<DynamoDbLocalSpawnFactory['createSpawn']>): Promise<void> {
+async function writeClassArchive(writer: ArchiveWriter, spawnWriter: ReturnType<DynamoDbLocalSpawnFactory['createSpawn']>): Promise<{ stop(): void }> {
   const port = await freePort();
-  const child = spawnWriter({ port, sharedDb: true, stdio: 'ignore' });
-  child.unref();
+  const supervisor = spawnWriter({ port, sharedDb: true, stdio: 'ignore' });
+  supervisor.unref();
   let exited = false;
-  child.once('error', () => {
+  // The supervisor settles the files itself; only one that could not start or was killed outright leaves them.
+  supervisor.once('error', (e) => {
     exited = true;
-    writer.settle({ code: null, signal: null });
+    process.emitWarning(`DynamoDB Local's class archive: its writer could not start (${e.message})`, { code: 'FERRY_DYNAMO_CDS' });
+    writer.abandon();
   });
-  child.once('exit', (code, signal) => {
+  supervisor.once('exit', (_code, signal) => {
     exited = true;
-    writer.settle({ code, signal });
+    if (signal === 'SIGKILL') writer.abandon();
   });
+  const signal = (name: NodeJS.Signals) => {
+    if (!exited) supervisor.kill(name);
+  };
   exerciseForArchive(`http://127.0.0.1:${port}`, ARCHIVE_WRITER_DEADLINE_MS, () => exited).then(
-    // SIGTERM: the JVM writes the archive as it exits. One that never answered is ended without.
-    (answered) => child.kill(answered ? 'SIGTERM' : 'SIGKILL'),
+    // SIGUSR1: the JVM writes the archive now, at its own pace. One that never answered is ended as at a stop.
+    (answered) => signal(answered ? 'SIGUSR1' : 'SIGTERM'),
     (e: unknown) => {
       process.emitWarning(`DynamoDB Local's class archive: its writer failed (${(e as Error).message})`, { code: 'FERRY_DYNAMO_CDS' });
-      child.kill('SIGKILL');
+      signal('SIGTERM');
     },
   );
+  return { stop: () => signal('SIGTERM') };
 }
 
-/** `command args`, run so that the kernel sends it SIGTERM when this process dies (under setpriv, where there is one). */
-export function withParentDeathSignal(command: string, args: readonly string[]): [string, string[]] {
+/** `command args`, run so that the kernel sends it `signal` when this process dies (under setpriv, where there is one). */
+export function withParentDeathSignal(command: string, args: readonly string[], signal: 'TERM' | 'KILL' = 'TERM'): [string, string[]] {
   const setpriv = parentDeathSignalCommand();
-  return setpriv ? [setpriv, ['--pdeathsig', 'TERM', '--', command, ...args]] : [command, [...args]];
+  return setpriv ? [setpriv, ['--pdeathsig', signal, '--', command, ...args]] : [command, [...args]];
 }
 
 /** `setpriv` when it can set a parent-death signal here (Linux, util-linux installed); else undefined. */

@@ -66,6 +66,8 @@ const shutdown = (why: string) => {
   if (stopping) return;
   stopping = true;
   console.log(`ferry: ${why}, stopping`);
+  // First: a class archive's writer gets the stop's whole time to finish (dynamo-cds-writer.ts).
+  dynamo.stopArchiveWriter();
   const deadline = setTimeout(() => {
     console.error(`ferry: the stop did not finish within ${STOP_DEADLINE_MS / 1000} s; exiting (DynamoDB Local ends with this process)`);
     process.exit(1);

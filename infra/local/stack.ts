@@ -21,6 +21,7 @@ import { acquireDataDirLock, removeOwnStackFile, writeStackFile, type DataDirLoc
 import { createTables, startDynamo, waitForDynamo, type DynamoProcess, type LocalDynamo } from './dynamo.js';
 import { DYNAMO_SUBDIR } from './dynamo-process.js';
 import type { ClassArchiveState } from './dynamo-cds.js';
+import { WRITER_STOP_DEADLINE_S } from './dynamo-cds-writer.js';
 import { NO_STAGES, type StartStages } from './start-stages.js';
 import { STEP_FUNCTIONS_PATH, startHttpServer } from './http.js';
 import { startReplicationLoop } from './replicator.js';
@@ -284,7 +285,12 @@ async function dynamoAnswering(dynamo: DynamoProcess, stages: StartStages): Prom
 /** What the DynamoDB Local line says of its class archive (dynamo-cds.ts). */
 function classArchiveNote(archive: ClassArchiveState): string {
   if (archive.state === 'used') return 'class archive mapped';
-  if (archive.state === 'writing') return 'no class archive yet: one is being written beside it';
+  // A write that cannot finish is not announced as one in progress: the writer keeps an archive only
+  // if its JVM ends well, and at a stop only within its deadline; how the last one ended is said.
+  if (archive.state === 'writing') {
+    const last = archive.lastTry ? `; the last writer ${archive.lastTry}` : '';
+    return `no class archive yet: a JVM beside it writes one for the next start if it ends well (within ${WRITER_STOP_DEADLINE_S} s of a stop)${last}`;
+  }
   return `no class archive: ${archive.reason}`;
 }
 

@@ -9,6 +9,12 @@
  * stage and no Node or AWS SDK warning. The reconcile's line comes after "ferry ready" (its pass
  * runs while requests are served); the first two rounds signal as soon as the stack is ready, with
  * the pass most likely still running, and the stop must say no error of it either.
+ *
+ * DynamoDB Local's class archive (dynamo-cds.ts) starts absent here (a cache directory of the
+ * test's own): the first start has one written beside it and is stopped right after "ferry ready",
+ * and the second maps it, unless the machine was too busy for the write to end within its
+ * deadline after the stop, which that start's line must then say. No partial archive or writer's
+ * claim is left once every process is gone.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -29,6 +35,7 @@ const RECONCILE_LINE = /^ferry: reconcile +\d+ ms +\(at \d+\.\d\d s\) /;
 
 const started: ChildProcess[] = [];
 let dataDir: string | undefined;
+let archiveDir: string | undefined;
 
 interface NpmStart {
   npm: ChildProcess;
@@ -41,7 +48,7 @@ interface NpmStart {
 
 /** The environment of a user's shell: none of this process's endpoints, faults, table prefix or SDK switches. */
 function userEnv(dir: string, port: number): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env, FERRY_DATA_DIR: dir, FERRY_PORT: String(port) };
+  const env: NodeJS.ProcessEnv = { ...process.env, FERRY_DATA_DIR: dir, FERRY_PORT: String(port), FERRY_DYNAMO_CDS_DIR: archiveDir };
   for (const k of Object.keys(env)) {
     if (/^(FERRY_(DYNAMODB|S3|SFN)_ENDPOINT|FERRY_FAULTS|FERRY_TABLE_|AWS_SDK_JS_)/.test(k)) delete env[k];
   }
@@ -119,11 +126,16 @@ afterAll(async () => {
   if (!dataDir) return;
   for (const pid of processesOf(dataDir)) process.kill(pid, 'SIGKILL');
   await rm(dataDir, { recursive: true, force: true });
+  if (archiveDir) await rm(archiveDir, { recursive: true, force: true });
 });
+
+/** What a start's DynamoDB Local line says of the class archive. */
+const archiveNote = (lines: string[]) => lines.find((l) => l.startsWith('ferry: DynamoDB Local'))?.replace(/^.*?\(at [\d.]+ s\)\s*/, '') ?? '(no line)';
 
 describe('npm start, and a signal to npm', () => {
   test('Ctrl-C, SIGTERM, SIGINT and kill -9 of npm, and kill -9 of node, each leave no process of the stack within 5 s; the next start on the directory works; starts print their stages quietly', async () => {
     dataDir = await mkdtemp(join(tmpdir(), 'ferry-start-stop-'));
+    archiveDir = await mkdtemp(join(tmpdir(), 'ferry-start-stop-cds-'));
     const port = await freePort();
 
     const seen: string[] = [];
@@ -148,6 +160,10 @@ describe('npm start, and a signal to npm', () => {
       expect(running.some((c) => c.includes('infra/local/start.mjs')), running.join('\n')).toBe(true);
       for (const stage of STAGES) expect(lines, `the stage line of "${stage}"`).toContainEqual(expect.stringMatching(new RegExp(`^ferry: ${stage} +\\d+ ms +\\(at \\d+\\.\\d\\d s\\)`)));
       expect(start.output()).not.toMatch(/NodeVersionSupportWarning|\(node:\d+\) \w*Warning/);
+      // The class archive: written beside the first start, stopped right after it is ready; mapped by the next.
+      const archive = archiveNote(lines);
+      if (seen.length === 0) expect(archive).toMatch(/^no class archive yet: a JVM beside it writes one/);
+      if (seen.length === 1) expect(archive).toMatch(/^class archive mapped$|the last writer was cut short: its stack stopped/);
       const signalDuringReconcile = seen.length < 2;
       if (!signalDuringReconcile) {
         // The pass ends on its own after "ferry ready", with its line.
@@ -164,7 +180,7 @@ describe('npm start, and a signal to npm', () => {
       const ms = await goneWithin(dataDir);
       expect(ms).toBeLessThanOrEqual(GONE_WITHIN_MS);
       if (signal !== 'SIGKILL') expect(start.output()).not.toMatch(/"level":"ERROR"|stop failed|did not finish|start was interrupted|resuming the previous executions failed/);
-      seen.push(`ready ${(readyMs / 1000).toFixed(1)} s, all gone ${(ms / 1000).toFixed(1)} s after ${signal} to ${to}`);
+      seen.push(`ready ${(readyMs / 1000).toFixed(1)} s (${archive}), all gone ${(ms / 1000).toFixed(1)} s after ${signal} to ${to}`);
     }
     // For the record (the machine's load decides the start's time): what each round took.
     console.info(`npm start: ${seen.join('; ')}`);
@@ -174,5 +190,8 @@ describe('npm start, and a signal to npm', () => {
     await last.ready;
     process.kill(last.npm.pid!, 'SIGTERM');
     await goneWithin(dataDir);
+    // Whatever the writers came to: no half archive and no claim left behind them.
+    const left = readdirSync(archiveDir, { recursive: true, encoding: 'utf8' }).filter((f) => /\.tmp$|(^|\/)writing$/.test(f));
+    expect(left).toEqual([]);
   }, 300_000);
 });

@@ -106,6 +106,7 @@ function sharedDynamoProcess(endpoint: string): DynamoProcess {
     classArchive: { state: 'off', reason: "the integration tier's shared DynamoDB Local" },
     exited: () => false,
     exit: new Promise(() => {}),
+    stopArchiveWriter: () => undefined,
     stop: async () => {},
   };
 }

@@ -59,7 +59,7 @@ describe('the jar copy', () => {
 });
 
 describe('the plan of a start', () => {
-  test('no archive yet: runs as shipped and has one written beside; only after an exit the JVM handled is it kept and then mapped', () => {
+  test('no archive yet: runs as shipped and has one written beside (one writer at a time); once it is in place, it is mapped', () => {
     // Prepare
     const cache = cacheDir();
     // Act
@@ -68,42 +68,55 @@ describe('the plan of a start', () => {
     expect(first.archive).toEqual({ state: 'writing' });
     expect(first.args).toEqual(packageArgs);
     const writerArgs = first.writer!.args(['-Djava.library.path=x', '-jar', 'y', '-inMemory']);
-    const partial = writerArgs[0]!.replace('-XX:ArchiveClassesAtExit=', '');
-    expect(writerArgs[0]).toMatch(/^-XX:ArchiveClassesAtExit=.*\.tmp$/);
+    expect(writerArgs[0]).toBe(`-XX:ArchiveClassesAtExit=${first.writer!.files.partial}`);
+    expect(first.writer!.files.partial).toMatch(/\.tmp$/);
     expect(writerArgs[2]).toBe('-jar');
     expect(existsSync(writerArgs[3]!)).toBe(true);
 
     // A second start meanwhile (this process writes): runs without.
     expect(planClassArchive(packageArgs, packageDir, jvmOptions, { cacheDir: cache }).archive).toEqual({ state: 'off', reason: 'another process is writing the class archive' });
 
-    // A JVM killed while writing: the partial file is dropped, nothing kept.
-    writeFileSync(partial, 'half');
-    first.writer!.settle({ code: null, signal: 'SIGKILL' });
-    expect(existsSync(partial)).toBe(false);
+    // A writer that could not run: its claim and partial go, and the next start writes.
+    writeFileSync(first.writer!.files.partial, 'half');
+    first.writer!.abandon();
+    expect(existsSync(first.writer!.files.partial)).toBe(false);
     const again = planClassArchive(packageArgs, packageDir, jvmOptions, { cacheDir: cache });
     expect(again.archive).toEqual({ state: 'writing' });
 
-    // The JVM's own exit on SIGTERM (143): kept, and the next start maps it.
-    const partial2 = again.writer!.args(packageArgs)[0]!.replace('-XX:ArchiveClassesAtExit=', '');
-    writeFileSync(partial2, 'archive');
-    again.writer!.settle({ code: 143, signal: null });
+    // What the supervisor does with a whole archive (dynamo-cds-writer.ts): the next start maps it.
+    writeFileSync(again.writer!.files.archive, 'archive');
+    rmSync(again.writer!.files.claim);
     const used = planClassArchive(packageArgs, packageDir, jvmOptions, { cacheDir: cache });
     expect(used.archive).toEqual({ state: 'used' });
     expect(used.args[0]).toMatch(/^-XX:SharedArchiveFile=.*classes\.jsa$/);
     expect(used.writer).toBeUndefined();
   });
 
-  test('a writer whose process is gone is taken over, its partial archive dropped', () => {
+  test('a writer whose process is gone is taken over, its partial archive dropped; how it ended is said', () => {
     const cache = cacheDir();
     const first = planClassArchive(packageArgs, packageDir, jvmOptions, { cacheDir: cache });
-    const writing = join(dirname(first.writer!.args(packageArgs)[0]!.replace('-XX:ArchiveClassesAtExit=', '')), 'writing');
+    const { claim, lastTry } = first.writer!.files;
     // A pid that is no process (beyond the kernel's default pid_max).
-    writeFileSync(writing, '4194305');
-    // What its JVM wrote as it died: nobody keeps it, so it goes (45 MB each).
-    const orphan = join(dirname(writing), 'classes.jsa.4194305.1.tmp');
+    writeFileSync(claim, '4194305');
+    // What its JVM wrote as it died: nobody keeps it, so it goes (25-45 MB each).
+    const orphan = join(dirname(claim), 'classes.jsa.4194305.1.tmp');
     writeFileSync(orphan, 'half');
-    expect(planClassArchive(packageArgs, packageDir, jvmOptions, { cacheDir: cache }).archive).toEqual({ state: 'writing' });
+    writeFileSync(lastTry, 'was cut short: its stack stopped\n');
+    expect(planClassArchive(packageArgs, packageDir, jvmOptions, { cacheDir: cache }).archive).toEqual({ state: 'writing', lastTry: 'was cut short: its stack stopped' });
     expect(existsSync(orphan)).toBe(false);
+  });
+
+  test('an archive in place: partials are dropped only when no live writer holds the claim', () => {
+    const cache = cacheDir();
+    const { files } = planClassArchive(packageArgs, packageDir, jvmOptions, { cacheDir: cache }).writer!;
+    writeFileSync(files.archive, 'archive');
+    writeFileSync(files.partial, 'half');
+    // This process holds the claim (it planned the write): its partial stays.
+    expect(planClassArchive(packageArgs, packageDir, jvmOptions, { cacheDir: cache }).archive).toEqual({ state: 'used' });
+    expect(existsSync(files.partial)).toBe(true);
+    writeFileSync(files.claim, '4194305');
+    planClassArchive(packageArgs, packageDir, jvmOptions, { cacheDir: cache });
+    expect(existsSync(files.partial)).toBe(false);
   });
 
   test('other JVM options, another archive', () => {
