@@ -18,10 +18,12 @@
  * the deadline, since nothing of a stopped stack may outlive it by more than 5 s; the write (1.3-1.7
  * CPU s after the JVM's SIGTERM at a load of 10-12; its dump, `-Xlog:cds`: verifying and linking
  * the classes, then 25 MB written in its last ~20 ms) then counts as not finished and the next
- * start tries again. At a stop its process group goes back to nice 0 where that is allowed (root:
- * lowering a nice value needs CAP_SYS_NICE), as it no longer competes with a start; on a machine
- * busy enough that ~1.5 CPU s take longer than the deadline even so, a stack stopped right after
- * its start keeps no archive, and the next start says so. The JVM itself runs under a parent-death KILL: a supervisor killed outright
+ * start tries again. It stays at nice 19 then too: a restart right after the stop must not wait
+ * for it (a nice value lowered back to 0 would compete with that start, and only root may lower
+ * one). So on a machine busy enough that ~1.5 CPU s at nice 19 take longer than the deadline (at a
+ * load of 13-17 here, every time), a stack stopped right after its start keeps no archive, and the
+ * next start says so; a stack that runs on until its writer has served its requests (~20 s after
+ * the start at a load of 16) keeps it. The JVM itself runs under a parent-death KILL: a supervisor killed outright
  * takes it along (its partial, if any, is removed by the next start that takes the claim over).
  *
  * What the last writer came to is kept beside the archive (`last-try`), so a start that writes
@@ -59,13 +61,12 @@ shift 6
 echo $$ > "$claim.$$" && mv -f "$claim.$$" "$claim"
 "$@" &
 jvm=$!
-timer= stopped= priority=
+timer= stopped=
 write_now() { kill -TERM "$jvm" 2>/dev/null; }
 stopping() {
   write_now
   [ -n "$timer" ] && return
   stopped=1
-  err=$(renice -n 0 -g $$ 2>&1 >/dev/null) || priority=" (still at nice 19: $err)"
   if [ -n "$setpriv" ]; then
     ( "$setpriv" --pdeathsig KILL -- sleep "$deadline"; kill -KILL "$jvm" 2>/dev/null ) &
   else
@@ -91,7 +92,7 @@ if { [ "$code" -eq 143 ] || [ "$code" -eq 0 ]; } && [ -s "$partial" ]; then
 else
   rm -f "$partial"
   if [ "$code" -eq 137 ] && [ -n "$stopped" ]; then
-    echo "was cut short: its stack stopped and it had not finished $deadline s later$priority" > "$last"
+    echo "was cut short: its stack stopped and it had not finished $deadline s later" > "$last"
   else
     echo "ended (exit $code) without an archive" > "$last"
   fi
