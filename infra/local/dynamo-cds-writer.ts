@@ -58,11 +58,8 @@ export interface ArchiveFiles {
 const SUPERVISOR = `
 partial=$1 archive=$2 claim=$3 last=$4 deadline=$5 setpriv=$6
 shift 6
-echo $$ > "$claim.$$" && mv -f "$claim.$$" "$claim"
-"$@" &
-jvm=$!
-timer= stopped=
-write_now() { kill -TERM "$jvm" 2>/dev/null; }
+jvm= timer= stopped=
+write_now() { [ -n "$jvm" ] && kill -TERM "$jvm" 2>/dev/null; }
 stopping() {
   write_now
   [ -n "$timer" ] && return
@@ -76,6 +73,9 @@ stopping() {
 }
 trap write_now USR1
 trap stopping TERM INT HUP
+echo $$ > "$claim.$$" && mv -f "$claim.$$" "$claim"
+"$@" &
+jvm=$!
 while :; do
   wait "$jvm"
   code=$?

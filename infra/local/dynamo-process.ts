@@ -189,15 +189,22 @@ async function writeClassArchive(writer: ArchiveWriter, spawnWriter: ReturnType<
   const supervisor = spawnWriter({ port, sharedDb: true, stdio: 'ignore' });
   supervisor.unref();
   let exited = false;
-  // The supervisor settles the files itself; only one that could not start or was killed outright leaves them.
-  supervisor.once('error', (e) => {
+  // The supervisor settles the files itself; only one that could not start or was killed by a
+  // signal leaves them. Called outside any request: a file that cannot be removed costs the next
+  // start its archive, nothing else (that start removes partials again). Said, not thrown.
+  const abandon = (why: string) => {
     exited = true;
-    process.emitWarning(`DynamoDB Local's class archive: its writer could not start (${e.message})`, { code: 'FERRY_DYNAMO_CDS' });
-    writer.abandon();
-  });
+    process.emitWarning(`DynamoDB Local's class archive: its writer ${why}`, { code: 'FERRY_DYNAMO_CDS' });
+    try {
+      writer.abandon();
+    } catch (e) {
+      process.emitWarning(`DynamoDB Local's class archive: its partial files stay (${(e as Error).message})`, { code: 'FERRY_DYNAMO_CDS' });
+    }
+  };
+  supervisor.once('error', (e) => abandon(`could not start (${e.message})`));
   supervisor.once('exit', (_code, signal) => {
     exited = true;
-    if (signal === 'SIGKILL') writer.abandon();
+    if (signal) abandon(`was killed (${signal})`);
   });
   const signal = (name: NodeJS.Signals) => {
     if (!exited) supervisor.kill(name);
