@@ -61,9 +61,10 @@ shift 6
 jvm= timer= stopped=
 write_now() { [ -n "$jvm" ] && kill -TERM "$jvm" 2>/dev/null; }
 stopping() {
+  stopped=1
+  [ -z "$jvm" ] && return
   write_now
   [ -n "$timer" ] && return
-  stopped=1
   if [ -n "$setpriv" ]; then
     ( "$setpriv" --pdeathsig KILL -- sleep "$deadline"; kill -KILL "$jvm" 2>/dev/null ) &
   else
@@ -74,8 +75,12 @@ stopping() {
 trap write_now USR1
 trap stopping TERM INT HUP
 echo $$ > "$claim.$$" && mv -f "$claim.$$" "$claim"
+# Stopped before the JVM started: nothing to write.
+[ -n "$stopped" ] && { rm -f "$claim"; exit 0; }
 "$@" &
 jvm=$!
+# A stop that came as it started (the trap ran before jvm was set).
+[ -n "$stopped" ] && stopping
 while :; do
   wait "$jvm"
   code=$?

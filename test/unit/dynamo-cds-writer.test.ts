@@ -135,6 +135,22 @@ describe.runIf(process.platform === 'linux')('the class archive writer superviso
     expect(readFileSync(f.lastTry, 'utf8').trim()).toBe('ended (exit 137) without an archive');
   });
 
+  test('stopped (SIGTERM) as it starts: it ends within the deadline, its claim gone and no stand-in left', async () => {
+    const f = files();
+    const supervisor = spawn(...writerCommand(f, 3), { stdio: 'ignore', detached: true });
+    started.push(supervisor);
+    // Its traps are set once it has claimed the write (a signal before that ends sh by default, and
+    // the stack's process, which sees it die by a signal, removes what it leaves: dynamo-process.ts).
+    await eventually(() => readFileSync(f.claim, 'utf8').trim() === String(supervisor.pid), 'the claim taken', { timeoutMs: 5000, intervalMs: 1 });
+    const t0 = Date.now();
+    supervisor.kill('SIGTERM');
+    await exitOf(supervisor);
+    expect(Date.now() - t0).toBeLessThan(DEADLINE_S * 1000 + 4000);
+    expect(existsSync(f.claim)).toBe(false);
+    expect(existsSync(f.archive)).toBe(false);
+    if (existsSync(`${f.partial}.pid`)) expect(processAlive(Number(readFileSync(`${f.partial}.pid`, 'utf8')))).toBe(false);
+  });
+
   test.runIf(parentDeathSignalCommand() !== undefined)('the supervisor killed outright (kill -9): its JVM goes with it', async () => {
     const f = files();
     const { supervisor, standIn } = await startWriter(f, 3);
