@@ -20,10 +20,15 @@
  * the classes, then 25 MB written in its last ~20 ms) then counts as not finished and the next
  * start tries again. It stays at nice 19 then too: a restart right after the stop must not wait
  * for it (a nice value lowered back to 0 would compete with that start, and only root may lower
- * one). So on a machine busy enough that ~1.5 CPU s at nice 19 take longer than the deadline (at a
- * load of 13-17 here, every time), a stack stopped right after its start keeps no archive, and the
- * next start says so; a stack that runs on until its writer has served its requests (~20 s after
- * the start at a load of 16) keeps it. The JVM itself runs under a parent-death KILL: a supervisor killed outright
+ * one). So on a machine busy enough that ~1.5 CPU s at nice 19 take longer than the deadline, or
+ * when a start follows at once (scripts/start-time.sh's restarts, at a load of 7-17 here: every
+ * time), a stack stopped right after its start keeps no archive, and the next start says so; one
+ * killed right after "ferry ready" with nothing started after it kept it (all gone 1.9 s later,
+ * load 8.9), and a stack that runs on until its writer has served its requests (~20 s after the
+ * start at a load of 16) keeps it. Not tried yet, and likely better: no second JVM at all, the
+ * stack's own JVM writing at its stop under this supervisor (its dump would then lengthen the first
+ * stop by ~1.5 CPU s, but no restart could compete with it, as the data directory's lock is held
+ * until it ends, and the first start would be spared the second JVM's 2-3 CPU s). The JVM itself runs under a parent-death KILL: a supervisor killed outright
  * takes it along (its partial, if any, is removed by the next start that takes the claim over).
  *
  * What the last writer came to is kept beside the archive (`last-try`), so a start that writes
