@@ -86,11 +86,14 @@ export interface DynamoProcess {
   exit: Promise<DynamoExit>;
   /**
    * The stack stops: a class archive's writer, if any, writes what it has now and is gone within
-   * its deadline (dynamo-cds-writer.ts). Called first thing in a stop, so the write has the stop's
-   * whole time; `stop()` calls it too.
+   * its deadline (dynamo-cds-writer.ts); resolves once it is. Called first thing in a stop, so the
+   * write has the stop's whole time; `stop()` calls it too and waits for it, so that the stack's
+   * process (and npm) ends only after it: a start that follows at once (scripts/start-time.sh,
+   * `npm start` typed again) would otherwise take the CPU a writer at nice 19 needs, and the write
+   * would not finish (cut short in every round of start-time.sh at a load of 7-17 without the wait).
    */
-  stopArchiveWriter(): void;
-  /** SIGTERM, then SIGKILL after DYNAMO_STOP_GRACE_MS; resolves once it has exited. */
+  stopArchiveWriter(): Promise<void>;
+  /** SIGTERM, then SIGKILL after DYNAMO_STOP_GRACE_MS; resolves once it has exited (and a class archive's writer with it). */
   stop(): Promise<void>;
 }
 
@@ -147,15 +150,16 @@ export async function launchDynamo(options: DynamoProcessOptions = {}): Promise<
     classArchive: archive?.archive ?? { state: 'off', reason: 'the JVM was not spawned' },
     exited: () => exited,
     exit,
-    stopArchiveWriter: () => writer?.stop(),
+    stopArchiveWriter: async () => writer?.stop(),
     stop: async () => {
-      writer?.stop();
-      if (exited) return;
+      const writerGone = writer?.stop();
+      if (exited) return writerGone;
       const killer = setTimeout(() => child.kill('SIGKILL'), DYNAMO_STOP_GRACE_MS);
       killer.unref();
       child.kill('SIGTERM');
       await exit;
       clearTimeout(killer);
+      await writerGone;
     },
   };
 }
@@ -195,7 +199,7 @@ const ARCHIVE_WRITER_DEADLINE_MS = 120_000;
  * delays or fails a start: whatever goes wrong only leaves the archive unwritten, for the next start.
  * Returns its stop (the stack stops: write now, within the deadline).
  */
-async function writeClassArchive(writer: ArchiveWriter, spawnWriter: ReturnType<DynamoDbLocalSpawnFactory['createSpawn']>): Promise<{ stop(): void }> {
+async function writeClassArchive(writer: ArchiveWriter, spawnWriter: ReturnType<DynamoDbLocalSpawnFactory['createSpawn']>): Promise<{ stop(): Promise<void> }> {
   const port = await freePort();
   const supervisor = spawnWriter({ port, sharedDb: true, stdio: 'ignore' });
   supervisor.unref();
@@ -213,9 +217,13 @@ async function writeClassArchive(writer: ArchiveWriter, spawnWriter: ReturnType<
     }
   };
   supervisor.once('error', (e) => abandon(`could not start (${e.message})`));
-  supervisor.once('exit', (_code, signal) => {
-    exited = true;
-    if (signal) abandon(`was killed (${signal})`);
+  const gone = new Promise<void>((resolve) => {
+    supervisor.once('exit', (_code, signal) => {
+      exited = true;
+      if (signal) abandon(`was killed (${signal})`);
+      resolve();
+    });
+    supervisor.once('error', () => resolve());
   });
   const signal = (name: NodeJS.Signals) => {
     if (!exited) supervisor.kill(name);
@@ -228,7 +236,14 @@ async function writeClassArchive(writer: ArchiveWriter, spawnWriter: ReturnType<
       signal('SIGTERM');
     },
   );
-  return { stop: () => signal('SIGTERM') };
+  return {
+    stop: () => {
+      // Referenced again: waiting for it must keep this process alive (unref'd, it would end first).
+      supervisor.ref();
+      signal('SIGTERM');
+      return gone;
+    },
+  };
 }
 
 /** `command args`, run so that the kernel sends it `signal` when this process dies (under setpriv, where there is one). */

@@ -66,8 +66,9 @@ const shutdown = (why: string) => {
   if (stopping) return;
   stopping = true;
   console.log(`ferry: ${why}, stopping`);
-  // First: a class archive's writer gets the stop's whole time to finish (dynamo-cds-writer.ts).
-  dynamo.stopArchiveWriter();
+  // First: a class archive's writer gets the stop's whole time to finish (dynamo-cds-writer.ts);
+  // the JVM's stop, last in stopStack, waits for it. It never rejects.
+  void dynamo.stopArchiveWriter();
   const deadline = setTimeout(() => {
     console.error(`ferry: the stop did not finish within ${STOP_DEADLINE_MS / 1000} s; exiting (DynamoDB Local ends with this process)`);
     process.exit(1);

@@ -106,7 +106,7 @@ function sharedDynamoProcess(endpoint: string): DynamoProcess {
     classArchive: { state: 'off', reason: "the integration tier's shared DynamoDB Local" },
     exited: () => false,
     exit: new Promise(() => {}),
-    stopArchiveWriter: () => undefined,
+    stopArchiveWriter: async () => undefined,
     stop: async () => {},
   };
 }
