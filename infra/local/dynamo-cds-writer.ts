@@ -18,18 +18,17 @@
  * the deadline, since nothing of a stopped stack may outlive it by more than 5 s; the write (1.3-1.7
  * CPU s after the JVM's SIGTERM at a load of 10-12; its dump, `-Xlog:cds`: verifying and linking
  * the classes, then 25 MB written in its last ~20 ms) then counts as not finished and the next
- * start tries again. It stays at nice 19 then too: a restart right after the stop must not wait
- * for it (a nice value lowered back to 0 would compete with that start, and only root may lower
- * one). So on a machine busy enough that ~1.5 CPU s at nice 19 take longer than the deadline, or
- * when a start follows at once (scripts/start-time.sh's restarts, at a load of 7-17 here: every
- * time), a stack stopped right after its start keeps no archive, and the next start says so; one
- * killed right after "ferry ready" with nothing started after it kept it (all gone 1.9 s later,
- * load 8.9), and a stack that runs on until its writer has served its requests (~20 s after the
- * start at a load of 16) keeps it. Not tried yet, and likely better: no second JVM at all, the
- * stack's own JVM writing at its stop under this supervisor (its dump would then lengthen the first
- * stop by ~1.5 CPU s, but no restart could compete with it, as the data directory's lock is held
- * until it ends, and the first start would be spared the second JVM's 2-3 CPU s). The JVM itself runs under a parent-death KILL: a supervisor killed outright
- * takes it along (its partial, if any, is removed by the next start that takes the claim over).
+ * start tries again. It stays at nice 19 then too (only root may lower a nice value), and the
+ * stack's stop waits for it (dynamo-process.ts), so a start typed right after the stop does not
+ * take its CPU: scripts/start-time.sh at a load of 8.5-8.7 then mapped the archive from the first
+ * restart on, where, without the wait, every write was cut short at a load of 7-17. On a machine
+ * busy enough that ~1.5 CPU s at nice 19 take longer than the deadline even so, a stack stopped
+ * right after its start keeps no archive, and the next start says so. Not tried, and perhaps
+ * better still: no second JVM at all, the stack's own JVM writing at its stop under this
+ * supervisor (the first start would be spared the second JVM's 2-3 CPU s).
+ *
+ * The JVM itself runs under a parent-death KILL: a supervisor killed outright takes it along (its
+ * partial, if any, is removed by the next start that takes the claim over).
  *
  * What the last writer came to is kept beside the archive (`last-try`), so a start that writes
  * again says why (stack.ts's DynamoDB Local line).
