@@ -8,16 +8,16 @@
  * Each chunk is read once from the source, written, then read back from the destination while it
  * is still in the page cache (and in the CPU cache) and compared byte for byte with the source
  * chunk (memcmp, ~20 GB/s): that comparison is the verification, stronger than comparing two
- * digests. A CRC-32 of the content (zlib's, ~3 GB/s, built into Node) is recorded per file in the
- * journal as its checksum; SHA-256, at under 1 GB/s here, was the largest CPU cost of a copy and is
- * computed only on a mismatch, of both files in full, for the error. The source is read exactly once
- * and the destination exactly once, where upstream (cp, then sha256sum of both files) reads the
- * source twice. The source's size, mtime and ctime are checked before and after: a file written
- * while it was copied fails the copy (CopySourceChanged) rather than pass as verified.
+ * digests, and the only pass over the bytes besides the copy itself. No digest is computed on the
+ * way: nothing reads one (the journal's resume check is size and mtime), and a CRC-32 of every
+ * byte cost a third of the copy's user-space CPU. SHA-256 is computed only on a mismatch, of both
+ * files in full, for the error. The source is read exactly once and the destination exactly once,
+ * where upstream (cp, then sha256sum of both files) reads the source twice. The source's size,
+ * mtime and ctime are checked before and after: a file written while it was copied fails the copy
+ * (CopySourceChanged) rather than pass as verified.
  */
 import { appendFileSync, closeSync, constants, fchmodSync, fchownSync, fstatSync, ftruncateSync, futimesSync, openSync, readSync, unlinkSync, writeSync, type BigIntStats } from 'node:fs';
 import { createHash } from 'node:crypto';
-import { crc32 } from 'node:zlib';
 import { logger } from '../core/logger.js';
 import { CopyFailed, CopySourceChanged, CopyVerificationFailed } from './errors.js';
 
@@ -51,8 +51,6 @@ export interface FileTask {
 export interface FileCopied {
   index: number;
   bytes: number;
-  /** CRC-32 of the content, 8 hex digits (the journal's checksum of the file). */
-  crc32: string;
   /** False when the owner could not be set (not root): the file keeps the worker's owner. */
   ownerKept: boolean;
 }
@@ -199,7 +197,6 @@ export function copyFileVerified(task: FileTask, state: CopyThreadState): FileCo
     } catch (e) {
       throw new CopyFailed(`Cannot create ${task.rel} on the destination: ${errnoMessage(e)}`, { cause: e, context: { file: task.rel } });
     }
-    let crc = 0;
     let position = 0;
     let mismatch = false;
     for (;;) {
@@ -215,12 +212,11 @@ export function copyFileVerified(task: FileTask, state: CopyThreadState): FileCo
         writeFully(outFd, data, n, position);
         if (task.testHook && position === 0) applyTestHook(task, outFd, data, n);
         const back = readFully(outFd, check, n, position);
-        // memcmp in C++, no copy; then the CRC over the destination's bytes.
+        // memcmp in C++, no copy.
         if (back !== n || check.compare(data, 0, n, 0, n) !== 0) {
           mismatch = true;
           break;
         }
-        crc = crc32(back === check.length ? check : check.subarray(0, back), crc);
       } catch (e) {
         throw new CopyFailed(`Cannot write ${task.rel} on the destination: ${errnoMessage(e)}`, { cause: e, context: { file: task.rel } });
       }
@@ -233,7 +229,6 @@ export function copyFileVerified(task: FileTask, state: CopyThreadState): FileCo
     // a source written meanwhile (the share is read-only while copied, so something is wrong)
     // fails the copy rather than leave a file that is neither the old content nor the new.
     assertSourceUnchanged(task, opened, fstatSync(inFd, { bigint: true }), position);
-    const checksum = crc.toString(16).padStart(8, '0');
     try {
       // Owner before mode: chown clears setuid/setgid, chmod puts them back.
       if (state.chownAllowed) {
@@ -251,7 +246,7 @@ export function copyFileVerified(task: FileTask, state: CopyThreadState): FileCo
       throw new CopyFailed(`Cannot set metadata of ${task.rel} on the destination: ${errnoMessage(e)}`, { cause: e, context: { file: task.rel } });
     }
     complete = true;
-    return { index: task.index, bytes: position, crc32: checksum, ownerKept: state.chownAllowed };
+    return { index: task.index, bytes: position, ownerKept: state.chownAllowed };
   } finally {
     closeSync(inFd);
     if (outFd >= 0) closeSync(outFd);

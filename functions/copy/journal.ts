@@ -24,7 +24,10 @@ export interface JournalEntry {
   size: number;
   /** Source mtime, nanoseconds, as a decimal string. */
   mtimeNs: string;
-  /** CRC-32 of the content as copied and verified, 8 hex digits (an older journal has sha256 instead). */
+  /**
+   * Digests an older worker recorded (CRC-32, before that SHA-256); read and ignored, since resume
+   * never used them: a journal left by an older worker still resumes.
+   */
   crc32?: string;
   sha256?: string;
 }

@@ -1,6 +1,6 @@
 /**
  * The copy engine: copies a share's tree from `source` to `destination` with metadata, verifies
- * every file by SHA-256, reports progress, stops on cancel within a file, and resumes from its
+ * every file byte for byte against the source, reports progress, stops on cancel within a file, and resumes from its
  * journal after a crash.
  *
  * Called in-process by tests and the benchmark (`copyTree`, with any ProgressSink), and by
@@ -11,7 +11,7 @@
  *   1. walk the source once (tree.ts) for totals, hard links and notes;
  *   2. create directories, recreate symlinks;
  *   3. copy files in a small pool of threads (thread.ts, file-copy.ts): largest first, small files
- *      in batches, each file read once, hashed, written, read back and compared;
+ *      in batches, each file read once, written, read back and compared;
  *   4. link the other names of hard-linked files;
  *   5. set directory owner/mode/times, deepest first, so later writes cannot disturb them;
  *   6. remove the journal.
@@ -223,7 +223,7 @@ export async function copyTree(options: CopyTreeOptions): Promise<CopyTreeResult
           const file = plan.files[c.index]!;
           progress.bytesDone += c.bytes;
           progress.filesDone += 1;
-          entries.push({ path: file.rel, size: file.size, mtimeNs: String(file.mtimeNs), crc32: c.crc32 });
+          entries.push({ path: file.rel, size: file.size, mtimeNs: String(file.mtimeNs) });
           if (!c.ownerKept) owner.allowed = false;
         }
         journal!.append(entries);
