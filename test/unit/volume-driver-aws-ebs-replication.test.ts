@@ -6,54 +6,19 @@
  * failback; drills; disable. Throttling and a replication that falls behind are cases of the
  * shared replication contract (test/contracts/replication-driver.ts), which this driver runs too.
  */
-import { CreateVolumeCommand, EC2Client } from '@aws-sdk/client-ec2';
-import { mockClient, type AwsClientStub } from 'aws-sdk-client-mock';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { CreateVolumeCommand } from '@aws-sdk/client-ec2';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { BackendNotReady, ConfigurationError } from '../../functions/core/errors.js';
 import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
 import type { ReplicatedVolumeRef } from '../../functions/drivers/volume/driver.js';
 import { InvalidReplicationTarget } from '../../functions/drivers/volume/driver.js';
-import { REPLICATED_EBS_ZONES, awsError, fakeRegions, replicatedEbsBackend, wireFakeEc2, type FakeEc2 } from '../support/fake-ec2.js';
+import { awsError, replicatedEbsBackend } from '../support/fake-ec2.js';
+import { EBS_REGIONS, useEbsReplication } from '../support/ebs-regions.js';
 
 const HOST = 'ferry@ebs-r';
 const config = replicatedEbsBackend(HOST);
-const REGIONS = ['eu-west-1', 'eu-central-1', 'us-east-1'];
-
-let fakes: Map<string, FakeEc2>;
-let clients: Map<string, EC2Client>;
-let mocks: Map<string, AwsClientStub<EC2Client>>;
-let clock: number;
-
-const driverOn = (activeBackendId = '') => new AwsEbsVolumeDriver(config, { clientFor: (r) => clients.get(r)!, pollIntervalMs: 0, pollAttempts: 5, activeBackendId, now: () => clock });
-const fake = (region: string) => fakes.get(region)!;
-const kinds = (region: string) => [...fake(region).snapshots.values()].map((s) => `${s.Tags?.find((t) => t.Key === 'ferry:replication')?.Value}:${s.State}`).sort();
-const ref = (backendName: string): ReplicatedVolumeRef => ({ volumeId: `id-${backendName}`, backendName, sizeGb: 1 });
-/** A replicated volume of 1 GiB, with `passes` replication passes run (each a tick of the clock). */
-async function replicated(backendName: string, passes: number): Promise<AwsEbsVolumeDriver> {
-  const driver = driverOn();
-  await driver.createVolume({ backendName, sizeGb: 1, pool: 'gp' });
-  await driver.enableReplication(backendName);
-  for (let i = 0; i < passes; i++) await pass(driver);
-  return driver;
-}
-async function pass(driver: AwsEbsVolumeDriver) {
-  clock += 60_000;
-  const report = await driver.syncNow(0);
-  expect(report.errors).toEqual([]);
-  return report;
-}
-
-beforeEach(() => {
-  clock = Date.parse('2026-11-25T00:00:00Z');
-  fakes = fakeRegions(HOST, REPLICATED_EBS_ZONES);
-  for (const f of fakes.values()) f.clock = () => clock;
-  clients = new Map(REGIONS.map((r) => [r, new EC2Client({ region: r })]));
-  mocks = new Map(REGIONS.map((r) => [r, mockClient(clients.get(r)!)]));
-  for (const r of REGIONS) wireFakeEc2(mocks.get(r)!, fake(r));
-});
-afterEach(() => {
-  for (const m of mocks.values()) m.restore();
-});
+const h = useEbsReplication(HOST);
+const { clients, mocks, driverOn, fake, kinds, ref, replicated, pass } = h;
 
 describe('configuration and capabilities', () => {
   it('reports its targets as pools\' replication capabilities; a target in its own region is refused', async () => {
@@ -81,7 +46,7 @@ describe('replication passes', () => {
     expect(status.map((s) => s.targetBackendId)).toEqual(['frankfurt', 'virginia']);
     for (const s of status) {
       expect(s.lastSyncAt).toBe(Date.parse('2026-11-25T00:01:00Z'));
-      expect(s.lagMs).toBe(clock - s.lastSyncAt!);
+      expect(s.lagMs).toBe(h.clock - s.lastSyncAt!);
     }
 
     for (let i = 0; i < 4; i++) await pass(driver);
@@ -95,7 +60,7 @@ describe('replication passes', () => {
   it('disable removes the tag and every replica in every region', async () => {
     const driver = await replicated('volume-1', 3);
     await driver.disableReplication('volume-1');
-    for (const r of REGIONS) expect(fake(r).snapshots.size).toBe(0);
+    for (const r of EBS_REGIONS) expect(fake(r).snapshots.size).toBe(0);
     expect((await pass(driver)).volumes).toBe(0);
   });
 });
@@ -161,127 +126,11 @@ describe('failover, failback and drills', () => {
     await expect(driverOn().failoverHost([ref('volume-1')], 'default')).rejects.toBeInstanceOf(InvalidReplicationTarget);
   });
 
-  it('a second failover and failback bring the second failover\'s volume home: the volume the first failback brought is not taken for it, and goes', async () => {
-    const failBack = async (location: string) => {
-      for (let i = 0; i < 6; i++) {
-        const done = await driverOn('frankfurt').failoverHost([{ ...ref('volume-1'), location }], 'default').catch((e: unknown) => {
-          expect(e).toBeInstanceOf(BackendNotReady);
-          return undefined;
-        });
-        if (done) return done.volumeUpdates[0]!.updates.providerLocation as string;
-      }
-      throw new Error('the failback did not end');
-    };
-    // Prepare: one whole cycle (failover, failback), replicated again, failed over again.
-    await replicated('volume-1', 5);
-    const firstOut = (await driverOn().failoverHost([ref('volume-1')], 'frankfurt')).volumeUpdates[0]!.updates.providerLocation as string;
-    const firstHome = await failBack(firstOut);
-    for (let i = 0; i < 3; i++) await pass(driverOn());
-    const secondOut = (await driverOn().failoverHost([ref('volume-1')], 'frankfurt')).volumeUpdates[0]!.updates.providerLocation as string;
-
-    // Act
-    const secondHome = await failBack(secondOut);
-
-    // Assess: home holds one volume, new, made from a failback copy of a snapshot of the second failover's volume.
-    expect(secondHome).not.toBe(firstHome);
-    expect([...fake('eu-west-1').volumes.keys()]).toEqual([secondHome]);
-    const homeCopy = fake('eu-west-1').snapshots.get(fake('eu-west-1').volumes.get(secondHome)!.SnapshotId!)!;
-    const source = fake('eu-central-1').snapshots.get(homeCopy.Tags!.find((t) => t.Key === 'ferry:source-snapshot')!.Value!)!;
-    expect(source.VolumeId).toBe(secondOut);
-    expect(fake('eu-central-1').volumes.size).toBe(0);
-  });
-
-  it('after a failback the lag in the target is the failback\'s age from the next pass on, not the pre-failover copies\', and a failover right after starts from what was failed back', async () => {
-    // Prepare: failed over for two hours (the volume written there), then back home.
-    await replicated('volume-1', 5);
-    await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
-    clock += 2 * 3_600_000;
-    const failbackAt = clock;
-    for (let i = 0; i < 5; i++) if (await driverOn('frankfurt').failoverHost([ref('volume-1')], 'default').catch(() => undefined)) break;
-    expect(fake('eu-central-1').volumes.size).toBe(0);
-
-    // Act: the next pass
-    const report = await pass(driverOn());
-
-    // Assess: the lag is the failback snapshot's age (one pass, a minute), in the pass's tally and per volume
-    const frankfurtLag = report.lag!.targets.find((t) => t.targetBackendId === 'frankfurt')!;
-    expect(frankfurtLag).toEqual({ targetBackendId: 'frankfurt', volumes: 1, replicated: 1, maxLagMs: clock - failbackAt });
-    expect((await driverOn().replicationStatus('volume-1')).find((t) => t.targetBackendId === 'frankfurt')).toEqual({ targetBackendId: 'frankfurt', lastSyncAt: failbackAt, lagMs: clock - failbackAt });
-    expect(kinds('eu-central-1').filter((k) => k === 'copy:completed')).toHaveLength(1);
-    const kept = [...fake('eu-central-1').snapshots.values()].find((c) => c.Tags?.some((t) => t.Key === 'ferry:replication' && t.Value === 'copy'))!;
-    const again = await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
-    expect(fake('eu-central-1').volumes.get(again.volumeUpdates[0]!.updates.providerLocation!)?.SnapshotId).toBe(kept.SnapshotId);
-    expect(new Date(kept.StartTime!).getTime()).toBe(failbackAt);
-  });
-
-  it('fails over again after a failback: the second failover makes a new volume from the newer copy (its ClientToken is not the first one\'s)', async () => {
-    // Prepare: failed over, back home, and replicated again until a newer copy has arrived.
-    await replicated('volume-1', 5);
-    const first = await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
-    const there = driverOn('frankfurt');
-    for (let i = 0; i < 5; i++) if (await there.failoverHost([ref('volume-1')], 'default').catch(() => undefined)) break;
-    expect(fake('eu-central-1').volumes.size).toBe(0);
-    for (let i = 0; i < 5; i++) await pass(driverOn());
-
-    // Act: EC2 answers a reused token with what the first request made, or IdempotentParameterMismatch when the request differs.
-    const second = await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
-
-    // Assess
-    const [made] = [...fake('eu-central-1').volumes.values()];
-    expect(made).toBeDefined();
-    expect(second.volumeUpdates).toEqual([{ volumeId: 'id-volume-1', updates: { replicationStatus: 'failed-over', providerLocation: made!.VolumeId } }]);
-    expect(made!.VolumeId).not.toBe(first.volumeUpdates[0]!.updates.providerLocation);
-  });
-
-  it('fails over again with a stale target volume of the same name left (a failback whose delete failed): a new volume from the newest copy, the stale one never taken up', async () => {
-    // Prepare: failed over and back home; the first failover's target volume stays behind, as a
-    // delete that failed would leave it; then passes until a newer copy has arrived.
-    await replicated('volume-1', 5);
-    const first = await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
-    const staleId = first.volumeUpdates[0]!.updates.providerLocation as string;
-    const stale = { ...fake('eu-central-1').volumes.get(staleId)! };
-    const there = driverOn('frankfurt');
-    for (let i = 0; i < 5; i++) if (await there.failoverHost([ref('volume-1')], 'default').catch(() => undefined)) break;
-    fake('eu-central-1').volumes.set(staleId, { ...stale, State: 'available', Attachments: [] });
-    for (let i = 0; i < 5; i++) await pass(driverOn());
-
-    // Act
-    const second = await driverOn().failoverHost([ref('volume-1')], 'frankfurt');
-
-    // Assess: the volume failed over to is a new one, made from a newer copy than the stale one's.
-    const made = second.volumeUpdates[0]!.updates.providerLocation as string;
-    expect(second.volumeUpdates[0]!.updates.replicationStatus).toBe('failed-over');
-    expect(made).not.toBe(staleId);
-    expect(fake('eu-central-1').volumes.get(made)!.SnapshotId).not.toBe(stale.SnapshotId);
-  });
-
-  it('fails over again right after a failback, before a newer copy arrived: a new volume from the same copy, not the first failover\'s deleted one', async () => {
-    // Prepare: failed over and back home, with no pass since (the copy in Frankfurt is the one the first failover used).
-    await replicated('volume-1', 5);
-    const recorder = () => {
-      let recorded: Record<string, string | null> | undefined;
-      return async (chosen: Record<string, string | null>) => (recorded ??= chosen);
-    };
-    const first = await driverOn().failoverHost([ref('volume-1')], 'frankfurt', recorder());
-    for (let i = 0; i < 5; i++) if (await driverOn('frankfurt').failoverHost([ref('volume-1')], 'default').catch(() => undefined)) break;
-    expect(fake('eu-central-1').volumes.size).toBe(0);
-    clock += 60_000;
-
-    // Act: a new operation, so a new record
-    const second = await driverOn().failoverHost([ref('volume-1')], 'frankfurt', recorder());
-
-    // Assess
-    const [made] = [...fake('eu-central-1').volumes.values()];
-    expect(made?.VolumeId).toBeDefined();
-    expect(made!.VolumeId).not.toBe(first.volumeUpdates[0]!.updates.providerLocation);
-    expect(second.volumeUpdates).toEqual([{ volumeId: 'id-volume-1', updates: { replicationStatus: 'failed-over', providerLocation: made!.VolumeId } }]);
-  });
-
   describe('a batch run again after a lost CreateVolume reply, while a newer copy has arrived and Frankfurt does not list the first volume yet', () => {
     /** The copy of volume-1 in Frankfurt as a copy that started before the failover and arrives during it: its source taken later. */
     const newerCopyArrives = () => {
       const [arrived] = [...fake('eu-central-1').snapshots.values()].filter((s) => s.State === 'completed');
-      const later = new Date(clock + 1_000).toISOString();
+      const later = new Date(h.clock + 1_000).toISOString();
       const tags = arrived!.Tags!.map((t) => (t.Key === 'ferry:source-time' ? { ...t, Value: later } : t));
       fake('eu-central-1').snapshots.set('snap-newer', { ...arrived!, SnapshotId: 'snap-newer', Tags: tags });
     };

@@ -6,40 +6,22 @@
  * (RequestLimitExceeded) said unreadable rather than empty; and the repair's look and delete by id.
  * Replies as the EC2 API reference gives them (Volumes[].State, CreateTime, Attachments, Tags; NextToken).
  */
-import { DescribeVolumesCommand, EC2Client, type Volume } from '@aws-sdk/client-ec2';
-import { mockClient, type AwsClientStub } from 'aws-sdk-client-mock';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { DescribeVolumesCommand, type Volume } from '@aws-sdk/client-ec2';
+import { describe, expect, it } from 'vitest';
 import { DriverError } from '../../functions/core/errors.js';
-import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
 import type { SiteListing } from '../../functions/drivers/volume/driver.js';
-import { REPLICATED_EBS_ZONES, awsError, fakeRegions, replicatedEbsBackend, wireFakeEc2, type FakeEc2 } from '../support/fake-ec2.js';
+import { awsError } from '../support/fake-ec2.js';
+import { EBS_REPLICATION_START, useEbsReplication } from '../support/ebs-regions.js';
 
 const HOST = 'ferry@ebs-r';
-const config = replicatedEbsBackend(HOST);
-const REGIONS = ['eu-west-1', 'eu-central-1', 'us-east-1'];
-const CLOCK = Date.parse('2026-11-25T00:00:00Z');
+const CLOCK = EBS_REPLICATION_START;
+const { mocks, driverOn, fake } = useEbsReplication(HOST);
 
-let fakes: Map<string, FakeEc2>;
-let clients: Map<string, EC2Client>;
-let mocks: Map<string, AwsClientStub<EC2Client>>;
-
-const driverOn = (activeBackendId = '') => new AwsEbsVolumeDriver(config, { clientFor: (r) => clients.get(r)!, pollIntervalMs: 0, pollAttempts: 5, activeBackendId, now: () => CLOCK });
-const fake = (region: string) => fakes.get(region)!;
 const drillTags = (name: string) => ({ Tags: [{ Key: 'Name', Value: `drill-${name}` }, { Key: 'ferry:drill', Value: name }, { Key: 'ferry:replication', Value: 'drill' }, { Key: 'ferry:backend', Value: HOST }] });
 /** Each site's listing as `site: [kind backendName state]`, or its error. */
 const summary = (listings: SiteListing[]) =>
   Object.fromEntries(listings.map((l) => [l.site || 'primary', 'error' in l ? `error: ${l.error}` : l.volumes.map((v) => `${v.kind} ${v.backendName} ${v.state}${v.inUse ? ' in-use' : ''}`).sort()]));
 
-beforeEach(() => {
-  fakes = fakeRegions(HOST, REPLICATED_EBS_ZONES);
-  for (const f of fakes.values()) f.clock = () => CLOCK;
-  clients = new Map(REGIONS.map((r) => [r, new EC2Client({ region: r })]));
-  mocks = new Map(REGIONS.map((r) => [r, mockClient(clients.get(r)!)]));
-  for (const r of REGIONS) wireFakeEc2(mocks.get(r)!, fake(r));
-});
-afterEach(() => {
-  for (const m of mocks.values()) m.restore();
-});
 
 describe('listSiteVolumes', () => {
   it('lists every volume tagged as the backend\'s in each target region, across pages, and nothing of another backend; the primary not while it runs there', async () => {
