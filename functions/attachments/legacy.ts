@@ -33,8 +33,7 @@ import type { Volume } from '../volumes/model.js';
 import { invalidField, isObject, isUuidLike, pyRepr } from '../volumes/validation.js';
 import { loadVolumeOf, now, RETRY, volumeNotFound } from './connections.js';
 import { getAttachmentRecord, getVolumeRecord, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
-import { deleteListedAttachment } from './listed-removal.js';
-import { ATTACHMENT_POLICIES, createAttachment, updateAttachment } from './service.js';
+import { ATTACHMENT_POLICIES, createAttachment, deleteListedAttachment, updateAttachment } from './service.js';
 import { assertAttachmentLive, checkLegacyAttach, legacyAttach, needsMultiattachBootablePolicy, reserve } from './transitions.js';
 import { rememberVolume } from './volume-records.js';
 

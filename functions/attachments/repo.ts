@@ -24,7 +24,7 @@ import {
   type Attachment,
   type ConnectIntent,
 } from './model.js';
-import { failedItem, forgetVolume, loadedVolume, rememberVolume, type LoadedVolume } from './volume-records.js';
+import { failedItem, forgetAttachment, forgetVolume, loadedVolume, rememberAttachment, rememberVolume, type LoadedVolume } from './volume-records.js';
 import { MULTIATTACH_RESERVE_FROM, RESERVE_FROM, SAME_INSTANCE_RESERVE_FROM, type ReserveResult } from './transitions.js';
 
 export { getVolumeRecord, type LoadedVolume } from './volume-records.js';
@@ -44,7 +44,9 @@ const INTENT_PRESENT = 'attribute_exists(#pc.#intent)';
 
 export async function getAttachmentRecord(id: string): Promise<Attachment | undefined> {
   const out = await db().send(new GetCommand({ TableName: table(), Key: attachmentKey(id), ConsistentRead: true }));
-  return out.Item ? attachmentFromItem(out.Item) : undefined;
+  const attachment = out.Item ? attachmentFromItem(out.Item) : undefined;
+  if (attachment) rememberAttachment(attachment);
+  return attachment;
 }
 
 function valueList(prefix: string, values: readonly string[]): { expr: string; values: Record<string, string> } {
@@ -90,7 +92,7 @@ export async function writeReserve(before: LoadedVolume, result: ReserveResult):
   };
   if (!before.hasMaps) {
     await sendReserve([put, versionedVolumeUpdate(before.volume, result.volume)]);
-    return;
+    return rememberAttachment(result.attachment);
   }
   const a = result.attachment;
   const names: Record<string, string> = { '#status': 'status', '#atts': 'attachments', '#aid': a.id };
@@ -129,6 +131,7 @@ export async function writeReserve(before: LoadedVolume, result: ReserveResult):
     },
   };
   await sendReserve([put, update]);
+  rememberAttachment(result.attachment);
 }
 
 /** The reserve transaction; when its put finds the id taken, AttachmentIdTaken with the item it found. */
@@ -216,6 +219,7 @@ export async function writeVersioned(
   conditions: readonly TransactItem[] = [],
 ): Promise<void> {
   await writeWithVolume(versionedAttachmentUpdate(before.attachment, after.attachment, intents), before.volume, after.volume, conditions);
+  rememberAttachment(after.attachment);
 }
 
 /** The fields a delete changes on the attachment's item (transitions.ts remove), besides its version and GSI keys. */
@@ -224,11 +228,12 @@ const TOMBSTONE_FIELDS = ['attachStatus', 'detachTime', 'deleted', 'disconnect',
 /**
  * A delete computed from the volume's record alone (its summary of the attachment), with no read
  * of the attachment: the item becomes the tombstone by the fields a delete changes, on condition
- * that it is a live attachment of this volume; the volume under its version, which every write of
- * what the summary shows moves. The attachment's condition failing while the volume's held is
- * AttachmentNotListed (records that disagree: the caller deletes by reading the attachment).
+ * that it is a live attachment of this volume (and of `projectId` when given: the project a caller
+ * took it for); the volume under its version, which every write of what the summary shows moves.
+ * The attachment's condition failing while the volume's held is AttachmentNotListed (records that
+ * disagree: the caller deletes by reading the attachment).
  */
-export async function writeTombstoneFromVolume(before: Volume, after: Volume, tombstone: Attachment, conditions: readonly TransactItem[] = []): Promise<void> {
+export async function writeTombstoneFromVolume(before: Volume, after: Volume, tombstone: Attachment, conditions: readonly TransactItem[] = [], projectId?: string): Promise<void> {
   const item = attachmentToItem(tombstone);
   const names: Record<string, string> = { '#vid': 'volumeId', '#g1': 'gsi1pk', '#g2': 'gsi1sk' };
   const values: Record<string, unknown> = { ':vid': before.id, ':one': 1 };
@@ -241,13 +246,14 @@ export async function writeTombstoneFromVolume(before: Volume, after: Volume, to
       TableName: table(),
       Key: attachmentKey(tombstone.id),
       UpdateExpression: `SET ${TOMBSTONE_FIELDS.map((_, i) => `#t${i} = :t${i}`).join(', ')} ADD version :one REMOVE #g1, #g2`,
-      ConditionExpression: `${ATTACHMENT_EXISTS} AND ${ATTACHMENT_LIVE} AND #vid = :vid`,
+      ConditionExpression: `${ATTACHMENT_EXISTS} AND ${ATTACHMENT_LIVE} AND #vid = :vid${projectId === undefined ? '' : ` AND ${ATTACHMENT_IN_PROJECT}`}`,
       ExpressionAttributeNames: names,
-      ExpressionAttributeValues: values,
+      ExpressionAttributeValues: projectId === undefined ? values : { ...values, ':project': projectId },
     },
   };
   try {
     await writeWithVolume(update, before, after, conditions);
+    forgetAttachment(tombstone.id);
   } catch (e) {
     const [attachmentCode, volumeCode] = cancellationCodes(e);
     if (attachmentCode === 'ConditionalCheckFailed' && volumeCode === 'None') throw new AttachmentNotListed(tombstone.id, e);
@@ -357,7 +363,9 @@ export async function writeConnectIntent(attachmentId: string, intent: ConnectIn
           ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
         }),
       );
-      return attachmentFromItem(out.Attributes!);
+      const attachment = attachmentFromItem(out.Attributes!);
+      rememberAttachment(attachment);
+      return attachment;
     } catch (e) {
       if (!whole && isNamed(e, 'ValidationException')) continue;
       if (whole && isNamed(e, 'ConditionalCheckFailedException') && (e as { Item?: Record<string, unknown> }).Item?.pendingConnect) continue;

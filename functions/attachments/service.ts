@@ -35,29 +35,22 @@
 import { randomUUID } from 'node:crypto';
 import type { AuthContext } from '../core/auth.js';
 import { cancellationCodes, withRetries } from '../core/db.js';
-import { BadRequest, Conflict, DriverError, FerryError, InvalidVolume } from '../core/errors.js';
+import { BadRequest, DriverError, InvalidVolume } from '../core/errors.js';
 import { logger } from '../core/logger.js';
-import { authorize, registerPolicies } from '../core/policy.js';
+import { authorize } from '../core/policy.js';
 import type { Connector } from '../drivers/volume/driver.js';
 import type { AttachmentSummary } from '../volumes/model.js';
 import { AttachmentIdTaken, newConnectIntent, type Attachment, type ConnectIntent } from './model.js';
-import { getAttachmentUsers, type TransactCondition } from './ports.js';
-import { knownVolume } from './volume-records.js';
-import { clearConnectIntent, ExtraConditionFailed, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
+import type { TransactCondition } from './ports.js';
+import { knownAttachment, knownVolume } from './volume-records.js';
+import { removeListed, type ListedRemovalInput } from './listed-removal.js';
+import { ATTACHMENT_POLICIES, finishDisconnect, writeRemoval } from './removal.js';
+import { clearConnectIntent, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
 import { assertAttachmentLive, complete, needsMultiattachBootablePolicy, remove, reserve, type RemoveResult, type ReserveResult } from './transitions.js';
 
 import { connectAttachment, loadVolumeOf, now, releaseHost, RETRY, volumeNotFound, type ConnectStart } from './connections.js';
-export const ATTACHMENT_POLICIES = {
-  create: 'volume:attachment_create',
-  update: 'volume:attachment_update',
-  delete: 'volume:attachment_delete',
-  complete: 'volume:attachment_complete',
-  index: 'volume:attachment_index',
-  show: 'volume:attachment_show',
-  multiattachBootable: 'volume:multiattach_bootable_volume',
-} as const;
 
-registerPolicies(Object.fromEntries(Object.values(ATTACHMENT_POLICIES).map((action) => [action, 'admin_or_owner' as const])));
+export { ATTACHMENT_POLICIES } from './removal.js';
 
 export function assertConnectorHost(connector: Connector | null | undefined): void {
   if (connector && (typeof connector.host !== 'string' || connector.host === '')) {
@@ -271,53 +264,40 @@ export interface RemainingAttachment {
   summary: AttachmentSummary;
 }
 
+const remainingOf = (removed: RemoveResult): RemainingAttachment[] => removed.remaining.map((r) => ({ id: r.id, volumeId: removed.volume.id, summary: r.summary }));
+
 /**
- * `attachment_deletion_allowed` (Bug #2004555): a caller other than Nova's service user may not
- * delete an attachment with an instance and connection_info while that server still uses it (its
- * BDM holds this attachment): 409, detach through the Compute API instead. Asked as conditions of
- * the delete's own transaction (the port's), so a server that attaches between the delete's reads
- * and its write refuses it too; none for the callers upstream does not ask for.
+ * DELETE /attachments/{id}: returns the volume's remaining attachments. When this process knows the
+ * attachment's volume (it read or wrote the attachment), from the volume's record with no read of
+ * the attachment (listed-removal.ts): the transaction from the volume as last seen (else one read
+ * more) and, when it removed a host's last connection, the fence; 2 requests in the API's cycle, 3
+ * from a volume not seen lately (were 3 and 4). Else, or when the record does not stand for the
+ * attachment, by id (deleteById).
  */
-function inUseConditions(auth: AuthContext, attachment: RemovedAttachment): TransactCondition[] {
-  if (auth.roles.includes('service') || !attachment.instanceUuid || !attachment.connectionInfo) return [];
-  return getAttachmentUsers().notInUseConditions(attachment.instanceUuid, attachment.volumeId, attachment.id);
+export async function deleteAttachment(input: AttachmentRef): Promise<RemainingAttachment[]> {
+  const known = knownAttachment(input.attachmentId);
+  // One the caller may not see goes by id, which answers the 404.
+  if (known && (input.auth.isAdmin || known.projectId === input.auth.projectId)) {
+    const outcome = await removeListed({ ...input, ...known });
+    if (typeof outcome === 'object') {
+      await finishDisconnect(input.attachmentId, outcome.removed);
+      return remainingOf(outcome.removed);
+    }
+  }
+  return deleteById(input);
 }
 
-/** What the in-use question asks of the attachment a delete removes. */
-export type RemovedAttachment = Pick<Attachment, 'id' | 'volumeId' | 'instanceUuid' | 'connectionInfo'>;
-
-/**
- * The delete's transaction (`write`, given the in-use conditions to carry); a failed in-use
- * condition is the 409 when its record shows the server using the attachment, else a race to retry.
- */
-export async function writeRemoval(auth: AuthContext, attachment: RemovedAttachment, write: (conditions: TransactCondition[]) => Promise<void>): Promise<void> {
-  try {
-    await write(inUseConditions(auth, attachment));
-  } catch (e) {
-    if (!(e instanceof ExtraConditionFailed)) throw e;
-    const why = await getAttachmentUsers().whyRefused(attachment.instanceUuid!, attachment.volumeId, attachment.id, e.index, e.old);
-    if (why === 'in-use') throw new Conflict(`Detach volume from instance ${attachment.instanceUuid} using the Compute API`);
-    // The transaction's own error: a condition failure, which RETRY retries from the current records.
-    throw e.cancelled;
-  }
-}
-
-/** After a delete's transaction that removed a host's last connection: the terminate and its fence; a failure says how to retry. */
-export async function finishDisconnect(attachmentId: string, removed: Pick<RemoveResult, 'volume' | 'disconnect'>): Promise<void> {
-  if (!removed.disconnect) return;
-  try {
-    await releaseHost(removed.volume, removed.disconnect, { knownUnused: true });
-  } catch (e) {
-    const reason = e instanceof FerryError ? e.message : String(e);
-    throw new DriverError(
-      `Attachment ${attachmentId} was deleted, but the backend connection of host ${removed.disconnect.host} could not be removed (${reason}); delete the attachment again to retry.`,
-      { cause: e, context: { attachmentId, host: removed.disconnect.host } },
-    );
-  }
+/** A pre-3.27 detach action: the attachment its route's record of the volume lists, from that record (404 when it lists none); by id when it cannot stand for it. */
+export async function deleteListedAttachment(input: Omit<ListedRemovalInput, 'volumeId' | 'projectId'> & { volume: LoadedVolume }): Promise<void> {
+  const outcome = await removeListed({ ...input, volumeId: input.volume.volume.id });
+  if (outcome === 'volume-gone') throw volumeNotFound(input.volume.volume.id);
+  if (outcome === 'by-id') await deleteById(input);
+  else if (outcome === 'unlisted') assertAttachmentLive(undefined, input.attachmentId);
+  else await finishDisconnect(input.attachmentId, outcome.removed);
 }
 
 /**
- * DELETE /attachments/{id}: returns the volume's remaining attachments. Happy path: the attachment
+ * The delete by id. Happy path: the attachment
  * read, the transaction (with the in-use conditions) from the volume as last seen (startingVolumeOf;
  * else one read more), and, when it removed a host's last connection, the fence after the
  * terminate (releaseHost). The fence stays a write of its own: it must come after the backend's
@@ -326,7 +306,7 @@ export async function finishDisconnect(attachmentId: string, removed: Pick<Remov
  * before the terminate, so nothing the transaction can condition on rules it out, and without a
  * record made after the terminate such a connect cannot tell whether the terminate is still to come.
  */
-export async function deleteAttachment(input: AttachmentRef): Promise<RemainingAttachment[]> {
+async function deleteById(input: AttachmentRef): Promise<RemainingAttachment[]> {
   const first = await getAttachmentRecord(input.attachmentId);
   if (first?.deleted && (input.auth.isAdmin || first.projectId === input.auth.projectId)) {
     // A tombstone: a retried delete. Finish a disconnect the first one could not (crash, driver
@@ -358,7 +338,7 @@ export async function deleteAttachment(input: AttachmentRef): Promise<RemainingA
     return removed;
   }, RETRY);
   await finishDisconnect(input.attachmentId, result);
-  return result.remaining.map((r) => ({ id: r.id, volumeId: result.volume.id, summary: r.summary }));
+  return remainingOf(result);
 }
 
 /** GET /attachments/{id} */

@@ -80,3 +80,32 @@ export function failedItem(e: unknown, index: number): Record<string, unknown> |
   // Errors are not translated by the document client: the old item comes in the wire format.
   return unmarshall(reason.Item as Parameters<typeof unmarshall>[0]);
 }
+
+/**
+ * Which volume (and project) each attachment this process read or wrote belongs to: fixed for an
+ * attachment's life, so a DELETE /attachments/{id} here starts from the volume's record
+ * (listed-removal.ts) without reading the attachment to learn it. The delete's transaction is
+ * conditioned on both (repo.ts writeTombstoneFromVolume), so an entry that no longer holds falls
+ * back to the delete by id.
+ */
+export interface AttachmentIdentity {
+  volumeId: string;
+  projectId: string;
+}
+const KNOWN_ATTACHMENTS_MAX = 10_000;
+const knownAttachments = new Map<string, AttachmentIdentity>();
+
+export function rememberAttachment(attachment: { id: string; volumeId: string; projectId: string; deleted?: boolean }): void {
+  knownAttachments.delete(attachment.id);
+  if (attachment.deleted) return;
+  if (knownAttachments.size >= KNOWN_ATTACHMENTS_MAX) knownAttachments.delete(knownAttachments.keys().next().value!);
+  knownAttachments.set(attachment.id, { volumeId: attachment.volumeId, projectId: attachment.projectId });
+}
+
+export function forgetAttachment(id: string): void {
+  knownAttachments.delete(id);
+}
+
+export function knownAttachment(id: string): AttachmentIdentity | undefined {
+  return knownAttachments.get(id);
+}

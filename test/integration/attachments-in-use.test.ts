@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { DeleteCommand, GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { createAttachment, deleteAttachment, getAttachment } from '../../functions/attachments/service.js';
+import { forgetAttachment } from '../../functions/attachments/volume-records.js';
 import type { AuthContext } from '../../functions/core/auth.js';
 import type { CellMapping } from '../../functions/compute/model.js';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
@@ -111,20 +112,24 @@ describe("the delete's in-use check is a condition of its transaction", () => {
     expect(await backendConnections(volume)).toEqual(['cmp1']);
   });
 
-  test('refused without reading the server: the attachment and the transaction (the volume as the connect left it)', async () => {
+  test.each([
+    ['from the volume as the connect left it: the transaction alone', false, { TransactWriteItemsCommand: 1 }],
+    ['by id, in a process that has not seen the attachment: its read and the transaction', true, { GetItemCommand: 1, TransactWriteItemsCommand: 1 }],
+  ])('refused without reading the server, %s', async (_, unseen, expected) => {
     // Prepare
     const server = randomUUID();
     await putInstance(server, { attachmentsInUse: {} });
     const { volume, attachment } = await connectedAttachment(server);
     await serverAttaches(server, bdmOf(server, volume.id, attachment.id));
+    if (unseen) forgetAttachment(attachment.id);
     resetDynamoRequests();
     // Act
     await expect(deleteAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id })).rejects.toThrow(IN_USE(server));
     // Assess
-    expect(dynamoRequests().byCommand).toEqual({ GetItemCommand: 1, TransactWriteItemsCommand: 1 });
+    expect(dynamoRequests().byCommand).toEqual(expected);
   });
 
-  test('once the server detached (its BDM deleted), the same delete goes through: 3 requests, the fence included', async () => {
+  test('once the server detached (its BDM deleted), the same delete goes through: 2 requests, the fence included', async () => {
     // Prepare
     const server = randomUUID();
     await putInstance(server, { attachmentsInUse: {} });
@@ -135,10 +140,10 @@ describe("the delete's in-use check is a condition of its transaction", () => {
     resetDynamoRequests();
     // Act
     const remaining = await deleteAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id });
-    // Assess: the attachment, the transaction with its ConditionChecks (from the volume as the
-    // connect left it), the fence after the terminate (it was the host's last connection); no read
-    // of the server's records.
-    expect(dynamoRequests().byCommand).toEqual({ GetItemCommand: 1, TransactWriteItemsCommand: 1, UpdateItemCommand: 1 });
+    // Assess: the transaction with its ConditionChecks (from the volume as the connect left it, no
+    // read of the attachment), the fence after the terminate (it was the host's last connection);
+    // no read of the server's records.
+    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 1, UpdateItemCommand: 1 });
     expect(remaining).toEqual([]);
     expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
     expect(await backendConnections(volume)).toEqual([]);

@@ -5,9 +5,10 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { completeAttachment, createAttachment, deleteAttachment, updateAttachment } from '../../functions/attachments/service.js';
-import { knownVolume, rememberVolume } from '../../functions/attachments/volume-records.js';
+import { knownVolume, rememberAttachment, rememberVolume } from '../../functions/attachments/volume-records.js';
+import { NotFound } from '../../functions/core/errors.js';
 import { dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
-import { backendConnections, connector, DEMO_AUTH, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
+import { ADMIN_AUTH, backendConnections, connector, DEMO_AUTH, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
 
 let env: AttachmentTestEnv;
 beforeAll(async () => {
@@ -18,7 +19,7 @@ afterAll(async () => env.stop());
 const auth = DEMO_AUTH;
 
 describe('the remembered volume', () => {
-  test('the cycle: complete 2 requests, delete 3 with the fence (no read of the volume)', async () => {
+  test('the cycle: complete 2 requests, delete 2 with the fence (no read of the volume, nor of the attachment)', async () => {
     // Prepare (the first connect also reads the backend record, then reuses the driver)
     const volume = await putVolume();
     const warm = await createAttachment({ auth, volumeId: volume.id, instanceUuid: null, connector: connector('warm') });
@@ -34,7 +35,7 @@ describe('the remembered volume', () => {
     const remove = dynamoRequests().byCommand;
     // Assess
     expect(complete).toEqual({ GetItemCommand: 1, TransactWriteItemsCommand: 1 });
-    expect(remove).toEqual({ GetItemCommand: 1, TransactWriteItemsCommand: 1, UpdateItemCommand: 1 });
+    expect(remove).toEqual({ TransactWriteItemsCommand: 1, UpdateItemCommand: 1 });
     expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {}, version: knownVolume(volume.id)!.volume.version });
     expect(await backendConnections(volume)).toEqual([]);
   });
@@ -59,8 +60,23 @@ describe('the remembered volume', () => {
     expect(remaining.map((r) => r.id)).toEqual([att2.id]);
     expect(await readVolume(volume.id)).toMatchObject({ connections: { cmp1: [att2.id] } });
     expect(await backendConnections(volume)).toEqual(['cmp1']);
-    // The attachment read, the refused transaction, the retry from the record it returned (no
-    // read of the volume), and no fence (the host keeps a user).
-    expect(requests).toEqual({ GetItemCommand: 1, TransactWriteItemsCommand: 2 });
+    // The refused transaction (no read of the attachment: this process wrote it), the retry from
+    // the record it returned (no read of the volume), and no fence (the host keeps a user).
+    expect(requests).toEqual({ TransactWriteItemsCommand: 2 });
+  });
+
+  test("a remembered attachment taken for another project than its own: the delete's condition refuses it, and the delete by id answers 404 with nothing deleted", async () => {
+    // Prepare: another project's connected attachment, which this process (wrongly) remembers as the caller's
+    const volume = await putVolume({ projectId: 'other' });
+    const att = await createAttachment({ auth: ADMIN_AUTH, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    await completeAttachment({ auth: ADMIN_AUTH, attachmentId: att.id });
+    rememberAttachment({ id: att.id, volumeId: volume.id, projectId: DEMO_AUTH.projectId });
+    const before = await readVolume(volume.id);
+    // Act
+    const refused = deleteAttachment({ auth: DEMO_AUTH, attachmentId: att.id });
+    // Assess
+    await expect(refused).rejects.toThrow(NotFound);
+    expect(await readVolume(volume.id)).toEqual(before);
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
   });
 });

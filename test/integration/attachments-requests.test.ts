@@ -10,7 +10,7 @@ import { runAudit } from '../../functions/audit/audit.js';
 import { forgetConnectionDrivers } from '../../functions/attachments/connections.js';
 import { LEGACY_ATTACH_ACTIONS } from '../../functions/attachments/legacy.js';
 import { attachmentRoutes } from '../../functions/attachments/routes.js';
-import { forgetVolume } from '../../functions/attachments/volume-records.js';
+import { forgetAttachment, forgetVolume } from '../../functions/attachments/volume-records.js';
 import { createApiHandler } from '../../functions/core/api.js';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
 import { VOLUME_VERSIONS } from '../../functions/core/microversion.js';
@@ -73,7 +73,8 @@ describe('at most 3 DynamoDB requests per call', () => {
       update: 3,
       complete: 2,
       show: 1,
-      remove: 3,
+      // From the volume's record this process wrote last (no attachment read): transaction, fence.
+      remove: 2,
       createConnected: 3,
     });
     expect(await backendConnections(volume)).toEqual(['cmp2']);
@@ -131,6 +132,37 @@ describe('at most 3 DynamoDB requests per call', () => {
     expect({ reserve: reserve.requests, unreserve: unreserve.requests, initialize: initialize.requests, terminate: terminate.requests }).toEqual({ reserve: 2, unreserve: 2, initialize: 3, terminate: 3 });
     expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
     expect(await backendConnections(volume)).toEqual([]);
+  });
+});
+
+describe('DELETE /attachments/{id} removing a host\'s last connection, in a process that has not seen the volume lately', () => {
+  /** An attachment connected on its own host and completed: what the delete removes. */
+  async function connectedAttachment(host: string) {
+    const volume = await putVolume();
+    const made = await counted('POST', '/attachments', { attachment: { volume_uuid: volume.id, instance_uuid: randomUUID(), connector: connector(host) } });
+    const id = made.body.attachment.id as string;
+    await counted('POST', `/attachments/${id}/action`, { 'os-complete': null });
+    return { volume, id };
+  }
+
+  test('3 requests when it has seen the attachment (volume read, transaction, fence); 4 when it has seen neither (the attachment read first)', async () => {
+    // Prepare
+    await warmDriver();
+    const seen = await connectedAttachment('cmp1');
+    const unseen = await connectedAttachment('cmp2');
+    forgetVolume(seen.volume.id); // as more than 10 s after this process last saw it
+    forgetVolume(unseen.volume.id);
+    forgetAttachment(unseen.id); // as another process (a Lambda container that served none of its calls)
+    // Act
+    const removeSeen = await counted('DELETE', `/attachments/${seen.id}`);
+    const removeUnseen = await counted('DELETE', `/attachments/${unseen.id}`);
+    // Assess
+    expect([removeSeen.status, removeUnseen.status]).toEqual([200, 200]);
+    expect({ removeSeen: removeSeen.requests, removeUnseen: removeUnseen.requests }).toEqual({ removeSeen: 3, removeUnseen: 4 });
+    for (const { volume } of [seen, unseen]) {
+      expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
+      expect(await backendConnections(volume)).toEqual([]);
+    }
   });
 });
 
