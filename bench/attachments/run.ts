@@ -27,11 +27,8 @@ import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db
 import { tableName } from '../../functions/core/tables.js';
 import { startLocalStack } from '../../infra/local/stack.js';
 import { Recorder, fmt, percentile } from '../support/stats.js';
-import { quietAwsSdk } from '../../infra/local/quiet-sdk.js';
+import { runBench } from '../support/run-bench.js';
 import { childJvmPids, cpuNow, cpuSince, SpanProfiler, type CpuSnapshot } from './cpu.js';
-
-// The SDK's Node-version warning is not the bench's output (as npm start, infra/local/quiet-sdk.ts).
-quietAwsSdk();
 
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 50);
 const ROUNDS = Math.max(1, Math.min(CYCLES, Number(process.env.BENCH_ROUNDS ?? 4)));
@@ -219,34 +216,38 @@ process.env.FERRY_REPLICATION_INTERVAL_MS ??= String(24 * 3600_000);
 // The same for the reconciler's timer (its run at start comes before any count).
 process.env.FERRY_RECONCILE_INTERVAL ??= '0';
 
-const dataDir = mkdtempSync(join(tmpdir(), 'ferry-bench-'));
-const stack = await startLocalStack({ dataDir, port: 0, quiet: true });
-// The start's reconcile pass runs after the stack answers: ended before anything is measured.
-await stack.reconciled;
-try {
-  const base = `${stack.url}/volume/v3`;
-  const volumes = await createVolumes(base, CLIENTS);
-  const getItemP50 = await baselineGetItem(volumes[0]!);
-  console.log(`bench/attachments: ${CYCLES} cycles per client over ${ROUNDS} rounds; baseline DynamoDB GetItem p50 ${fmt(getItemP50)}; load average ${loadText()}`);
-  const one = await interleaved(base, volumes, 1);
-  const oneThroughput = report('1 client', one.api, getItemP50);
-  await otherPaths(base, volumes[0]!, 5);
-  console.log('  DynamoDB requests per call (1 client, exact): ' + [...perCall].map(([n, v]) => `${n} ${(v.reduce((a, b) => a + b, 0) / v.length).toFixed(2)}`).join(', '));
-  perCall.clear();
-  const profiler = new SpanProfiler(process.env.BENCH_PROFILE);
-  const many = await interleaved(base, volumes, CLIENTS, profiler);
-  const manyThroughput = report(`${CLIENTS} clients`, many.api, getItemP50);
-  console.log(`\nthroughput ratio ${CLIENTS} clients / 1 client: ${(manyThroughput / oneThroughput).toFixed(2)}x`);
-  console.log('DynamoDB-only ceiling: 2 GetItems + 1 two-item TransactWriteItems per call, as many loops as clients, measured before each API round');
-  for (const [label, r] of [['1 client', one], [`${CLIENTS} clients`, many]] as const) {
-    console.log(`API throughput / DynamoDB-only ceiling, ${label}: median ${median(r.ratios).toFixed(2)}x (rounds ${r.ratios.map((x) => x.toFixed(2)).join(', ')})`);
-    const { api: apiCpu, ceiling: ceilingCpu } = r.api.cpu;
-    const med = (xs: CpuSnapshot[], k: keyof CpuSnapshot) => median(xs.map((x) => x[k])).toFixed(2);
-    console.log(`  CPU ms per call, median of rounds: node ${med(ceilingCpu, 'nodeMs')} (ceiling) / ${med(apiCpu, 'nodeMs')} (API), JVM ${med(ceilingCpu, 'jvmMs')} / ${med(apiCpu, 'jvmMs')}`);
+async function main(): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'ferry-bench-'));
+  const stack = await startLocalStack({ dataDir, port: 0, quiet: true });
+  // The start's reconcile pass runs after the stack answers: ended before anything is measured.
+  await stack.reconciled;
+  try {
+    const base = `${stack.url}/volume/v3`;
+    const volumes = await createVolumes(base, CLIENTS);
+    const getItemP50 = await baselineGetItem(volumes[0]!);
+    console.log(`bench/attachments: ${CYCLES} cycles per client over ${ROUNDS} rounds; baseline DynamoDB GetItem p50 ${fmt(getItemP50)}; load average ${loadText()}`);
+    const one = await interleaved(base, volumes, 1);
+    const oneThroughput = report('1 client', one.api, getItemP50);
+    await otherPaths(base, volumes[0]!, 5);
+    console.log('  DynamoDB requests per call (1 client, exact): ' + [...perCall].map(([n, v]) => `${n} ${(v.reduce((a, b) => a + b, 0) / v.length).toFixed(2)}`).join(', '));
+    perCall.clear();
+    const profiler = new SpanProfiler(process.env.BENCH_PROFILE);
+    const many = await interleaved(base, volumes, CLIENTS, profiler);
+    const manyThroughput = report(`${CLIENTS} clients`, many.api, getItemP50);
+    console.log(`\nthroughput ratio ${CLIENTS} clients / 1 client: ${(manyThroughput / oneThroughput).toFixed(2)}x`);
+    console.log('DynamoDB-only ceiling: 2 GetItems + 1 two-item TransactWriteItems per call, as many loops as clients, measured before each API round');
+    for (const [label, r] of [['1 client', one], [`${CLIENTS} clients`, many]] as const) {
+      console.log(`API throughput / DynamoDB-only ceiling, ${label}: median ${median(r.ratios).toFixed(2)}x (rounds ${r.ratios.map((x) => x.toFixed(2)).join(', ')})`);
+      const { api: apiCpu, ceiling: ceilingCpu } = r.api.cpu;
+      const med = (xs: CpuSnapshot[], k: keyof CpuSnapshot) => median(xs.map((x) => x[k])).toFixed(2);
+      console.log(`  CPU ms per call, median of rounds: node ${med(ceilingCpu, 'nodeMs')} (ceiling) / ${med(apiCpu, 'nodeMs')} (API), JVM ${med(ceilingCpu, 'jvmMs')} / ${med(apiCpu, 'jvmMs')}`);
+    }
+    profiler.finish();
+    console.log(`load average at the end: ${loadText()}`);
+  } finally {
+    await stack.stop();
+    rmSync(dataDir, { recursive: true, force: true });
   }
-  profiler.finish();
-  console.log(`load average at the end: ${loadText()}`);
-} finally {
-  await stack.stop();
-  rmSync(dataDir, { recursive: true, force: true });
 }
+
+runBench(main);
