@@ -9,10 +9,11 @@
  * (connect-intent update returning the attachment, get volume, transaction; also when it moves the
  * attachment off a host nobody else uses: that host's terminate comes before the transaction,
  * which is its fence: connections.ts connectAttachment), complete
- * 2 (get attachment, transaction), delete 2 (+1 fence when it removes a host's last connection),
- * show 1. Complete and delete start from the volume as this process last saw it stored
- * (volume-records.ts), which the previous call of the cycle left: +1 (get volume) when it has not
- * seen it in the last seconds.
+ * 2 (get attachment, transaction), delete 1 (the transaction, from the volume's record when this
+ * process read or wrote the attachment; +1 get attachment when it did not) (+1 fence when it
+ * removes a host's last connection), show 1. Complete and delete start from the volume as this
+ * process last saw it stored (volume-records.ts), which the previous call of the cycle left: +1
+ * (get volume) when it has not seen it in the last seconds.
  *
  * A caller with an id of its own for the attachment (a Nova flow's step: core/intents.ts) passes
  * `attachmentId`: the reserve puts the attachment only if the id is free, and a re-run finds the
