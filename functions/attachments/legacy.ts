@@ -29,7 +29,7 @@ import { withRetries } from '../core/db.js';
 import { BadRequest, InvalidVolume } from '../core/errors.js';
 import { authorize, registerPolicies } from '../core/policy.js';
 import type { Connector } from '../drivers/volume/driver.js';
-import type { Volume } from '../volumes/model.js';
+import type { AttachmentSummary, Volume } from '../volumes/model.js';
 import { invalidField, isObject, isUuidLike, pyRepr } from '../volumes/validation.js';
 import { loadVolumeOf, now, RETRY, volumeNotFound } from './connections.js';
 import { getAttachmentRecord, getVolumeRecord, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
@@ -159,7 +159,7 @@ async function attachRoute(req: ApiRequest, v: Volume, args: unknown): Promise<A
   const hostName = (a.host_name as string | undefined) ?? null;
   // The attachment os-reserve / os-initialize_connection made for this attach, else a new one.
   checkLegacyAttach(v, mode);
-  const mine = summaries(v).find(([, s]) => s.status !== 'attached' && (instanceUuid ? s.instanceUuid === instanceUuid : false))?.[0];
+  const mine = summaries(v).find(([, s]) => attachable(s) && (instanceUuid ? s.instanceUuid === instanceUuid : false))?.[0];
   const existing = mine ?? pendingOrConnected(v, hostName);
   const input: LegacyAttachArgs = { instanceUuid, hostName, mountpoint: a.mountpoint as string, mode };
   if (existing) await attachWith(existing, input, routeVolume(v));
@@ -206,9 +206,18 @@ async function reserveAndAttach(req: ApiRequest, volume: LoadedVolume, input: Le
   }, RETRY);
 }
 
-/** An attachment with no instance that is not attached: os-reserve's, or os-initialize_connection's on that host. */
+/**
+ * What os-attach may attach onto: an attachment not attached yet and not failed. A failed one
+ * (error_attaching: its attach failed, attach-wait.ts failAttach, and it holds no connection) is
+ * left as it is and another (or a new) one attached, as upstream's attach_volume attaches a new
+ * attachment (C/objects/volume.py begin_attach) beside a failed one it does not find by server
+ * or host; upstream's answer for a failed one of the same server differs (docs/compatibility.md).
+ */
+const attachable = (s: AttachmentSummary) => s.status !== 'attached' && !s.status.startsWith('error');
+
+/** An attachable one with no instance: os-initialize_connection's on that host, else os-reserve's (not connected), else any. */
 function pendingOrConnected(v: Volume, hostName: string | null): string | undefined {
-  const free = summaries(v).filter(([, s]) => s.status !== 'attached' && !s.instanceUuid);
+  const free = summaries(v).filter(([, s]) => attachable(s) && !s.instanceUuid);
   return (free.find(([, s]) => hostName !== null && s.host === hostName) ?? free.find(([, s]) => !s.connected) ?? free[0])?.[0];
 }
 
