@@ -10,7 +10,7 @@
  *
  * The transaction is the one a delete by id writes (the tombstone, the volume under its version,
  * the in-use conditions), but for the attachment's side: the fields a delete changes, on condition
- * that the item is a live attachment of this volume (repo.ts writeTombstoneFromVolume). Every
+ * that the item is a live attachment of this volume (repo-from-volume.ts writeTombstoneFromVolume). Every
  * write of what the summary shows also moves the volume's version, so the version condition is
  * what makes the summary as good as the item. A summary written before it kept the connector, or
  * records that disagree, fall back to the delete by id, which reads the attachment
@@ -22,7 +22,8 @@ import { authorize } from '../core/policy.js';
 import type { AttachmentSummary, Volume } from '../volumes/model.js';
 import { now, RETRY } from './connections.js';
 import type { Attachment } from './model.js';
-import { AttachmentNotListed, getVolumeRecord, writeTombstoneFromVolume, type LoadedVolume } from './repo.js';
+import { getVolumeRecord, type LoadedVolume } from './repo.js';
+import { AttachmentNotListed, writeTombstoneFromVolume } from './repo-from-volume.js';
 import { ATTACHMENT_POLICIES, writeRemoval } from './removal.js';
 import { remove, type RemoveResult } from './transitions.js';
 import { knownVolume } from './volume-records.js';
@@ -30,9 +31,10 @@ import { knownVolume } from './volume-records.js';
 /**
  * The attachment as far as a delete needs it, from the volume's summary: `remove` reads its id,
  * instance and connector, the in-use question whether it has a connection. Only the tombstone's
- * own fields (repo.ts TOMBSTONE_FIELDS) are written from what `remove` makes of it.
+ * own fields (repo-from-volume.ts TOMBSTONE_FIELDS) are written from what `remove` makes of it;
+ * likewise a complete's (listed-complete.ts).
  */
-function attachmentOfSummary(volume: Volume, id: string, s: AttachmentSummary, projectId: string): Attachment {
+export function attachmentOfSummary(volume: Volume, id: string, s: AttachmentSummary, projectId: string): Attachment {
   return {
     id,
     volumeId: volume.id,

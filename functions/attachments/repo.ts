@@ -24,21 +24,21 @@ import {
   type Attachment,
   type ConnectIntent,
 } from './model.js';
-import { failedItem, forgetAttachment, forgetVolume, loadedVolume, rememberAttachment, rememberVolume, type LoadedVolume } from './volume-records.js';
+import { failedItem, forgetVolume, loadedVolume, rememberAttachment, rememberVolume, type LoadedVolume } from './volume-records.js';
 import { MULTIATTACH_RESERVE_FROM, RESERVE_FROM, SAME_INSTANCE_RESERVE_FROM, type ReserveResult } from './transitions.js';
 
 export { getVolumeRecord, type LoadedVolume } from './volume-records.js';
 
-type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
+export type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
 
 const table = () => tableName('volume');
 const isNamed = (e: unknown, name: string) => (e as { name?: string })?.name === name;
 
 /** Named condition clauses (Powertools' persistence layer builds its conditional put the same way). */
 const ATTACHMENT_ID_FREE = 'attribute_not_exists(pk)';
-const ATTACHMENT_EXISTS = 'attribute_exists(pk)';
-const ATTACHMENT_LIVE = 'attribute_not_exists(deleted)';
-const ATTACHMENT_IN_PROJECT = 'projectId = :project';
+export const ATTACHMENT_EXISTS = 'attribute_exists(pk)';
+export const ATTACHMENT_LIVE = 'attribute_not_exists(deleted)';
+export const ATTACHMENT_IN_PROJECT = 'projectId = :project';
 const INTENTS_MAP_ABSENT = 'attribute_not_exists(#pc)';
 const INTENT_PRESENT = 'attribute_exists(#pc.#intent)';
 
@@ -222,58 +222,8 @@ export async function writeVersioned(
   rememberAttachment(after.attachment);
 }
 
-/** The fields a delete changes on the attachment's item (transitions.ts remove), besides its version and GSI keys. */
-const TOMBSTONE_FIELDS = ['attachStatus', 'detachTime', 'deleted', 'disconnect', 'updatedAt', 'expiresAt'] as const;
-
-/**
- * A delete computed from the volume's record alone (its summary of the attachment), with no read
- * of the attachment: the item becomes the tombstone by the fields a delete changes, on condition
- * that it is a live attachment of this volume (and of `projectId` when given: the project a caller
- * took it for); the volume under its version, which every write of what the summary shows moves.
- * The attachment's condition failing while the volume's held is AttachmentNotListed (records that
- * disagree: the caller deletes by reading the attachment).
- */
-export async function writeTombstoneFromVolume(before: Volume, after: Volume, tombstone: Attachment, conditions: readonly TransactItem[] = [], projectId?: string): Promise<void> {
-  const item = attachmentToItem(tombstone);
-  const names: Record<string, string> = { '#vid': 'volumeId', '#g1': 'gsi1pk', '#g2': 'gsi1sk' };
-  const values: Record<string, unknown> = { ':vid': before.id, ':one': 1 };
-  TOMBSTONE_FIELDS.forEach((field, i) => {
-    names[`#t${i}`] = field;
-    values[`:t${i}`] = item[field] ?? null;
-  });
-  const update: TransactItem = {
-    Update: {
-      TableName: table(),
-      Key: attachmentKey(tombstone.id),
-      UpdateExpression: `SET ${TOMBSTONE_FIELDS.map((_, i) => `#t${i} = :t${i}`).join(', ')} ADD version :one REMOVE #g1, #g2`,
-      ConditionExpression: `${ATTACHMENT_EXISTS} AND ${ATTACHMENT_LIVE} AND #vid = :vid${projectId === undefined ? '' : ` AND ${ATTACHMENT_IN_PROJECT}`}`,
-      ExpressionAttributeNames: names,
-      ExpressionAttributeValues: projectId === undefined ? values : { ...values, ':project': projectId },
-    },
-  };
-  try {
-    await writeWithVolume(update, before, after, conditions);
-    forgetAttachment(tombstone.id);
-  } catch (e) {
-    const [attachmentCode, volumeCode] = cancellationCodes(e);
-    if (attachmentCode === 'ConditionalCheckFailed' && volumeCode === 'None') throw new AttachmentNotListed(tombstone.id, e);
-    throw e;
-  }
-}
-
-/** The volume lists an attachment whose item is not a live attachment of it (writeTombstoneFromVolume). */
-export class AttachmentNotListed extends Error {
-  constructor(
-    readonly attachmentId: string,
-    cause: unknown,
-  ) {
-    super(`attachment ${attachmentId} is listed on its volume but its item is not a live attachment of it`, { cause });
-    this.name = 'AttachmentNotListed';
-  }
-}
-
 /** One attachment write and the volume's versioned update in a transaction, with `conditions`; the volume as stored after is remembered. */
-async function writeWithVolume(attachmentWrite: TransactItem, before: Volume, after: Volume, conditions: readonly TransactItem[]): Promise<void> {
+export async function writeWithVolume(attachmentWrite: TransactItem, before: Volume, after: Volume, conditions: readonly TransactItem[]): Promise<void> {
   const items = [attachmentWrite, versionedVolumeUpdate(before, after)];
   try {
     await db().send(new TransactWriteCommand({ TransactItems: [...items, ...conditions] }));

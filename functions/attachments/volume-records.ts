@@ -85,7 +85,7 @@ export function failedItem(e: unknown, index: number): Record<string, unknown> |
  * Which volume (and project) each attachment this process read or wrote belongs to: fixed for an
  * attachment's life, so a DELETE /attachments/{id} here starts from the volume's record
  * (listed-removal.ts) without reading the attachment to learn it. The delete's transaction is
- * conditioned on both (repo.ts writeTombstoneFromVolume), so an entry that no longer holds falls
+ * conditioned on both (repo-from-volume.ts), so an entry that no longer holds falls
  * back to the delete by id.
  */
 export interface AttachmentIdentity {

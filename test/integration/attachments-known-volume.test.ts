@@ -1,10 +1,12 @@
 /**
  * Complete and delete start from the volume as this process last saw it stored
- * (attachments/volume-records.ts): the races that start must still lose to the version condition.
+ * (attachments/volume-records.ts), and from its summary of an attachment this process knows
+ * (listed-complete.ts, listed-removal.ts): the races that start must still lose to the conditions.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { completeAttachment, createAttachment, deleteAttachment, updateAttachment } from '../../functions/attachments/service.js';
+import { getAttachmentRecord } from '../../functions/attachments/repo.js';
 import { knownVolume, rememberAttachment, rememberVolume } from '../../functions/attachments/volume-records.js';
 import { NotFound } from '../../functions/core/errors.js';
 import { dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
@@ -19,7 +21,7 @@ afterAll(async () => env.stop());
 const auth = DEMO_AUTH;
 
 describe('the remembered volume', () => {
-  test('the cycle: complete 2 requests, delete 2 with the fence (no read of the volume, nor of the attachment)', async () => {
+  test('the cycle: complete 1 request, delete 2 with the fence (no read of the volume, nor of the attachment)', async () => {
     // Prepare (the first connect also reads the backend record, then reuses the driver)
     const volume = await putVolume();
     const warm = await createAttachment({ auth, volumeId: volume.id, instanceUuid: null, connector: connector('warm') });
@@ -34,7 +36,7 @@ describe('the remembered volume', () => {
     await deleteAttachment({ auth, attachmentId: att.id });
     const remove = dynamoRequests().byCommand;
     // Assess
-    expect(complete).toEqual({ GetItemCommand: 1, TransactWriteItemsCommand: 1 });
+    expect(complete).toEqual({ TransactWriteItemsCommand: 1 });
     expect(remove).toEqual({ TransactWriteItemsCommand: 1, UpdateItemCommand: 1 });
     expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {}, version: knownVolume(volume.id)!.volume.version });
     expect(await backendConnections(volume)).toEqual([]);
@@ -78,5 +80,37 @@ describe('the remembered volume', () => {
     await expect(refused).rejects.toThrow(NotFound);
     expect(await readVolume(volume.id)).toEqual(before);
     expect(await backendConnections(volume)).toEqual(['cmp1']);
+  });
+
+  test("a complete from a remembered volume another writer has moved since: refused by its version, retried from the record the refusal returned, and the other writer's attachment kept", async () => {
+    // Prepare: att1 connected on cmp1, not completed; what this process remembers of the volume then
+    const volume = await putVolume({ multiattach: true });
+    const att1 = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    const stale = structuredClone(knownVolume(volume.id)!);
+    const att2 = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    rememberVolume(stale);
+    resetDynamoRequests();
+    // Act
+    await completeAttachment({ auth, attachmentId: att1.id });
+    const requests = dynamoRequests().byCommand;
+    // Assess: the refused transaction and the retry from the record it returned (no read)
+    expect(requests).toEqual({ TransactWriteItemsCommand: 2 });
+    const stored = await readVolume(volume.id);
+    expect(Object.keys(stored.attachments).sort()).toEqual([att1.id, att2.id].sort());
+    expect(stored).toMatchObject({ status: 'in-use', attachments: { [att1.id]: { status: 'attached', connected: true }, [att2.id]: { status: 'attaching' } }, connections: { cmp1: expect.arrayContaining([att1.id, att2.id]) } });
+  });
+
+  test("a complete of a remembered attachment taken for another project than its own: the transaction's condition refuses it, and the complete by id answers 404 with nothing written", async () => {
+    // Prepare: another project's connected attachment, which this process (wrongly) remembers as the caller's
+    const volume = await putVolume({ projectId: 'other' });
+    const att = await createAttachment({ auth: ADMIN_AUTH, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    rememberAttachment({ id: att.id, volumeId: volume.id, projectId: DEMO_AUTH.projectId });
+    const before = await readVolume(volume.id);
+    // Act
+    const refused = completeAttachment({ auth: DEMO_AUTH, attachmentId: att.id });
+    // Assess
+    await expect(refused).rejects.toThrow(NotFound);
+    expect(await readVolume(volume.id)).toEqual(before);
+    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachStatus: 'attaching', version: att.version });
   });
 });

@@ -71,7 +71,8 @@ describe('at most 3 DynamoDB requests per call', () => {
     expect({ create: create.requests, update: update.requests, complete: complete.requests, show: show.requests, remove: remove.requests, createConnected: createConnected.requests }).toEqual({
       create: 2,
       update: 3,
-      complete: 2,
+      // From the volume's record the update wrote (no attachment read): ONE transaction.
+      complete: 1,
       show: 1,
       // From the volume's record this process wrote last (no attachment read): transaction, fence.
       remove: 2,
@@ -162,6 +163,33 @@ describe('DELETE /attachments/{id} removing a host\'s last connection, in a proc
     for (const { volume } of [seen, unseen]) {
       expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
       expect(await backendConnections(volume)).toEqual([]);
+    }
+  });
+});
+
+describe('POST /attachments/{id}/action os-complete in a process that has not seen the volume lately', () => {
+  test('2 requests when it has seen the attachment (volume read, transaction); 3 when it has seen neither (attachment read, volume read, transaction), as before', async () => {
+    // Prepare: two attachments connected, not completed
+    await warmDriver();
+    const made = [];
+    for (const host of ['cmp1', 'cmp2']) {
+      const volume = await putVolume();
+      const res = await counted('POST', '/attachments', { attachment: { volume_uuid: volume.id, instance_uuid: randomUUID(), connector: connector(host) } });
+      made.push({ volume, id: res.body.attachment.id as string });
+    }
+    const [seen, unseen] = made as [(typeof made)[0], (typeof made)[0]];
+    forgetVolume(seen.volume.id); // as more than 10 s after this process last saw it
+    forgetVolume(unseen.volume.id);
+    forgetAttachment(unseen.id); // as another process
+    // Act
+    const completeSeen = await counted('POST', `/attachments/${seen.id}/action`, { 'os-complete': null });
+    const completeUnseen = await counted('POST', `/attachments/${unseen.id}/action`, { 'os-complete': null });
+    // Assess
+    expect([completeSeen.status, completeUnseen.status]).toEqual([204, 204]);
+    expect({ completeSeen: completeSeen.requests, completeUnseen: completeUnseen.requests }).toEqual({ completeSeen: 2, completeUnseen: 3 });
+    for (const { volume, id } of made) {
+      expect(await readVolume(volume.id)).toMatchObject({ status: 'in-use', attachStatus: 'attached', attachments: { [id]: { status: 'attached', connected: true } } });
+      expect((await counted('GET', `/attachments/${id}`)).body.attachment).toMatchObject({ status: 'attached' });
     }
   });
 });
