@@ -18,7 +18,6 @@
  */
 import { appendFileSync, closeSync, constants, fchmodSync, fchownSync, fstatSync, ftruncateSync, futimesSync, openSync, readSync, unlinkSync, writeSync, type BigIntStats } from 'node:fs';
 import { createHash } from 'node:crypto';
-import { logger } from '../core/logger.js';
 import { CopyFailed, CopySourceChanged, CopyVerificationFailed } from './errors.js';
 
 /** Measured on a 2-core machine: 256 KiB keeps the chunk and its read-back in the CPU cache. */
@@ -55,6 +54,13 @@ export interface FileCopied {
   ownerKept: boolean;
 }
 
+/**
+ * Where a copy says what it leaves behind (a partial file it could not remove). Not the logger
+ * itself: a copy thread that imported it would load Powertools at every start (file-copy.ts is
+ * the thread's whole import graph), so the thread hands its warnings to the engine.
+ */
+export type CopyWarn = (message: string, context: Record<string, unknown>) => void;
+
 /** State a copy thread shares with the engine. */
 export interface CopyThreadState {
   /** Scratch buffers, reused for every file: one for the source chunk, one for the read-back. */
@@ -72,10 +78,11 @@ export interface CopyThreadState {
   /** Bytes per second this thread may copy; 0 = unlimited. */
   bytesPerSecond: number;
   throttle: { startedAt: number; bytes: number };
+  warn: CopyWarn;
 }
 
 /** The state of a copy run on the calling thread alone (no engine: the local driver's migration passes). */
-export function singleThreadState(chownAllowed = true, chunkBytes = DEFAULT_CHUNK_BYTES): CopyThreadState {
+export function singleThreadState(warn: CopyWarn, chownAllowed = true, chunkBytes = DEFAULT_CHUNK_BYTES): CopyThreadState {
   return {
     data: Buffer.allocUnsafe(chunkBytes),
     check: Buffer.allocUnsafe(chunkBytes),
@@ -86,6 +93,7 @@ export function singleThreadState(chownAllowed = true, chunkBytes = DEFAULT_CHUN
     chownAllowed,
     bytesPerSecond: 0,
     throttle: { startedAt: performance.now(), bytes: 0 },
+    warn,
   };
 }
 
@@ -257,7 +265,7 @@ export function copyFileVerified(task: FileTask, state: CopyThreadState): FileCo
         unlinkSync(task.dst);
       } catch (e) {
         // The destination unreachable: the next run removes it before writing; say what is left.
-        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') logger.warn('copy: a partial file could not be removed', { file: task.rel, error: errnoMessage(e) });
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') state.warn('copy: a partial file could not be removed', { file: task.rel, error: errnoMessage(e) });
       }
     }
     state.current[state.slot] = -1;

@@ -21,12 +21,20 @@ export interface BatchRequest {
   tasks: FileTask[];
 }
 
-export type BatchReply =
-  | { batch: number; outcome: 'done'; copied: FileCopied[] }
-  | { batch: number; outcome: 'interrupted'; copied: FileCopied[] }
-  | { batch: number; outcome: 'failed'; copied: FileCopied[]; error: { message: string; name: string; context: Record<string, unknown> } };
+/** What a copy said it left behind during the batch; the engine logs it (the thread has no logger). */
+export interface CopyWarning {
+  message: string;
+  context: Record<string, unknown>;
+}
+
+export type BatchReply = { batch: number; copied: FileCopied[]; warnings: CopyWarning[] } & (
+  | { outcome: 'done' }
+  | { outcome: 'interrupted' }
+  | { outcome: 'failed'; error: { message: string; name: string; context: Record<string, unknown> } }
+);
 
 const data = workerData as CopyThreadData;
+let warnings: CopyWarning[] = [];
 const state: CopyThreadState = {
   data: Buffer.allocUnsafe(data.chunkBytes),
   check: Buffer.allocUnsafe(data.chunkBytes),
@@ -37,20 +45,22 @@ const state: CopyThreadState = {
   chownAllowed: true,
   bytesPerSecond: data.bytesPerSecond,
   throttle: { startedAt: performance.now(), bytes: 0 },
+  warn: (message, context) => warnings.push({ message, context }),
 };
 
 parentPort!.on('message', (request: BatchRequest) => {
   const copied: FileCopied[] = [];
+  warnings = [];
   let reply: BatchReply;
   try {
     for (const task of request.tasks) copied.push(copyFileVerified(task, state));
-    reply = { batch: request.batch, outcome: 'done', copied };
+    reply = { batch: request.batch, outcome: 'done', copied, warnings };
   } catch (e) {
     if (e instanceof CopyInterrupted) {
-      reply = { batch: request.batch, outcome: 'interrupted', copied };
+      reply = { batch: request.batch, outcome: 'interrupted', copied, warnings };
     } else {
       const failure = e instanceof CopyFailed ? e : new CopyFailed(`Copy thread failed: ${(e as Error)?.message ?? e}`);
-      reply = { batch: request.batch, outcome: 'failed', copied, error: { message: failure.message, name: failure.name, context: failure.context } };
+      reply = { batch: request.batch, outcome: 'failed', copied, warnings, error: { message: failure.message, name: failure.name, context: failure.context } };
     }
   }
   parentPort!.postMessage(reply);

@@ -231,6 +231,7 @@ export async function copyTree(options: CopyTreeOptions): Promise<CopyTreeResult
       const runBatch = async (thread: number, batch: FileTask[]): Promise<void> => {
         const reply = await threads!.run(thread, batch);
         finished(reply.copied);
+        for (const w of reply.warnings) logger.warn(w.message, w.context);
         if (reply.outcome === 'failed') {
           const error = new CopyFailed(reply.error.message, { context: reply.error.context });
           error.name = reply.error.name;

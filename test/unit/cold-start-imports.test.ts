@@ -58,4 +58,10 @@ describe('modules loaded on first use', () => {
   test('the zod check can fail: the copy worker validates its job with zod at import', async () => {
     expect(evaluatesZod(await lambdaBundle('functions/copy/main.ts'), 'functions/copy/main.ts')).toBe(true);
   });
+
+  test('a copy thread loads only the copy and its errors, no logger: every copy starts each thread anew, and Powertools made up 75 of its 84 KB', async () => {
+    const inputs = Object.keys((await lambdaBundle('functions/copy/thread.ts')).inputs).filter((p) => !p.startsWith('node:'));
+    expect(inputs.filter((p) => p.includes('node_modules/'))).toEqual([]);
+    expect(inputs.map((p) => p.replace(/^.*functions\//, 'functions/')).sort()).toEqual(['functions/copy/errors.ts', 'functions/copy/file-copy.ts', 'functions/copy/thread.ts', 'functions/core/errors.ts']);
+  });
 });

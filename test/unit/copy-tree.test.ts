@@ -204,7 +204,7 @@ describe('content and verification', () => {
     const copy = () =>
       copyFileVerified(
         { index: 0, rel: 'a.txt', src: join(src, 'a.txt'), dst: join(dst, 'a.txt'), mode: file.mode, uid: file.uid, gid: file.gid, atime: 0, mtime: 0, size: file.size, mtimeNs: String(file.mtimeNs) },
-        singleThreadState(),
+        singleThreadState(() => undefined),
       );
 
     // Assess

@@ -34,6 +34,7 @@ import {
 } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { DriverError } from '../../core/errors.js';
+import { logger } from '../../core/logger.js';
 import { copyFileVerified, singleThreadState } from '../../copy/file-copy.js';
 import { CopySourceChanged } from '../../copy/errors.js';
 import { applyDirectoryMetadata, createDirectories, OwnerPolicy } from '../../copy/tree-write.js';
@@ -236,7 +237,7 @@ export async function copyPass(ep: MigrationEndpoints, state: MigrationState, bu
   // Owners are kept where permitted; the first EPERM turns it off for the rest of the migration.
   const owner = new OwnerPolicy();
   owner.allowed = state.ownerPreserved;
-  const threadState = singleThreadState(state.ownerPreserved);
+  const threadState = singleThreadState((message, context) => logger.warn(message, context), state.ownerPreserved);
 
   const result: PassResult = { complete: false, filesCopied: 0, bytesCopied: 0 };
   let bytesDone = 0;
