@@ -207,8 +207,12 @@ export function copyFileVerified(task: FileTask, state: CopyThreadState): FileCo
     }
     let position = 0;
     let mismatch = false;
+    // Reading stops at the size fstat gave, not at a read that returns 0: one read fewer per file.
+    // A source that grew meanwhile fails the fstat after the loop (its size moved).
+    const size = Number(opened.size);
     for (;;) {
       if (Atomics.load(state.stop, 0) !== 0) throw new CopyInterrupted();
+      if (position >= size) break;
       let n: number;
       try {
         n = readSync(inFd, data, 0, data.length, position);
