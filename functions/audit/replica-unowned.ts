@@ -25,7 +25,8 @@
  * - Nothing can take the volume up after that read: the only path that takes up a volume it finds
  *   by its tags is a failover's or failback's look at the names of its batch's volumes, which are
  *   records of the backend; a volume a record of the backend is named after is never deleted here
- *   (a failover to that site would take it up: reported for an operator). Backend names come from
+ *   (a failover takes up only one made from its batch's chosen copy, which this audit does not
+ *   read: reported for an operator). Backend names come from
  *   volume ids (or an adopted volume's own EBS id) and are never reused, so no such record appears
  *   meanwhile. A drill never takes up an existing copy (its ClientToken is new per choice).
  * So no tombstone is needed. DeleteVolume is idempotent (gone = done); one refused leaves the
