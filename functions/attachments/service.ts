@@ -44,7 +44,7 @@ import type { Connector } from '../drivers/volume/driver.js';
 import type { AttachmentSummary } from '../volumes/model.js';
 import { AttachmentIdTaken, newConnectIntent, type Attachment, type ConnectIntent } from './model.js';
 import type { TransactCondition } from './ports.js';
-import { knownAttachment, knownVolume } from './volume-records.js';
+import { knownAttachment, knownVolume, type AttachmentIdentity } from './volume-records.js';
 import { completeListed } from './listed-complete.js';
 import { removeListed, type ListedRemovalInput } from './listed-removal.js';
 import { ATTACHMENT_POLICIES, finishDisconnect, writeRemoval } from './removal.js';
@@ -250,15 +250,20 @@ async function startingVolumeOf(attachment: Attachment): Promise<LoadedVolume> {
   return knownVolume(attachment.volumeId) ?? (await loadVolumeOf(attachment));
 }
 
+/** The attachment's volume and project as this process knows them, when the caller may see it; one the caller may not see goes by id, which answers the 404. */
+function knownToCaller(input: AttachmentRef): AttachmentIdentity | undefined {
+  const known = knownAttachment(input.attachmentId);
+  return known && (input.auth.isAdmin || known.projectId === input.auth.projectId) ? known : undefined;
+}
+
 /**
  * POST /attachments/{id}/action os-complete: no state check, as upstream. From the volume's record
  * when this process knows the attachment (listed-complete.ts: 1 request in the API's cycle), else
  * by id: the attachment read, then the transaction.
  */
 export async function completeAttachment(input: AttachmentRef): Promise<void> {
-  const known = knownAttachment(input.attachmentId);
-  // One the caller may not see goes by id, which answers the 404.
-  if (known && (input.auth.isAdmin || known.projectId === input.auth.projectId) && (await completeListed({ ...input, ...known }))) return;
+  const known = knownToCaller(input);
+  if (known && (await completeListed({ ...input, ...known }))) return;
   await withRetries(async () => {
     const attachment = await loadAttachment(input.auth, input.attachmentId, ATTACHMENT_POLICIES.complete);
     const volume = await startingVolumeOf(attachment);
@@ -284,9 +289,8 @@ const remainingOf = (removed: RemoveResult): RemainingAttachment[] => removed.re
  * attachment, by id (deleteById).
  */
 export async function deleteAttachment(input: AttachmentRef): Promise<RemainingAttachment[]> {
-  const known = knownAttachment(input.attachmentId);
-  // One the caller may not see goes by id, which answers the 404.
-  if (known && (input.auth.isAdmin || known.projectId === input.auth.projectId)) {
+  const known = knownToCaller(input);
+  if (known) {
     const outcome = await removeListed({ ...input, ...known });
     if (typeof outcome === 'object') {
       await finishDisconnect(input.attachmentId, outcome.removed);

@@ -10,7 +10,6 @@ import { CreateVolumeCommand } from '@aws-sdk/client-ec2';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { BackendNotReady, ConfigurationError } from '../../functions/core/errors.js';
 import { AwsEbsVolumeDriver } from '../../functions/drivers/volume/aws-ebs.js';
-import type { ReplicatedVolumeRef } from '../../functions/drivers/volume/driver.js';
 import { InvalidReplicationTarget } from '../../functions/drivers/volume/driver.js';
 import { awsError, replicatedEbsBackend } from '../support/fake-ec2.js';
 import { EBS_REGIONS, useEbsReplication } from '../support/ebs-regions.js';

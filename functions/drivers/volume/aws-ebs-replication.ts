@@ -30,7 +30,6 @@ import {
   SNAPSHOT_NOT_FOUND_CODES,
   TAG_BACKEND,
   TAG_BACKEND_NAME,
-  TAG_DRILL,
   TAG_NAME,
   TAG_POOL,
   clientTokenFor,

@@ -17,9 +17,9 @@
  */
 import { lstat, mkdir, open, readlink, rename, rm, rmdir, symlink, type FileHandle } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
-import { BadRequest, DriverError } from '../../core/errors.js';
+import { DriverError } from '../../core/errors.js';
 import { InvalidReplicationTarget, replicationDeviceProblems, type BackendConfig, type ReplicationDevice } from './driver.js';
-import { isDirectory, isErrno, listVisible, readJson, statOrUndefined, tempName, unlinkIfPresent, writeFileAtomic } from '../files.js';
+import { fsyncDirectory, isDirectory, isErrno, listVisible, readJson, statOrUndefined, tempName, unlinkIfPresent, writeFileAtomic } from '../files.js';
 import { REPLICATION_CHUNK_BYTES, sparseCopyFile } from './sparse-copy.js';
 
 /** The active backend id of a backend running on its primary site (reference §2.3: `''`). */
@@ -143,12 +143,7 @@ export async function writeReplicationMarkers(root: string, backendNames: string
     }
   };
   for (let i = 0; i < backendNames.length; i += parallelism) await Promise.all(backendNames.slice(i, i + parallelism).map(one));
-  const d = await open(dir, 'r');
-  try {
-    await d.sync();
-  } finally {
-    await d.close();
-  }
+  await fsyncDirectory(dir);
 }
 
 /** What a replica holds: the source as it was when its last completed sync started. */
