@@ -11,6 +11,7 @@
  */
 import { GetCommand, TransactWriteCommand, UpdateCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
 import { unmarshall } from '@aws-sdk/util-dynamodb';
+import { isDeepStrictEqual } from 'node:util';
 import { cancellationCodes, db, queryAll, scanAll } from '../core/db.js';
 import { GSI1, tableName } from '../core/tables.js';
 import { volumeKey, type Volume } from '../volumes/model.js';
@@ -55,26 +56,58 @@ function valueList(prefix: string, values: readonly string[]): { expr: string; v
   return { expr: Object.keys(vals).join(', '), values: vals };
 }
 
-/** The volume update of a versioned transition: writes the aggregate fields attachments own, conditioned on the version read. */
+/** The aggregate maps a versioned write keeps up to date. */
+const AGGREGATE_MAPS = ['attachments', 'instances', 'connections'] as const;
+
+/**
+ * The volume update of a versioned transition, conditioned on the version read: the aggregate
+ * fields attachments own, only where they changed (an entry of a map set or removed, not the whole
+ * map: DynamoDB Local's cost grows with what an update carries). A map the record read as empty
+ * may be missing from the item (written before the maps), so it is set whole, even when empty: the
+ * record remembered after the write (writeWithVolume) says the item has its maps.
+ */
 function versionedVolumeUpdate(before: Volume, after: Volume): TransactItem {
+  const names: Record<string, string> = {};
+  const values: Record<string, unknown> = { ':now': after.updatedAt, ':next': before.version + 1, ':version': before.version };
+  const sets = ['updatedAt = :now', 'version = :next'];
+  const removes: string[] = [];
+  if (after.status !== before.status) {
+    names['#status'] = 'status';
+    values[':status'] = after.status;
+    sets.push('#status = :status');
+  }
+  if (after.attachStatus !== before.attachStatus) {
+    values[':attachStatus'] = after.attachStatus;
+    sets.push('attachStatus = :attachStatus');
+  }
+  AGGREGATE_MAPS.forEach((map, m) => {
+    const was: Record<string, unknown> = before[map];
+    const now: Record<string, unknown> = after[map];
+    if (Object.keys(was).length === 0) {
+      values[`:m${m}`] = now;
+      sets.push(`${map} = :m${m}`);
+      return;
+    }
+    const keys = new Set([...Object.keys(was), ...Object.keys(now)]);
+    [...keys].forEach((key, k) => {
+      if (isDeepStrictEqual(was[key], now[key])) return;
+      names[`#m${m}k${k}`] = key;
+      if (now[key] === undefined) removes.push(`${map}.#m${m}k${k}`);
+      else {
+        values[`:m${m}k${k}`] = now[key];
+        sets.push(`${map}.#m${m}k${k} = :m${m}k${k}`);
+      }
+    });
+  });
   return {
     Update: {
       TableName: table(),
       Key: volumeKey(before.id),
-      UpdateExpression: 'SET #status = :status, attachStatus = :attachStatus, attachments = :attachments, instances = :instances, connections = :connections, updatedAt = :now, version = :next',
+      UpdateExpression: `SET ${sets.join(', ')}${removes.length ? ` REMOVE ${removes.join(', ')}` : ''}`,
       ConditionExpression: 'version = :version',
       ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-      ExpressionAttributeNames: { '#status': 'status' },
-      ExpressionAttributeValues: {
-        ':status': after.status,
-        ':attachStatus': after.attachStatus,
-        ':attachments': after.attachments,
-        ':instances': after.instances,
-        ':connections': after.connections,
-        ':now': after.updatedAt,
-        ':next': before.version + 1,
-        ':version': before.version,
-      },
+      ...(Object.keys(names).length ? { ExpressionAttributeNames: names } : {}),
+      ExpressionAttributeValues: values,
     },
   };
 }
@@ -149,7 +182,7 @@ async function sendReserve(items: TransactItem[]): Promise<void> {
 }
 
 /**
- * The attachment's side of a versioned write: every field of `after` set, the fields it dropped
+ * The attachment's side of a versioned write: every field of `after` that differs from `before` set, the fields it dropped
  * removed (a tombstone's GSI keys), conditioned on the version read. The connect intents are left
  * alone but for the one this write ends: intents of concurrent connects, written after the read,
  * survive it (their writes do not move the version, so they never make this one retry).
@@ -163,7 +196,9 @@ function versionedAttachmentUpdate(before: Attachment, after: Attachment, intent
   const sets: string[] = [];
   const removes: string[] = [];
   Object.entries(item).forEach(([field, value], i) => {
-    if (untouched.has(field) || value === undefined) return;
+    // Only what changed: the version condition makes `before` the stored item (intents aside), and
+    // DynamoDB Local's cost grows with the values an update carries (a connect's was all 18).
+    if (untouched.has(field) || value === undefined || isDeepStrictEqual(value, previous[field])) return;
     names[`#s${i}`] = field;
     values[`:s${i}`] = value;
     sets.push(`#s${i} = :s${i}`);
