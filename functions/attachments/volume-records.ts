@@ -109,3 +109,9 @@ export function forgetAttachment(id: string): void {
 export function knownAttachment(id: string): AttachmentIdentity | undefined {
   return knownAttachments.get(id);
 }
+
+/** Forgets every volume and attachment this process remembers: a process that served none of their calls (a fresh Lambda container), for tests that count requests. */
+export function forgetAllRecords(): void {
+  knownVolumes.clear();
+  knownAttachments.clear();
+}

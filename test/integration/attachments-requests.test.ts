@@ -2,7 +2,8 @@
  * DynamoDB requests per attachment API call (issue 17: at most 3 each), counted through the API
  * handler, so whatever the route layer reads counts too: the attachments API's calls and the
  * pre-3.27 actions of POST /volumes/{id}/action, which read the volume first (volumes/actions.ts)
- * and start from that record (attachments/legacy.ts).
+ * and start from that record (attachments/legacy.ts). The last block counts every call again from a
+ * process that remembers nothing of the volume or the attachment (`fresh`).
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
@@ -10,7 +11,7 @@ import { runAudit } from '../../functions/audit/audit.js';
 import { forgetConnectionDrivers } from '../../functions/attachments/connections.js';
 import { LEGACY_ATTACH_ACTIONS } from '../../functions/attachments/legacy.js';
 import { attachmentRoutes } from '../../functions/attachments/routes.js';
-import { forgetAttachment, forgetVolume } from '../../functions/attachments/volume-records.js';
+import { forgetAllRecords, forgetAttachment, forgetVolume } from '../../functions/attachments/volume-records.js';
 import { createApiHandler } from '../../functions/core/api.js';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
 import { VOLUME_VERSIONS } from '../../functions/core/microversion.js';
@@ -40,6 +41,17 @@ async function counted(method: string, path: string, body?: unknown, version = '
   return { ...res, requests: dynamoRequests().total };
 }
 const action = (volumeId: string, body: unknown) => counted('POST', `/volumes/${volumeId}/action`, body, '3.0');
+
+/**
+ * One API call from a process that remembers no volume or attachment (volume-records.ts
+ * forgetAllRecords): a Lambda container that served none of their earlier calls. The backend's
+ * driver stays as warmDriver left it (a fresh container's first connect per backend reads its record: +1).
+ */
+async function fresh(method: string, path: string, body?: unknown, version = '3.70') {
+  forgetAllRecords();
+  return counted(method, path, body, version);
+}
+const freshAction = (volumeId: string, body: unknown) => fresh('POST', `/volumes/${volumeId}/action`, body, '3.0');
 
 /**
  * A first connect reads the backend record, then reuses the driver for 10 s from that read
@@ -250,5 +262,77 @@ describe("the route's record of the volume under a race", () => {
     const winner = results[0]!.status === 202 ? first : second;
     expect(stored).toMatchObject({ status: 'in-use', attachStatus: 'attached', instances: { [winner]: 1 } });
     expect(Object.values(stored.attachments)).toMatchObject([{ status: 'attached', instanceUuid: winner }]);
+  });
+});
+
+describe('every attachment call from a process that remembers nothing: at most 3 DynamoDB requests, but a delete removing a host\'s last connection', () => {
+  test('the attachments API: create, update, update moving host, complete, show, delete', async () => {
+    // Prepare
+    await warmDriver();
+    const volume = await putVolume();
+    // Act
+    const create = await fresh('POST', '/attachments', { attachment: { volume_uuid: volume.id, instance_uuid: randomUUID(), connector: {} } });
+    const id = create.body.attachment.id as string;
+    const update = await fresh('PUT', `/attachments/${id}`, { attachment: { connector: connector('cmp1') } });
+    const move = await fresh('PUT', `/attachments/${id}`, { attachment: { connector: connector('cmp2') } });
+    const complete = await fresh('POST', `/attachments/${id}/action`, { 'os-complete': null });
+    const show = await fresh('GET', `/attachments/${id}`);
+    const remove = await fresh('DELETE', `/attachments/${id}`);
+    const createConnected = await fresh('POST', '/attachments', { attachment: { volume_uuid: volume.id, instance_uuid: randomUUID(), connector: connector('cmp3') } });
+    const removeConnected = await fresh('DELETE', `/attachments/${createConnected.body.attachment.id}`);
+    // Assess
+    expect([create, update, move, complete, show, remove, createConnected, removeConnected].map((r) => r.status)).toEqual([200, 200, 200, 204, 200, 200, 200, 200]);
+    expect({
+      create: create.requests,
+      update: update.requests,
+      move: move.requests,
+      complete: complete.requests,
+      show: show.requests,
+      remove: remove.requests,
+      createConnected: createConnected.requests,
+      removeConnected: removeConnected.requests,
+      // The one call still above 3 (docs/attachment-requests.md "Still above 3"): a delete that removes
+      // a host's last connection reads the attachment to learn its volume, reads the volume, writes the
+      // transaction, and fences after the terminate.
+    }).toEqual({ create: 2, update: 3, move: 3, complete: 3, show: 1, remove: 4, createConnected: 3, removeConnected: 4 });
+    expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
+    expect(await backendConnections(volume)).toEqual([]);
+  });
+
+  test("Nova's legacy path: os-reserve, os-initialize_connection, os-attach, os-detach; os-unreserve, os-terminate_connection", async () => {
+    // Prepare
+    await warmDriver();
+    const volume = await putVolume();
+    const other = await putVolume();
+    // Act
+    const reserve = await freshAction(volume.id, { 'os-reserve': null });
+    const initialize = await freshAction(volume.id, { 'os-initialize_connection': { connector: connector('cmp1') } });
+    const attach = await freshAction(volume.id, { 'os-attach': { instance_uuid: randomUUID(), mountpoint: '/dev/vdb' } });
+    const detach = await freshAction(volume.id, { 'os-detach': null });
+    const reserveOther = await freshAction(other.id, { 'os-reserve': null });
+    const unreserve = await freshAction(other.id, { 'os-unreserve': null });
+    const initializeAlone = await freshAction(other.id, { 'os-initialize_connection': { connector: connector('cmp2') } });
+    const terminate = await freshAction(other.id, { 'os-terminate_connection': { connector: connector('cmp2') } });
+    const attachAlone = await freshAction(other.id, { 'os-attach': { instance_uuid: randomUUID(), mountpoint: '/dev/vdb', mode: 'ro' } });
+    const detachAlone = await freshAction(other.id, { 'os-detach': null });
+    // Assess
+    const all = { reserve, initialize, attach, detach, reserveOther, unreserve, initializeAlone, terminate, attachAlone, detachAlone };
+    expect(Object.values(all).map((r) => r.status)).toEqual([202, 200, 202, 202, 202, 202, 200, 202, 202, 202]);
+    expect(Object.fromEntries(Object.entries(all).map(([name, r]) => [name, r.requests]))).toEqual({
+      reserve: 2,
+      initialize: 3,
+      attach: 3,
+      detach: 3,
+      reserveOther: 2,
+      unreserve: 2,
+      initializeAlone: 3,
+      terminate: 3,
+      attachAlone: 2,
+      detachAlone: 2,
+    });
+    for (const v of [volume, other]) {
+      expect(await readVolume(v.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
+      expect(await backendConnections(v)).toEqual([]);
+    }
   });
 });
