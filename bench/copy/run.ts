@@ -139,14 +139,18 @@ const methods: Method[] = [
   },
 ];
 
-/** CPU seconds (user + sys) used by this process's threads plus its waited-for children. */
+/**
+ * CPU seconds used by this process's threads plus its waited-for children, in user space and in
+ * the kernel apart: on this machine's ext4 most of every method's kernel time is inode allocation
+ * (docs/copy-worker.md, "Where the CPU goes"), which swings by run and says nothing of the method.
+ */
 const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
-function cpuSeconds(): number {
+type Cpu = { user: number; sys: number };
+function cpuSeconds(): Cpu {
   const own = process.cpuUsage();
   // /proc/self/stat: the fields after the ')' that ends the command name; cutime, cstime are 16, 17.
   const fields = readFileSync('/proc/self/stat', 'utf8').split(')').pop()!.trim().split(/\s+/);
-  const children = (Number(fields[13]) + Number(fields[14])) / CLOCK_TICKS;
-  return (own.user + own.system) / 1e6 + children;
+  return { user: own.user / 1e6 + Number(fields[13]) / CLOCK_TICKS, sys: own.system / 1e6 + Number(fields[14]) / CLOCK_TICKS };
 }
 
 function median(values: number[]): number {
@@ -163,19 +167,20 @@ async function main(): Promise<void> {
     const tree = generateTree(src);
     console.log(`  ${tree.files} files, ${(tree.bytes / MiB).toFixed(0)} MiB; ferry uses ${THREADS ?? defaultThreadCount()} copy threads, ${CHUNK_KB ?? DEFAULT_CHUNK_BYTES / 1024} KiB chunks`);
     const dst = join(work, 'dst');
-    const once = async (m: Method): Promise<{ wall: number; cpu: number }> => {
+    const once = async (m: Method): Promise<{ wall: number; cpu: Cpu }> => {
       rmSync(dst, { recursive: true, force: true });
       spawnSync('sync');
       const c0 = cpuSeconds();
       const t0 = performance.now();
       await m.run(src, dst);
       const wall = (performance.now() - t0) / 1000;
-      return { wall, cpu: cpuSeconds() - c0 };
+      const c1 = cpuSeconds();
+      return { wall, cpu: { user: c1.user - c0.user, sys: c1.sys - c0.sys } };
     };
     const measure = async (): Promise<void> => {
       for (const m of methods) await once(m); // warm-up, untimed
       const seconds = new Map<string, number[]>(methods.map((m) => [m.name, []]));
-      const cpu = new Map<string, number[]>(methods.map((m) => [m.name, []]));
+      const cpu = new Map<string, Cpu[]>(methods.map((m) => [m.name, []]));
       for (let rep = 0; rep < REPS; rep++) {
         for (let k = 0; k < methods.length; k++) {
           const m = methods[(rep + k) % methods.length]!;
@@ -185,12 +190,14 @@ async function main(): Promise<void> {
         }
       }
       const mbps = new Map<string, number>();
-      console.log(`\n  method                                              median s   MiB/s   CPU s   (wall s of each run)`);
+      const total = (name: string) => median(cpu.get(name)!.map((c) => c.user + c.sys));
+      const part = (name: string, key: keyof Cpu) => median(cpu.get(name)!.map((c) => c[key]));
+      console.log(`\n  method                                              median s   MiB/s   CPU s  (user / sys)   (wall s of each run)`);
       for (const m of methods) {
         const s = median(seconds.get(m.name)!);
         mbps.set(m.name, tree.bytes / MiB / s);
         console.log(
-          `  ${m.name.padEnd(50)} ${s.toFixed(2).padStart(8)} ${mbps.get(m.name)!.toFixed(0).padStart(7)} ${median(cpu.get(m.name)!).toFixed(2).padStart(7)}   (${seconds.get(m.name)!.map((x) => x.toFixed(2)).join(', ')})`,
+          `  ${m.name.padEnd(50)} ${s.toFixed(2).padStart(8)} ${mbps.get(m.name)!.toFixed(0).padStart(7)} ${total(m.name).toFixed(2).padStart(7)}  (${part(m.name, 'user').toFixed(2)} / ${part(m.name, 'sys').toFixed(2)})   (${seconds.get(m.name)!.map((x) => x.toFixed(2)).join(', ')})`,
         );
       }
       const [ferry, cpa, upstream] = methods.map((m) => mbps.get(m.name)!);
@@ -199,7 +206,7 @@ async function main(): Promise<void> {
       const pairedText = (other: number[]) => other.map((s, rep) => (s / ferryS![rep]!).toFixed(2)).join(', ');
       console.log(`\n  ferry / cp -a     = ${(ferry! / cpa!).toFixed(2)}x of medians, ${paired(cpaS!).toFixed(2)}x median of paired (${pairedText(cpaS!)})   (goal >= 0.9x)`);
       console.log(`  ferry / upstream  = ${(ferry! / upstream!).toFixed(2)}x of medians, ${paired(upstreamS!).toFixed(2)}x median of paired (${pairedText(upstreamS!)})   (goal >= 2x)`);
-      const [ferryCpu, cpaCpu] = methods.map((m) => median(cpu.get(m.name)!));
+      const [ferryCpu, cpaCpu] = methods.map((m) => total(m.name));
       console.log(`  CPU s ferry / cp -a = ${(ferryCpu! / cpaCpu!).toFixed(2)}x   (goal <= 1.5x)`);
       console.log(`  load average at end: ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
     };
