@@ -16,7 +16,13 @@
  * handlers, SDK) and of the DynamoDB Local JVM, in the ceiling's loops and in the API calls: where
  * the API's extra cost is, in a figure the machine's load does not move as it moves throughput.
  *
+ * The HTTP client runs in this process too, so its CPU counts against the API: by default it is
+ * node:http with a keep-alive Agent, the lightest real HTTP client at hand (an upstream client
+ * spends its own in a process of its own); BENCH_CLIENT=fetch measures with the global fetch
+ * (undici) instead, as the bench did before (bench/attachments/client.ts). The first line says which.
+ *
  *   npm run bench:attachments     (BENCH_CYCLES=50 cycles per client in all, over BENCH_ROUNDS=4 rounds)
+ *   BENCH_CLIENT=fetch            the API's calls through fetch rather than node:http
  *   BENCH_PROFILE=FILE            a V8 CPU profile of the 32-client API rounds only (FILE.cpuprofile), its top self times printed
  */
 import { GetCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
@@ -28,18 +34,20 @@ import { tableName } from '../../functions/core/tables.js';
 import { startLocalStack } from '../../infra/local/stack.js';
 import { Recorder, fmt, percentile } from '../support/stats.js';
 import { runBench } from '../support/run-bench.js';
+import { benchClientKind, jsonClient } from './client.js';
 import { childJvmPids, cpuNow, cpuSince, SpanProfiler, type CpuSnapshot } from './cpu.js';
 
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 50);
 const ROUNDS = Math.max(1, Math.min(CYCLES, Number(process.env.BENCH_ROUNDS ?? 4)));
 const CLIENTS = 32;
 const HEADERS = { 'X-Auth-Token': 'demo:demo', 'OpenStack-API-Version': 'volume 3.70', 'Content-Type': 'application/json' };
+const CLIENT = benchClientKind();
+const call = jsonClient(CLIENT);
 
 async function api(base: string, method: string, path: string, body?: unknown, version = '3.70'): Promise<any> {
-  const headers = { ...HEADERS, 'OpenStack-API-Version': `volume ${version}` };
-  const res = await fetch(base + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  const text = await res.text();
-  if (res.status >= 400) throw new Error(`${method} ${path} -> ${res.status} ${text}`);
+  const headers = version === '3.70' ? HEADERS : { ...HEADERS, 'OpenStack-API-Version': `volume ${version}` };
+  const { status, text } = await call(base + path, method, headers, body);
+  if (status >= 400) throw new Error(`${method} ${path} -> ${status} ${text}`);
   return text ? JSON.parse(text) : undefined;
 }
 
@@ -47,8 +55,8 @@ async function createVolumes(base: string, n: number): Promise<string[]> {
   // The demo project's default volume quota (10, as Cinder's quota_volumes) is below one volume
   // per client: an admin raises it for this stack's throwaway data.
   const admin = { ...HEADERS, 'X-Auth-Token': 'admin:admin' };
-  const quota = await fetch(`${base}/os-quota-sets/demo`, { method: 'PUT', headers: admin, body: JSON.stringify({ quota_set: { volumes: n } }) });
-  if (quota.status >= 400) throw new Error(`PUT os-quota-sets/demo -> ${quota.status} ${await quota.text()}`);
+  const quota = await call(`${base}/os-quota-sets/demo`, 'PUT', admin, { quota_set: { volumes: n } });
+  if (quota.status >= 400) throw new Error(`PUT os-quota-sets/demo -> ${quota.status} ${quota.text}`);
   const ids: string[] = [];
   for (let i = 0; i < n; i++) ids.push((await api(base, 'POST', '/volumes', { volume: { size: 1, name: `bench-${i}` } })).volume.id);
   for (const id of ids) {
@@ -225,7 +233,7 @@ async function main(): Promise<void> {
     const base = `${stack.url}/volume/v3`;
     const volumes = await createVolumes(base, CLIENTS);
     const getItemP50 = await baselineGetItem(volumes[0]!);
-    console.log(`bench/attachments: ${CYCLES} cycles per client over ${ROUNDS} rounds; baseline DynamoDB GetItem p50 ${fmt(getItemP50)}; load average ${loadText()}`);
+    console.log(`bench/attachments: ${CYCLES} cycles per client over ${ROUNDS} rounds, HTTP client ${CLIENT === 'http' ? 'node:http (keep-alive Agent)' : 'fetch (undici)'}; baseline DynamoDB GetItem p50 ${fmt(getItemP50)}; load average ${loadText()}`);
     const one = await interleaved(base, volumes, 1);
     const oneThroughput = report('1 client', one.api, getItemP50);
     await otherPaths(base, volumes[0]!, 5);
