@@ -3,6 +3,7 @@
  * it: fixture machines (test/fixtures/local-stack) with fixture step handlers, no DynamoDB needed.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { executionAsyncId } from 'node:async_hooks';
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -85,6 +86,19 @@ describe('executions', () => {
     expect(out.status).toBe('SUCCEEDED');
     expect(JSON.parse(out.output!)).toEqual({ sum: 12, execution: 'pipeline-1' });
     expect(out.stopDate).toBeInstanceOf(Date);
+  });
+
+  test("once an execution's steps have ended, no async hook runs on the process's promises (the step scope is off)", async () => {
+    // Prepare: a promise callback sees a non-zero executionAsyncId only while some hook tracks promises.
+    const asyncIdInCallback = () => new Promise<number>((resolve) => void Promise.resolve().then(() => resolve(executionAsyncId())));
+
+    // Act
+    const { executionArn } = await start('fixture-pipeline', { items: [1, 2] });
+    const out = await finished(executionArn!);
+
+    // Assess
+    expect(out.status).toBe('SUCCEEDED');
+    expect(await asyncIdInCallback()).toBe(0);
   });
 
   test('the Choice default branch runs when there is nothing to map', async () => {
