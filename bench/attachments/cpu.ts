@@ -112,6 +112,9 @@ function selfTimes(p: CpuProfile): Map<string, number> {
   const byId = new Map(p.nodes.map((n) => [n.id, n]));
   const out = new Map<string, number>();
   p.samples.forEach((id, i) => {
+    // The first delta runs from the profile's start, before sampling began (hundreds of ms in the
+    // inspector's own Profiler.start, shown as `dispatch`): no sample's time.
+    if (i === 0) return;
     const { functionName, url, lineNumber } = byId.get(id)!.callFrame;
     const where = url.replace(/^file:\/\//, '').replace(/.*node_modules\//, '').replace(/^.*?\/(functions|infra|bench)\//, '$1/');
     const name = where ? `${functionName || '(anonymous)'} ${where}:${lineNumber + 1}` : functionName;
