@@ -117,13 +117,16 @@ export async function connectAttachment(attachmentId: string, connector: Connect
   }
 }
 
-/** restoreHost for a move whose transaction did not happen; false (logged) when it failed: the intent then stays for recovery. */
-async function restoreLeftHost(attachmentId: string, volume: Volume, left: { host: string; connector: Connector }): Promise<boolean> {
+/**
+ * restoreHost after a terminate whose transaction did not happen (a move's of the host it left, a
+ * delete's by id); false (logged) when it failed: the call's intent then stays for recovery.
+ */
+export async function restoreLeftHost(attachmentId: string, volume: Volume, left: { host: string; connector: Connector }): Promise<boolean> {
   try {
     await restoreHost(volume, left);
     return true;
   } catch (e) {
-    logger.error('could not make again the connection of the host a failed move left; its intent stays for recovery', { attachmentId, host: left.host, error: e as Error });
+    logger.error('could not make again the connection of a host terminated before a transaction that did not happen; its intent stays for recovery', { attachmentId, host: left.host, error: e as Error });
     return false;
   }
 }

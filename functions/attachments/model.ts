@@ -18,6 +18,12 @@
  * failed connect's cleanup), so a process that dies in between leaves an intent, never an export
  * nothing knows about; recovery.ts undoes such intents. A tombstone keeps the intents of connects
  * that were in flight when it was deleted, for the same reason.
+ *
+ * `pendingDisconnect` holds the disconnect INTENTS of deletes by id (service.ts deleteById), one
+ * per call: written by the update that also reads the attachment, before the terminate of its
+ * host's connection, and removed by the transaction that writes the tombstone (or by the failed
+ * delete's cleanup). A live attachment with one left over is a delete that died between its
+ * terminate and its transaction: recovery.ts makes the connection it records again.
  */
 import { randomUUID } from 'node:crypto';
 import { Conflict } from '../core/errors.js';
@@ -56,6 +62,8 @@ export interface Attachment {
   disconnect?: { host: string; connector: Connector } | null;
   /** Connects in flight (or abandoned by a crash), by intent id. Absent on items written before intents existed. */
   pendingConnect?: Record<string, ConnectIntent>;
+  /** Deletes in flight (or abandoned by a crash) that may terminate the attachment's host connection, by intent id. Absent until the first. */
+  pendingDisconnect?: Record<string, DisconnectIntent>;
   /** The wait for a connection the backend accepted but had not finished (attach-wait.ts); absent when the connect was made at once. */
   attachWait?: AttachWait;
 }
@@ -93,6 +101,20 @@ export interface ConnectIntent {
   expiresAt: string;
 }
 
+/**
+ * A delete's intent: it may terminate the connection of the host the attachment records
+ * (attachedHost, with the attachment's connector) before the transaction that tombstones it. Names
+ * no host of its own: the attachment item it is written on says which.
+ */
+export interface DisconnectIntent {
+  /** The intent's own key in `pendingDisconnect` (one per delete call, as a connect intent's). */
+  id: string;
+  /** ISO-8601, when the intent was written. */
+  startedAt: string;
+  /** ISO-8601: a live delete has answered (or died) by then; a recovery pass treats it as abandoned after. */
+  expiresAt: string;
+}
+
 /** Longer than any synchronous API call may run (API Gateway answers by 29 s, the API Lambda stops at its timeout). */
 export const CONNECT_INTENT_TIMEOUT_MS = 5 * 60_000;
 
@@ -104,6 +126,10 @@ export function newConnectIntent(connector: Connector, now: string): ConnectInte
     startedAt: now,
     expiresAt: new Date(Date.parse(now) + CONNECT_INTENT_TIMEOUT_MS).toISOString(),
   };
+}
+
+export function newDisconnectIntent(now: string): DisconnectIntent {
+  return { id: randomUUID(), startedAt: now, expiresAt: new Date(Date.parse(now) + CONNECT_INTENT_TIMEOUT_MS).toISOString() };
 }
 
 /**

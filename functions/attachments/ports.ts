@@ -24,6 +24,14 @@ export interface AttachmentUsers {
    */
   notInUseConditions(instanceUuid: string, volumeId: string, attachmentId: string): TransactCondition[];
   /**
+   * The records notInUseConditions checks, in its order, to read before an effect a delete makes
+   * ahead of its transaction (the terminate of the host's connection: service.ts deleteById), so a
+   * server that uses the attachment is answered before its connection is cut.
+   */
+  notInUseReads(instanceUuid: string): { TableName: string; Key: Record<string, unknown> }[];
+  /** Whether a record as read (undefined: absent) holds notInUseConditions' condition; one that does not is asked whyRefused. */
+  holdsNotInUse(item: Record<string, unknown> | undefined, volumeId: string, attachmentId: string): boolean;
+  /**
    * Why condition `index` of notInUseConditions failed, given the item it returned (unmarshalled):
    * 'in-use' when the record shows the server using the attachment; 'retry' when it does not say
    * (a record written before servers recorded their attachments in use: what its BDMs say is

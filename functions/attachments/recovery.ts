@@ -6,7 +6,9 @@
  * call is never taken for a dead one.
  *
  * A move that died between its terminate of the old host's connection and its transaction has its
- * old host's connection made again (restoreHost, under its fence) before its intent is undone.
+ * old host's connection made again (restoreHost, under its fence) before its intent is undone; so
+ * has a delete by id that died between its terminate and its transaction (its disconnect intent on
+ * an attachment the volume still records on that host: removal-by-id.ts).
  *
  * Every backend connection is removed through releaseHost (connections.ts): only when no
  * attachment of the volume records the host, followed by the fence that makes a concurrent
@@ -18,8 +20,8 @@ import { logger } from '../core/logger.js';
 import type { BackendConnection, Connector } from '../drivers/volume/driver.js';
 import type { Volume } from '../volumes/model.js';
 import { driverForVolume, releaseHost, restoreHost, type ReleaseOutcome } from './connections.js';
-import type { Attachment } from './model.js';
-import { clearConnectIntent, getVolumeRecord } from './repo.js';
+import type { Attachment, DisconnectIntent } from './model.js';
+import { clearConnectIntent, clearDisconnectIntent, getVolumeRecord } from './repo.js';
 import { markDisconnectDone, scanConnectIntents, scanPendingDisconnects } from './repo-recovery.js';
 
 /** One repair: its kind (an audit finding's kind where there is one), what it was about, what it saw, what it did. */
@@ -74,16 +76,44 @@ export async function recoverPendingConnects(options: { before: Date }): Promise
  * made again (restoreHost, under its fence). What it did, as the start of the repair's `did`.
  */
 async function restoreMovedFrom(attachment: Attachment, intentHost: string): Promise<string> {
-  const old = attachment.attachedHost;
-  if (attachment.deleted || !attachment.connector || attachment.connectionInfo === null || !old || old === intentHost) return '';
+  if (attachment.attachedHost === intentHost) return '';
+  return restoreRecordedHost(attachment, "the move's old host");
+}
+
+/** The connection of the host a live attachment is recorded connected on, made again while the volume records it there; what it did, as the start of a repair's `did`. */
+async function restoreRecordedHost(attachment: Attachment, which: string): Promise<string> {
+  const host = attachment.attachedHost;
+  if (attachment.deleted || !attachment.connector || attachment.connectionInfo === null || !host) return '';
   const loaded = await getVolumeRecord(attachment.volumeId);
-  if (!loaded?.volume.connections[old]?.includes(attachment.id)) return '';
-  const restored = await restoreHost(loaded.volume, { host: old, connector: attachment.connector });
-  return restored === 'restored' ? `made the connection on host ${old} (the move's old host) again; ` : '';
+  if (!loaded?.volume.connections[host]?.includes(attachment.id)) return '';
+  const restored = await restoreHost(loaded.volume, { host, connector: attachment.connector });
+  return restored === 'restored' ? `made the connection on host ${host} (${which}) again; ` : '';
 }
 
 /**
- * Finishes the disconnects of deletes that ended before `before` (the tombstone records the host
+ * A delete's disconnect intent left before `before`: its call died between writing it and its
+ * transaction (or could not clear it). The connection of the host the attachment records is made
+ * again if the volume still records the attachment there (the terminate may have happened), else
+ * removed unless an attachment uses the host (a tombstone's: a restore of the failed delete may
+ * have made it), then the intent is cleared. Kind `pending-disconnect`.
+ */
+async function recoverDisconnectIntent(attachment: Attachment, intent: DisconnectIntent): Promise<AttachmentRepair> {
+  const host = attachment.attachedHost;
+  const resource = `attachment ${attachment.id}`;
+  const saw = `${attachment.deleted ? 'deleted' : attachment.attachStatus} attachment of volume ${attachment.volumeId} on host ${host ?? 'None'} with a delete's disconnect intent from ${intent.startedAt}`;
+  try {
+    const restored = await restoreRecordedHost(attachment, "the delete's");
+    const released = host && attachment.connector ? `${RELEASED[await releaseIfUnused(attachment.volumeId, host, attachment.connector)]}; ` : '';
+    const cleared = await clearDisconnectIntent(attachment.id, intent.id);
+    return logged({ kind: 'pending-disconnect', resource, saw, did: `${restored}${released}${cleared === 'cleared' ? 'cleared the intent' : 'the intent was already gone'}` });
+  } catch (e) {
+    return logged({ kind: 'pending-disconnect', resource, saw, did: `failed: ${reasonOf(e)}` });
+  }
+}
+
+/**
+ * Undoes the disconnect intents of deletes by id begun before `before` (recoverDisconnectIntent), and
+ * finishes the disconnects of deletes that ended before `before` (the tombstone records the host
  * connection the delete had to remove; a crash or a driver failure after the tombstone write left
  * it): the connection goes unless an attachment uses the host again, and the tombstone is marked
  * seen through. Kind `pending-disconnect` (the audit's finding) when the backend still held the
@@ -93,8 +123,12 @@ export async function recoverPendingDisconnects(options: { before: Date }): Prom
   const before = options.before.getTime();
   const repairs: AttachmentRepair[] = [];
   const held = new BackendConnections();
-  for (const tombstone of await scanPendingDisconnects()) {
-    if (Date.parse(tombstone.updatedAt) >= before || !tombstone.disconnect) continue;
+  for (const found of await scanPendingDisconnects()) {
+    for (const intent of Object.values(found.pendingDisconnect ?? {})) {
+      if (Date.parse(intent.startedAt) < before) repairs.push(await recoverDisconnectIntent(found, intent));
+    }
+    const tombstone = found;
+    if (!tombstone.deleted || Date.parse(tombstone.updatedAt) >= before || !tombstone.disconnect) continue;
     const { host, connector } = tombstone.disconnect;
     const resource = `attachment ${tombstone.id}`;
     try {

@@ -9,7 +9,8 @@ import { registerPolicies } from '../core/policy.js';
 import { releaseHost } from './connections.js';
 import type { Attachment } from './model.js';
 import { getAttachmentUsers, type TransactCondition } from './ports.js';
-import { ExtraConditionFailed } from './repo.js';
+import { ExtraConditionFailed, getVolumeRecord, type LoadedVolume } from './repo.js';
+import { getVolumeRecordWith } from './volume-records.js';
 import type { RemoveResult } from './transitions.js';
 
 export const ATTACHMENT_POLICIES = {
@@ -32,8 +33,37 @@ registerPolicies(Object.fromEntries(Object.values(ATTACHMENT_POLICIES).map((acti
  * and its write refuses it too; none for the callers upstream does not ask for.
  */
 function inUseConditions(auth: AuthContext, attachment: RemovedAttachment): TransactCondition[] {
-  if (auth.roles.includes('service') || !attachment.instanceUuid || !attachment.connectionInfo) return [];
+  if (!asksInUse(auth, attachment)) return [];
   return getAttachmentUsers().notInUseConditions(attachment.instanceUuid, attachment.volumeId, attachment.id);
+}
+
+function asksInUse(auth: AuthContext, attachment: RemovedAttachment): attachment is RemovedAttachment & { instanceUuid: string } {
+  return !auth.roles.includes('service') && !!attachment.instanceUuid && !!attachment.connectionInfo;
+}
+
+const inUse = (instanceUuid: string) => new Conflict(`Detach volume from instance ${instanceUuid} using the Compute API`);
+
+/** Reads of the in-use records that found a legacy record, recorded it, and read again, before leaving the answer to the transaction's conditions. */
+const IN_USE_READS = 3;
+
+/**
+ * The volume a delete by id starts from, read afresh (its terminate comes before its transaction:
+ * a decision taken before an effect, volume-records.ts) and, when the delete asks the in-use
+ * question, with the records that answer it in the same request (TransactGetItems): a server that
+ * uses the attachment is the 409 before anything is cut. The transaction still carries the
+ * conditions (writeRemoval), for a server that attaches after this read.
+ */
+export async function readVolumeForRemoval(auth: AuthContext, attachment: RemovedAttachment): Promise<LoadedVolume | undefined> {
+  if (!asksInUse(auth, attachment)) return getVolumeRecord(attachment.volumeId);
+  const users = getAttachmentUsers();
+  const reads = users.notInUseReads(attachment.instanceUuid);
+  for (let n = 1; ; n++) {
+    const { loaded, others } = await getVolumeRecordWith(attachment.volumeId, reads);
+    const failed = others.findIndex((item) => !users.holdsNotInUse(item, attachment.volumeId, attachment.id));
+    if (failed < 0 || n >= IN_USE_READS) return loaded;
+    // 'retry': a record written before servers recorded their attachments in use, recorded now.
+    if ((await users.whyRefused(attachment.instanceUuid, attachment.volumeId, attachment.id, failed, others[failed])) === 'in-use') throw inUse(attachment.instanceUuid);
+  }
 }
 
 /** What the in-use question asks of the attachment a delete removes. */
@@ -49,7 +79,7 @@ export async function writeRemoval(auth: AuthContext, attachment: RemovedAttachm
   } catch (e) {
     if (!(e instanceof ExtraConditionFailed)) throw e;
     const why = await getAttachmentUsers().whyRefused(attachment.instanceUuid!, attachment.volumeId, attachment.id, e.index, e.old);
-    if (why === 'in-use') throw new Conflict(`Detach volume from instance ${attachment.instanceUuid} using the Compute API`);
+    if (why === 'in-use') throw inUse(attachment.instanceUuid!);
     // The transaction's own error: a condition failure, which RETRY retries from the current records.
     throw e.cancelled;
   }

@@ -24,13 +24,17 @@ export async function scanConnectIntents(): Promise<Attachment[]> {
   return items.map(attachmentFromItem);
 }
 
-/** Every tombstone whose delete had to remove a host's connection and was not yet seen through by a recovery pass. */
+/**
+ * Every tombstone whose delete had to remove a host's connection and was not yet seen through by a
+ * recovery pass, and every attachment item holding a delete's disconnect intent (model.ts): both
+ * rare, so one Scan for both.
+ */
 export async function scanPendingDisconnects(): Promise<Attachment[]> {
   const items = await scanAll({
     TableName: table(),
-    FilterExpression: 'sk = :sk AND deleted = :true AND attribute_type(#disconnect, :map)',
-    ExpressionAttributeNames: { '#disconnect': 'disconnect' },
-    ExpressionAttributeValues: { ':sk': ATTACHMENT_SK, ':true': true, ':map': 'M' },
+    FilterExpression: 'sk = :sk AND ((deleted = :true AND attribute_type(#disconnect, :map)) OR size(#pd) > :zero)',
+    ExpressionAttributeNames: { '#disconnect': 'disconnect', '#pd': 'pendingDisconnect' },
+    ExpressionAttributeValues: { ':sk': ATTACHMENT_SK, ':true': true, ':map': 'M', ':zero': 0 },
     ConsistentRead: true,
   });
   return items.map(attachmentFromItem);

@@ -23,12 +23,12 @@ import {
   attachmentToItem,
   projectAttachmentsGsi1pk,
   type Attachment,
-  type ConnectIntent,
 } from './model.js';
 import { failedItem, forgetVolume, loadedVolume, rememberAttachment, rememberVolume, type LoadedVolume } from './volume-records.js';
 import { MULTIATTACH_RESERVE_FROM, RESERVE_FROM, SAME_INSTANCE_RESERVE_FROM, type ReserveResult } from './transitions.js';
 
 export { getVolumeRecord, type LoadedVolume } from './volume-records.js';
+export { ATTACHMENT_EXISTS, ATTACHMENT_IN_PROJECT, ATTACHMENT_LIVE, clearConnectIntent, clearDisconnectIntent, writeConnectIntent, writeDisconnectIntent } from './repo-intents.js';
 
 export type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
 
@@ -37,11 +37,6 @@ const isNamed = (e: unknown, name: string) => (e as { name?: string })?.name ===
 
 /** Named condition clauses (Powertools' persistence layer builds its conditional put the same way). */
 const ATTACHMENT_ID_FREE = 'attribute_not_exists(pk)';
-export const ATTACHMENT_EXISTS = 'attribute_exists(pk)';
-export const ATTACHMENT_LIVE = 'attribute_not_exists(deleted)';
-export const ATTACHMENT_IN_PROJECT = 'projectId = :project';
-const INTENTS_MAP_ABSENT = 'attribute_not_exists(#pc)';
-const INTENT_PRESENT = 'attribute_exists(#pc.#intent)';
 
 export async function getAttachmentRecord(id: string): Promise<Attachment | undefined> {
   const out = await db().send(new GetCommand({ TableName: table(), Key: attachmentKey(id), ConsistentRead: true }));
@@ -183,14 +178,14 @@ async function sendReserve(items: TransactItem[]): Promise<void> {
 
 /**
  * The attachment's side of a versioned write: every field of `after` that differs from `before` set, the fields it dropped
- * removed (a tombstone's GSI keys), conditioned on the version read. The connect intents are left
- * alone but for the one this write ends: intents of concurrent connects, written after the read,
+ * removed (a tombstone's GSI keys), conditioned on the version read. The intents are left
+ * alone but for the one this write ends: intents of concurrent calls, written after the read,
  * survive it (their writes do not move the version, so they never make this one retry).
  */
-function versionedAttachmentUpdate(before: Attachment, after: Attachment, intents: { endIntent?: string }): TransactItem {
+function versionedAttachmentUpdate(before: Attachment, after: Attachment, intents: EndedIntents): TransactItem {
   const item = attachmentToItem(after);
   const previous = attachmentToItem(before);
-  const untouched = new Set(['pk', 'sk', 'pendingConnect']);
+  const untouched = new Set(['pk', 'sk', 'pendingConnect', 'pendingDisconnect']);
   const names: Record<string, string> = {};
   const values: Record<string, unknown> = { ':version': before.version };
   const sets: string[] = [];
@@ -213,6 +208,11 @@ function versionedAttachmentUpdate(before: Attachment, after: Attachment, intent
     names['#intent'] = intents.endIntent;
     removes.push('#pc.#intent');
   }
+  if (intents.endDisconnectIntent !== undefined) {
+    names['#pd'] = 'pendingDisconnect';
+    names['#dintent'] = intents.endDisconnectIntent;
+    removes.push('#pd.#dintent');
+  }
   return {
     Update: {
       TableName: table(),
@@ -223,6 +223,12 @@ function versionedAttachmentUpdate(before: Attachment, after: Attachment, intent
       ExpressionAttributeValues: values,
     },
   };
+}
+
+/** The intent a versioned write ends: a connect's (`pendingConnect`), a delete's (`pendingDisconnect`). */
+export interface EndedIntents {
+  endIntent?: string;
+  endDisconnectIntent?: string;
 }
 
 /**
@@ -243,14 +249,14 @@ export class ExtraConditionFailed extends Error {
 
 /**
  * Connect, complete or delete: the attachment (or its tombstone) and the volume, each conditioned
- * on the version read. A connect also ends its intent. `conditions` ride in the same transaction
+ * on the version read. A connect also ends its intent, a delete by id its disconnect intent. `conditions` ride in the same transaction
  * (a delete's in-use check: attachments/ports.ts); one that fails is ExtraConditionFailed, a
  * version race stays the transaction's own error.
  */
 export async function writeVersioned(
   before: { volume: Volume; attachment: Attachment },
   after: { volume: Volume; attachment: Attachment },
-  intents: { endIntent?: string } = {},
+  intents: EndedIntents = {},
   conditions: readonly TransactItem[] = [],
 ): Promise<void> {
   await writeWithVolume(versionedAttachmentUpdate(before.attachment, after.attachment, intents), before.volume, after.volume, conditions);
@@ -320,62 +326,4 @@ export async function queryProjectAttachments(projectId: string): Promise<Attach
 export async function scanAllAttachments(): Promise<Attachment[]> {
   const items = await scanAll({ TableName: table(), FilterExpression: 'sk = :sk AND attribute_not_exists(deleted)', ExpressionAttributeValues: { ':sk': ATTACHMENT_SK } });
   return items.map(attachmentFromItem);
-}
-
-/**
- * Records a connect intent on a live attachment (of `projectId`, when given) in ONE conditional
- * update that also returns the attachment (ALL_NEW): the read the connect needs anyway. It adds
- * its own key to the intents map and leaves the version alone, so concurrent connects neither
- * erase each other's intents nor make each other retry. Undefined when there is no such live
- * attachment.
- */
-export async function writeConnectIntent(attachmentId: string, intent: ConnectIntent, projectId?: string): Promise<Attachment | undefined> {
-  const clauses = [ATTACHMENT_EXISTS, ATTACHMENT_LIVE, ...(projectId === undefined ? [] : [ATTACHMENT_IN_PROJECT])];
-  const project = projectId === undefined ? {} : { ':project': projectId };
-  // The intents map exists on items written since intents exist; an older item gets it whole.
-  for (let attempt = 0; attempt < 3; attempt++) {
-    const whole = attempt % 2 === 1;
-    try {
-      const out = await db().send(
-        new UpdateCommand({
-          TableName: table(),
-          Key: attachmentKey(attachmentId),
-          UpdateExpression: whole ? 'SET #pc = :intents' : 'SET #pc.#intent = :intent',
-          ConditionExpression: (whole ? [...clauses, INTENTS_MAP_ABSENT] : clauses).join(' AND '),
-          ExpressionAttributeNames: whole ? { '#pc': 'pendingConnect' } : { '#pc': 'pendingConnect', '#intent': intent.id },
-          ExpressionAttributeValues: { ...project, ...(whole ? { ':intents': { [intent.id]: intent } } : { ':intent': intent }) },
-          ReturnValues: 'ALL_NEW',
-          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-        }),
-      );
-      const attachment = attachmentFromItem(out.Attributes!);
-      rememberAttachment(attachment);
-      return attachment;
-    } catch (e) {
-      if (!whole && isNamed(e, 'ValidationException')) continue;
-      if (whole && isNamed(e, 'ConditionalCheckFailedException') && (e as { Item?: Record<string, unknown> }).Item?.pendingConnect) continue;
-      if (isNamed(e, 'ConditionalCheckFailedException')) return undefined;
-      throw e;
-    }
-  }
-  return undefined;
-}
-
-/** Removes a connect intent; 'gone' when it was not there any more (ended by its connect, or by another pass). */
-export async function clearConnectIntent(attachmentId: string, intentId: string): Promise<'cleared' | 'gone'> {
-  try {
-    await db().send(
-      new UpdateCommand({
-        TableName: table(),
-        Key: attachmentKey(attachmentId),
-        UpdateExpression: 'REMOVE #pc.#intent',
-        ConditionExpression: INTENT_PRESENT,
-        ExpressionAttributeNames: { '#pc': 'pendingConnect', '#intent': intentId },
-      }),
-    );
-    return 'cleared';
-  } catch (e) {
-    if (isNamed(e, 'ConditionalCheckFailedException')) return 'gone';
-    throw e;
-  }
 }

@@ -11,8 +11,9 @@
  * which is its fence: connections.ts connectAttachment), complete
  * 1 (the transaction, from the volume's record when this process read or wrote the attachment;
  * +1 get attachment when it did not), delete 1 (the transaction, from the volume's record when this
- * process read or wrote the attachment; +1 get attachment when it did not) (+1 fence when it
- * removes a host's last connection), show 1. Complete and delete start from the volume as this
+ * process read or wrote the attachment; +1 fence when it removes a host's last connection) or 3 by
+ * id when it did not (the disconnect intent returning the attachment, the volume, the transaction:
+ * removal-by-id.ts), show 1. Complete and delete start from the volume as this
  * process last saw it stored (volume-records.ts), which the previous call of the cycle left: +1
  * (get volume) when it has not seen it in the last seconds.
  *
@@ -30,28 +31,30 @@
  *   intent; if the connect finally fails and no attachment uses the host, the connection is
  *   terminated again and the intent cleared. A process death in between leaves the intent, which
  *   recovery.ts undoes (at stack start, and by the reconciler).
- * - delete: the transaction (attachment -> tombstone, removed from `connections[host]`), then,
- *   if it was the last user, terminateConnection and a fence write. The tombstone remembers the
- *   pending disconnect, so a delete retried after a crash or a driver failure finishes it.
+ * - delete from the volume's record: the transaction (attachment -> tombstone, removed from
+ *   `connections[host]`), then, if it was the last user, terminateConnection and a fence write. The
+ *   tombstone remembers the pending disconnect, so a delete retried after a crash or a driver
+ *   failure finishes it. Delete by id: the disconnect intent, terminateConnection, then the
+ *   transaction as its fence (removal-by-id.ts).
  */
 import { randomUUID } from 'node:crypto';
 import type { AuthContext } from '../core/auth.js';
-import { cancellationCodes, withRetries } from '../core/db.js';
+import { withRetries } from '../core/db.js';
 import { BadRequest, DriverError, InvalidVolume } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { authorize } from '../core/policy.js';
 import type { Connector } from '../drivers/volume/driver.js';
 import type { AttachmentSummary } from '../volumes/model.js';
 import { AttachmentIdTaken, newConnectIntent, type Attachment, type ConnectIntent } from './model.js';
-import type { TransactCondition } from './ports.js';
 import { knownAttachment, knownVolume, type AttachmentIdentity } from './volume-records.js';
 import { completeListed } from './listed-complete.js';
 import { removeListed, type ListedRemovalInput } from './listed-removal.js';
-import { ATTACHMENT_POLICIES, finishDisconnect, writeRemoval } from './removal.js';
+import { ATTACHMENT_POLICIES, finishDisconnect } from './removal.js';
+import { removeById } from './removal-by-id.js';
 import { clearConnectIntent, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
 import { assertAttachmentLive, complete, needsMultiattachBootablePolicy, remove, reserve, type RemoveResult, type ReserveResult } from './transitions.js';
 
-import { connectAttachment, loadVolumeOf, now, releaseHost, RETRY, volumeNotFound, type ConnectStart } from './connections.js';
+import { connectAttachment, loadVolumeOf, now, RETRY, volumeNotFound, type ConnectStart } from './connections.js';
 
 export { ATTACHMENT_POLICIES } from './removal.js';
 
@@ -309,49 +312,9 @@ export async function deleteListedAttachment(input: Omit<ListedRemovalInput, 'vo
   else await finishDisconnect(input.attachmentId, outcome.removed);
 }
 
-/**
- * The delete by id. Happy path: the attachment
- * read, the transaction (with the in-use conditions) from the volume as last seen (startingVolumeOf;
- * else one read more), and, when it removed a host's last connection, the fence after the
- * terminate (releaseHost). The fence stays a write of its own: it must come after the backend's
- * terminate, to make a connect that read the volume before it retry (and so connect again); a
- * connect on that host may start (reserve, read the volume, initialize) after the transaction and
- * before the terminate, so nothing the transaction can condition on rules it out, and without a
- * record made after the terminate such a connect cannot tell whether the terminate is still to come.
- */
+/** The delete by id (removal-by-id.ts): at most 3 requests, the host's connection gone with it. */
 async function deleteById(input: AttachmentRef): Promise<RemainingAttachment[]> {
-  const first = await getAttachmentRecord(input.attachmentId);
-  if (first?.deleted && (input.auth.isAdmin || first.projectId === input.auth.projectId)) {
-    // A tombstone: a retried delete. Finish a disconnect the first one could not (crash, driver
-    // failure), then answer 404 as upstream does for a deleted attachment.
-    if (first.disconnect) {
-      const volume = await getVolumeRecord(first.volumeId);
-      if (volume) await releaseHost(volume.volume, first.disconnect, { knownUnused: false });
-    }
-    assertAttachmentLive(undefined, input.attachmentId);
-  }
-  // A retry reads the attachment again unless the refused transaction found it as read.
-  let attachment = first;
-  let attachmentHeld = true;
-  const result = await withRetries(async () => {
-    if (!attachmentHeld) attachment = await getAttachmentRecord(input.attachmentId);
-    const visible = attachment && !attachment.deleted && (input.auth.isAdmin || attachment.projectId === input.auth.projectId) ? attachment : undefined;
-    assertAttachmentLive(visible, input.attachmentId);
-    authorize(input.auth, ATTACHMENT_POLICIES.delete, { projectId: visible.projectId });
-    const volume = await startingVolumeOf(visible);
-    const removed = remove(volume.volume, visible, now());
-    const write = (conditions: TransactCondition[]) =>
-      writeVersioned({ volume: volume.volume, attachment: visible }, { volume: removed.volume, attachment: removed.tombstone }, {}, conditions);
-    try {
-      await writeRemoval(input.auth, visible, write);
-    } catch (e) {
-      attachmentHeld = cancellationCodes(e)[0] === 'None';
-      throw e;
-    }
-    return removed;
-  }, RETRY);
-  await finishDisconnect(input.attachmentId, result);
-  return remainingOf(result);
+  return remainingOf(await removeById(input));
 }
 
 /** GET /attachments/{id} */

@@ -161,10 +161,10 @@ export interface ConnectOptions {
 }
 
 export function assertAttachmentLive(attachment: Attachment | undefined, attachmentId: string): asserts attachment is Attachment {
-  if (!attachment || attachment.deleted) {
-    throw new NotFound(`Volume attachment could not be found with filter: attachment_id = ${attachmentId}.`, { attachmentId });
-  }
+  if (!attachment || attachment.deleted) throw attachmentNotFound(attachmentId);
 }
+
+export const attachmentNotFound = (attachmentId: string) => new NotFound(`Volume attachment could not be found with filter: attachment_id = ${attachmentId}.`, { attachmentId });
 
 /** Everything that would refuse a connect, checked before the driver is called (and again in `connect`). */
 export function checkConnect(volume: Volume, attachment: Attachment, options: ConnectOptions): void {

@@ -3,7 +3,7 @@
  * complete and delete start from a remembered record instead of reading the volume again (the
  * version condition of their transaction guards it; repo.ts writeVersioned).
  */
-import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, TransactGetCommand } from '@aws-sdk/lib-dynamodb';
 import { unmarshall } from '@aws-sdk/util-dynamodb';
 import { db } from '../core/db.js';
 import { tableName } from '../core/tables.js';
@@ -38,6 +38,24 @@ export async function getVolumeRecord(id: string): Promise<LoadedVolume | undefi
     return undefined;
   }
   return rememberVolume(loadedVolume(out.Item));
+}
+
+/** An item of another capability's table to read with a volume (attachments/ports.ts). */
+export interface ItemRef {
+  TableName: string;
+  Key: Record<string, unknown>;
+}
+
+/**
+ * The volume and `others` as of one moment, in one request (TransactGetItems): a delete by id
+ * learns whether a server uses the attachment with the volume it starts from. Each of `others`
+ * as read, undefined when absent.
+ */
+export async function getVolumeRecordWith(id: string, others: readonly ItemRef[]): Promise<{ loaded: LoadedVolume | undefined; others: (Record<string, unknown> | undefined)[] }> {
+  const out = await db().send(new TransactGetCommand({ TransactItems: [{ Get: { TableName: table(), Key: volumeKey(id) } }, ...others.map((Get) => ({ Get }))] }));
+  const [volume, ...rest] = out.Responses ?? [];
+  if (!volume?.Item) forgetVolume(id);
+  return { loaded: volume?.Item ? rememberVolume(loadedVolume(volume.Item)) : undefined, others: others.map((_, i) => rest[i]?.Item) };
 }
 
 /**

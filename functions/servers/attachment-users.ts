@@ -35,6 +35,17 @@ function notInUseConditions(instanceUuid: string, volumeId: string, attachmentId
   }));
 }
 
+function notInUseReads(instanceUuid: string): { TableName: string; Key: Record<string, unknown> }[] {
+  return CELL_TABLES.map((table) => ({ TableName: tableName(table), Key: instanceKey(instanceUuid) }));
+}
+
+/** NOT_IN_USE on an item as read. */
+function holdsNotInUse(item: Record<string, unknown> | undefined, volumeId: string, attachmentId: string): boolean {
+  if (!item) return true;
+  const inUse = item.attachmentsInUse;
+  return typeof inUse === 'object' && inUse !== null && !Array.isArray(inUse) && (inUse as Record<string, unknown>)[attachmentId] !== volumeId;
+}
+
 async function whyRefused(instanceUuid: string, volumeId: string, attachmentId: string, index: number, old: Record<string, unknown> | undefined): Promise<'in-use' | 'retry'> {
   const recorded = old?.attachmentsInUse as Record<string, string> | undefined;
   if (recorded && typeof recorded === 'object') return recorded[attachmentId] === volumeId ? 'in-use' : 'retry';
@@ -79,4 +90,4 @@ async function recordAttachmentsInUse(table: string, instanceUuid: string): Prom
 }
 
 /** What every entry point that deletes attachments registers (attachments/ports.ts registerAttachmentUsers). */
-export const SERVER_ATTACHMENT_USERS: AttachmentUsers = { notInUseConditions, whyRefused };
+export const SERVER_ATTACHMENT_USERS: AttachmentUsers = { notInUseConditions, notInUseReads, holdsNotInUse, whyRefused };

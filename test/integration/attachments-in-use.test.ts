@@ -7,12 +7,14 @@
 import { randomUUID } from 'node:crypto';
 import { DeleteCommand, GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { getAttachmentRecord } from '../../functions/attachments/repo.js';
 import { createAttachment, deleteAttachment, getAttachment } from '../../functions/attachments/service.js';
 import { forgetAttachment } from '../../functions/attachments/volume-records.js';
 import type { AuthContext } from '../../functions/core/auth.js';
 import type { CellMapping } from '../../functions/compute/model.js';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
 import { Conflict } from '../../functions/core/errors.js';
+import { clearFaultCalls, faultCalls } from '../../functions/core/faults.js';
 import { tableName } from '../../functions/core/tables.js';
 import { instanceKey, type BlockDeviceMapping, type Instance } from '../../functions/servers/model.js';
 import { updateServer } from '../../functions/servers/repo.js';
@@ -114,7 +116,8 @@ describe("the delete's in-use check is a condition of its transaction", () => {
 
   test.each([
     ['from the volume as the connect left it: the transaction alone', false, { TransactWriteItemsCommand: 1 }],
-    ['by id, in a process that has not seen the attachment: its read and the transaction', true, { GetItemCommand: 1, TransactWriteItemsCommand: 1 }],
+    // removal-by-id.ts: the disconnect intent returning the attachment, the volume read with the server's records (the 409), the intent cleared
+    ['by id, in a process that has not seen the attachment: its intent, the read that answers, the intent cleared', true, { UpdateItemCommand: 2, TransactGetItemsCommand: 1 }],
   ])('refused without reading the server, %s', async (_, unseen, expected) => {
     // Prepare
     const server = randomUUID();
@@ -177,5 +180,59 @@ describe("the delete's in-use check is a condition of its transaction", () => {
     await db().send(new UpdateCommand({ TableName: tableName('cell1'), Key: instanceKey(server), UpdateExpression: 'REMOVE attachmentsInUse' }));
     await deleteAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id });
     expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {} });
+  });
+});
+
+/**
+ * By id (removal-by-id.ts) the host's connection is terminated before the transaction: the volume
+ * read that comes before the terminate reads the server's records too (one TransactGetItems), so
+ * a server that uses the attachment is refused before anything is cut; one that attaches after
+ * that read still fails the transaction's conditions, and the connection is made again.
+ */
+describe('the in-use check of a delete by id, whose terminate comes before its transaction', () => {
+  const connectionCalls = () => faultCalls().map((c) => c.method).filter((m) => m.endsWith('Connection'));
+
+  test.each([
+    ['that records its attachments in use', { attachmentsInUse: {} }],
+    ['from before it kept its attachments in use (its BDMs recorded onto it first, then read again)', {}],
+  ])('a server %s and uses the attachment: 409, and its connection never cut', async (_, extra) => {
+    // Prepare
+    const server = randomUUID();
+    await putInstance(server, extra);
+    const { volume, attachment } = await connectedAttachment(server);
+    const bdm = bdmOf(server, volume.id, attachment.id);
+    if ('attachmentsInUse' in extra) await serverAttaches(server, bdm);
+    else await db().send(new PutCommand({ TableName: tableName('cell1'), Item: { pk: `INSTANCE#${server}`, sk: `BDM#${bdm.uuid}`, ...bdm } }));
+    forgetAttachment(attachment.id);
+    clearFaultCalls();
+    // Act
+    await expect(deleteAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id })).rejects.toThrow(IN_USE(server));
+    // Assess
+    expect(connectionCalls()).toEqual([]);
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    expect(await getAttachmentRecord(attachment.id)).toMatchObject({ attachStatus: 'attaching', pendingDisconnect: {} });
+    expect(await readVolume(volume.id)).toMatchObject({ connections: { cmp1: [attachment.id] } });
+  });
+
+  test('a server that attaches between the read and the transaction: 409, the connection made again, nothing deleted', async () => {
+    // Prepare
+    const server = randomUUID();
+    await putInstance(server, { attachmentsInUse: {} });
+    const { volume, attachment } = await connectedAttachment(server);
+    forgetAttachment(attachment.id);
+    // After the read that found the server not using it, and after the terminate: the transaction's condition refuses
+    beforeNextTransaction(() => serverAttaches(server, bdmOf(server, volume.id, attachment.id)));
+    clearFaultCalls();
+    try {
+      // Act
+      await expect(deleteAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id })).rejects.toThrow(IN_USE(server));
+    } finally {
+      db().middlewareStack.remove('testBeforeNextTransaction');
+    }
+    // Assess: cut by the terminate, made again by restoreHost
+    expect(connectionCalls()).toEqual(['terminateConnection', 'initializeConnection']);
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    expect(await getAttachmentRecord(attachment.id)).toMatchObject({ attachStatus: 'attaching', pendingDisconnect: {} });
+    expect(await readVolume(volume.id)).toMatchObject({ connections: { cmp1: [attachment.id] }, attachments: { [attachment.id]: expect.anything() } });
   });
 });

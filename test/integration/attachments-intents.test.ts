@@ -15,9 +15,8 @@ import { DriverError } from '../../functions/core/errors.js';
 import { clearFaultCalls, clearFaults, crashedCalls, faultCalls, injectFault } from '../../functions/core/faults.js';
 import { intentId } from '../../functions/core/intents.js';
 import { driverForHost } from '../../functions/volumes/backends.js';
-import { db } from '../../functions/core/db.js';
 import { eventually } from '../support/poll.js';
-import { attachmentItems, BACKEND, backendConnections, connector, DEMO_AUTH, liveAttachmentItems, putVolume, readVolume, startAttachmentEnv, VOLUME_HOST, type AttachmentTestEnv } from './attachments-support.js';
+import { attachmentItems, BACKEND, backendConnections, connector, DEMO_AUTH, failTransactions, liveAttachmentItems, putVolume, readVolume, startAttachmentEnv, VOLUME_HOST, type AttachmentTestEnv } from './attachments-support.js';
 
 let env: AttachmentTestEnv;
 beforeAll(async () => {
@@ -183,13 +182,7 @@ describe('recoverPendingConnects', () => {
     const volume = await putVolume();
     const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
     const lost = Object.assign(new Error('the transaction failed'), { name: 'InternalServerError' });
-    db().middlewareStack.add(
-      (next, context) => async (args) => {
-        if (context.commandName === 'TransactWriteItemsCommand') throw lost;
-        return next(args);
-      },
-      { step: 'initialize', name: 'testFailTransaction' },
-    );
+    const restoreTransactions = failTransactions(lost);
     clearFaultCalls();
     // Act
     let failure: unknown;
@@ -198,7 +191,7 @@ describe('recoverPendingConnects', () => {
     } catch (e) {
       failure = e;
     } finally {
-      db().middlewareStack.remove('testFailTransaction');
+      restoreTransactions();
     }
     // Assess: the terminate of cmp1 happened (the move's order) and was undone; nothing of cmp2 is left
     expect(failure).toBe(lost);

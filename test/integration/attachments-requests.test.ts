@@ -158,7 +158,7 @@ describe('DELETE /attachments/{id} removing a host\'s last connection, in a proc
     return { volume, id };
   }
 
-  test('3 requests when it has seen the attachment (volume read, transaction, fence); 4 when it has seen neither (the attachment read first)', async () => {
+  test('3 requests when it has seen the attachment (volume read, transaction, fence); 3 when it has seen neither (disconnect intent returning the attachment, volume with the in-use records, transaction after the terminate)', async () => {
     // Prepare
     await warmDriver();
     const seen = await connectedAttachment('cmp1');
@@ -171,7 +171,7 @@ describe('DELETE /attachments/{id} removing a host\'s last connection, in a proc
     const removeUnseen = await counted('DELETE', `/attachments/${unseen.id}`);
     // Assess
     expect([removeSeen.status, removeUnseen.status]).toEqual([200, 200]);
-    expect({ removeSeen: removeSeen.requests, removeUnseen: removeUnseen.requests }).toEqual({ removeSeen: 3, removeUnseen: 4 });
+    expect({ removeSeen: removeSeen.requests, removeUnseen: removeUnseen.requests }).toEqual({ removeSeen: 3, removeUnseen: 3 });
     for (const { volume } of [seen, unseen]) {
       expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
       expect(await backendConnections(volume)).toEqual([]);
@@ -265,7 +265,7 @@ describe("the route's record of the volume under a race", () => {
   });
 });
 
-describe('every attachment call from a process that remembers nothing: at most 3 DynamoDB requests, but a delete removing a host\'s last connection', () => {
+describe('every attachment call from a process that remembers nothing: at most 3 DynamoDB requests, a delete removing a host\'s last connection included', () => {
   test('the attachments API: create, update, update moving host, complete, show, delete', async () => {
     // Prepare
     await warmDriver();
@@ -291,10 +291,9 @@ describe('every attachment call from a process that remembers nothing: at most 3
       remove: remove.requests,
       createConnected: createConnected.requests,
       removeConnected: removeConnected.requests,
-      // The one call still above 3 (docs/attachment-requests.md "Still above 3"): a delete that removes
-      // a host's last connection reads the attachment to learn its volume, reads the volume, writes the
-      // transaction, and fences after the terminate.
-    }).toEqual({ create: 2, update: 3, move: 3, complete: 3, show: 1, remove: 4, createConnected: 3, removeConnected: 4 });
+      // A delete by id (removal-by-id.ts): the disconnect intent returning the attachment, the volume
+      // with the in-use records, the transaction after the terminate (its fence).
+    }).toEqual({ create: 2, update: 3, move: 3, complete: 3, show: 1, remove: 3, createConnected: 3, removeConnected: 3 });
     expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
     expect(await backendConnections(volume)).toEqual([]);
   });

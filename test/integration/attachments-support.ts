@@ -102,3 +102,15 @@ export async function backendConnections(volume: Pick<Volume, 'backendName'>): P
     .map((c) => c.host)
     .sort();
 }
+
+/** Makes every TransactWriteItems request fail with `error` until the returned function is called. */
+export function failTransactions(error: Error): () => void {
+  db().middlewareStack.add(
+    (next, context) => async (args) => {
+      if (context.commandName === 'TransactWriteItemsCommand') throw error;
+      return next(args);
+    },
+    { step: 'initialize', name: 'testFailTransaction' },
+  );
+  return () => db().middlewareStack.remove('testFailTransaction');
+}
