@@ -12,9 +12,10 @@ export type TransactCondition = NonNullable<TransactWriteCommandInput['TransactI
 
 /**
  * Whether a server still uses an attachment (Cinder's `attachment_deletion_allowed` check), asked
- * inside the delete's own transaction rather than by a read before it: a server that attaches
- * between the delete's reads and its write makes the transaction fail, never a delete of an
- * attachment in use.
+ * inside the delete's own transaction: a server that attaches between the delete's reads and its
+ * write makes the transaction fail, never a delete of an attachment in use. A delete by id, whose
+ * terminate comes before its transaction, also reads the same records with the volume (one
+ * request), so that an attachment in use is refused before its connection is cut.
  */
 export interface AttachmentUsers {
   /**

@@ -27,6 +27,7 @@ import { logger } from '../core/logger.js';
 import { authorize } from '../core/policy.js';
 import { driverForVolume, now, releaseHost, restoreLeftHost, RETRY, volumeNotFound } from './connections.js';
 import { newDisconnectIntent, type Attachment } from './model.js';
+import type { TransactCondition } from './ports.js';
 import { ATTACHMENT_POLICIES, readVolumeForRemoval, writeRemoval } from './removal.js';
 import { clearDisconnectIntent, getVolumeRecord, writeDisconnectIntent, writeVersioned } from './repo.js';
 import { attachmentNotFound, remove, type RemoveResult } from './transitions.js';
@@ -61,11 +62,12 @@ export async function removeById(input: RemovalByIdInput): Promise<RemoveResult>
       const removed = remove(loaded.volume, attachment, now());
       // The terminate comes before the transaction: the tombstone has no disconnect left to finish.
       const tombstone = { ...removed.tombstone, disconnect: null };
-      const transaction = (conditions: Parameters<typeof writeVersioned>[3] = []) =>
+      const transaction = (conditions: TransactCondition[]) =>
         writeVersioned({ volume: loaded.volume, attachment }, { volume: removed.volume, attachment: tombstone }, { endDisconnectIntent: intent.id }, conditions);
       const left = removed.disconnect;
+      const driver = left ? await driverForVolume(loaded.volume) : undefined;
       try {
-        if (left) await (await driverForVolume(loaded.volume)).terminateConnection(loaded.volume.backendName, left.connector);
+        if (driver && left) await driver.terminateConnection(loaded.volume.backendName, left.connector);
         await writeRemoval(auth, attachment, transaction);
       } catch (e) {
         if (left && !(await restoreLeftHost(attachmentId, loaded.volume, left))) {

@@ -1,7 +1,8 @@
 /**
- * What every delete of an attachment shares, by id (service.ts deleteAttachment) or from the
- * volume's record (listed-removal.ts): the attachment policies, the in-use conditions its
- * transaction carries, and the terminate with its fence after it.
+ * What every delete of an attachment shares, by id (removal-by-id.ts) or from the volume's record
+ * (listed-removal.ts): the attachment policies, the in-use conditions its transaction carries (and,
+ * by id, the read that answers them before its terminate), and, from the record, the terminate with
+ * its fence after the transaction.
  */
 import type { AuthContext } from '../core/auth.js';
 import { Conflict, DriverError, FerryError } from '../core/errors.js';

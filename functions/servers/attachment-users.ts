@@ -1,6 +1,7 @@
 /**
  * Nova's answer to Cinder's "does a server still use this attachment?" (attachments/ports.ts),
- * given as conditions of Cinder's own delete transaction, not as a read before it.
+ * given as conditions of Cinder's own delete transaction (a read of the same items, with the volume,
+ * tells a delete by id before it cuts the connection; the conditions still decide).
  *
  * The record that says so is the instance item: every write of an instance's BDMs rewrites it
  * (repo.ts updateServer, createServerRecords) with `attachmentsInUse` (attachment -> volume), so
