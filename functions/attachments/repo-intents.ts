@@ -16,7 +16,8 @@ import { rememberAttachment } from './volume-records.js';
 export const ATTACHMENT_EXISTS = 'attribute_exists(pk)';
 export const ATTACHMENT_LIVE = 'attribute_not_exists(deleted)';
 export const ATTACHMENT_IN_PROJECT = 'projectId = :project';
-const INTENTS_MAP_ABSENT = 'attribute_not_exists(#pc)';
+// A map every intent of which has ended is as good as none: written whole again in one request.
+const INTENTS_MAP_EMPTY = '(attribute_not_exists(#pc) OR size(#pc) = :none)';
 const INTENT_PRESENT = 'attribute_exists(#pc.#intent)';
 
 const table = () => tableName('volume');
@@ -29,8 +30,9 @@ type IntentWrite = { written: Attachment } | { refused: Attachment | undefined }
 
 /**
  * Adds `intent` under its id to the attachment's `map`, if the attachment is live (and of
- * `projectId`, when given). An item without the map gets it whole (a nested SET needs the map):
- * `wholeFirst` tries that first, for a map most items lack (no request more when it is missing).
+ * `projectId`, when given). An item without the map, or with an empty one (its intents ended),
+ * gets it whole (a nested SET needs the map): `wholeFirst` tries that first, for a map most items
+ * lack or have emptied (no request more then).
  */
 async function writeIntent(map: IntentMap, attachmentId: string, intent: { id: string }, projectId: string | undefined, wholeFirst: boolean): Promise<IntentWrite> {
   const clauses = [ATTACHMENT_EXISTS, ATTACHMENT_LIVE, ...(projectId === undefined ? [] : [ATTACHMENT_IN_PROJECT])];
@@ -44,9 +46,9 @@ async function writeIntent(map: IntentMap, attachmentId: string, intent: { id: s
           TableName: table(),
           Key: attachmentKey(attachmentId),
           UpdateExpression: whole ? 'SET #pc = :intents' : 'SET #pc.#intent = :intent',
-          ConditionExpression: (whole ? [...clauses, INTENTS_MAP_ABSENT] : clauses).join(' AND '),
+          ConditionExpression: (whole ? [...clauses, INTENTS_MAP_EMPTY] : clauses).join(' AND '),
           ExpressionAttributeNames: whole ? { '#pc': map } : { '#pc': map, '#intent': intent.id },
-          ExpressionAttributeValues: { ...project, ...(whole ? { ':intents': { [intent.id]: intent } } : { ':intent': intent }) },
+          ExpressionAttributeValues: { ...project, ...(whole ? { ':intents': { [intent.id]: intent }, ':none': 0 } : { ':intent': intent }) },
           ReturnValues: 'ALL_NEW',
           ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
         }),
@@ -59,7 +61,7 @@ async function writeIntent(map: IntentMap, attachmentId: string, intent: { id: s
       const old = (e as { Item?: Parameters<typeof unmarshall>[0] }).Item;
       refused = old ? attachmentFromItem(unmarshall(old)) : undefined;
       if (!whole && isNamed(e, 'ValidationException')) continue;
-      if (whole && isNamed(e, 'ConditionalCheckFailedException') && refused?.[map]) continue;
+      if (whole && isNamed(e, 'ConditionalCheckFailedException') && Object.keys(refused?.[map] ?? {}).length > 0) continue;
       if (isNamed(e, 'ConditionalCheckFailedException')) return { refused };
       throw e;
     }
@@ -81,7 +83,8 @@ export async function writeConnectIntent(attachmentId: string, intent: ConnectIn
  * Records a delete's disconnect intent on a live attachment (of `projectId`, when given); the
  * attachment as stored after, or, refused, the item found instead (a tombstone, another project's
  * attachment, or none). The map is written whole first: an attachment has it only once a delete
- * of it has begun (each of which ends its own intent, leaving the map), so one request nearly always.
+ * of it has begun, and empty again once that delete ended its intent (a refused delete retried
+ * later): one request unless another delete of it is under way.
  */
 export async function writeDisconnectIntent(attachmentId: string, intent: DisconnectIntent, projectId?: string): Promise<IntentWrite> {
   return writeIntent('pendingDisconnect', attachmentId, intent, projectId, true);

@@ -152,6 +152,26 @@ describe("the delete's in-use check is a condition of its transaction", () => {
     expect(await backendConnections(volume)).toEqual([]);
   });
 
+  test('by id, refused while the server used it, then again once it detached: 3 requests (the ended intent left an empty map, written whole again)', async () => {
+    // Prepare
+    const server = randomUUID();
+    await putInstance(server, { attachmentsInUse: {} });
+    const { volume, attachment } = await connectedAttachment(server);
+    const bdm = bdmOf(server, volume.id, attachment.id);
+    await serverAttaches(server, bdm);
+    forgetAttachment(attachment.id);
+    await expect(deleteAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id })).rejects.toThrow(IN_USE(server));
+    await updateServer(CELL1, server, ({ instance }) => ({ instance, deleteBdms: [bdm.uuid] }));
+    forgetAttachment(attachment.id);
+    resetDynamoRequests();
+    // Act
+    await deleteAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id });
+    // Assess: the intent, the volume with the server's records, the transaction after the terminate
+    expect(dynamoRequests().byCommand).toEqual({ UpdateItemCommand: 1, TransactGetItemsCommand: 1, TransactWriteItemsCommand: 1 });
+    expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
+    expect(await backendConnections(volume)).toEqual([]);
+  });
+
   test("Nova's service user deletes an attachment its server still uses (upstream asks only other callers)", async () => {
     // Prepare
     const server = randomUUID();
