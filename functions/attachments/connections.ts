@@ -18,7 +18,7 @@ import type { Connector, VolumeDriver } from '../drivers/volume/driver.js';
 import { driverForHost } from '../volumes/backends.js';
 import type { Volume } from '../volumes/model.js';
 import { startAttachWait, withAttachWait } from './attach-wait.js';
-import { newConnectIntent, type Attachment, type ConnectIntent } from './model.js';
+import type { Attachment, ConnectIntent } from './model.js';
 import { clearConnectIntent, fenceHost, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeVersioned, type LoadedVolume } from './repo.js';
 import { assertAttachmentLive, checkConnect, connect, type ConnectOptions } from './transitions.js';
 
