@@ -4,7 +4,7 @@
  * copy_file_range only inside fs.copyFile, which truncates its destination and rewrites it whole:
  * a block copy into an existing volume file (the swap's) cannot use it, since a crash mid-copy would
  * leave that volume short. The read/write loop through this process that it replaces cost ~4x the
- * CPU of the kernel copy for a fully written GiB (docs/server-moves-time.md, "A fully written disk").
+ * CPU of the kernel copy for a fully written GiB (docs/full-disk-moves.md).
  *
  * Node has no copy_file_range of its own: the call runs in `perl` (essential in Debian, already the
  * data-extent helper, data-seeker.ts) through its `syscall`, one process per copy (a copy worth

@@ -21,7 +21,7 @@ export const BLOCK_COPY_WRITEBACK_BYTES = 64 * 1024 * 1024;
  * while the last one is written, and a destination that can defer its syncs (`flush`) is synced
  * once at the end rather than after every chunk: a fully written 1 GiB volume is 256 chunks, and a
  * sync each, and a fresh 4 MiB buffer each, made the swap's copy 20x `cp` and more
- * (docs/server-moves-time.md, "A fully written disk"); the chunks are read into two buffers in turn.
+ * (docs/full-disk-moves.md); the chunks are read into two buffers in turn.
  * Every `writebackBytes` written a flush is started beside the copy (not awaited before the next
  * chunk), so the disk writes while the copy goes on; the closing flush is still the durability point.
  * Returns the bytes read and written.

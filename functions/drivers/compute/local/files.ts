@@ -154,7 +154,7 @@ function* nonZeroRuns(chunk: Buffer, offset: number, blockBytes: number, zeros: 
  * A source of KERNEL_COPY_MIN_BYTES or more with no hole at all (a fully written disk) is copied
  * whole by the kernel instead (copyFileInKernel): nothing to skip, and the chunk loop's read,
  * compare and write of every chunk through this process's event loop cost 4x `cp` and more on a
- * busy machine (docs/server-moves-time.md, "A fully written disk"). Such a copy is aborted before
+ * busy machine (docs/full-disk-moves.md). Such a copy is aborted before
  * or after it, not within it (1 GiB takes 0.5-2 s here), reports progress from its destination's
  * size, and is not held to `bytesPerSecond` (a capped copy keeps the chunk loop).
  * The destination is created new (never overwrites), fsynced unless `durable: false`; on any
