@@ -6,7 +6,7 @@
  * `http` (the default): node:http with a keep-alive Agent, one socket per concurrent client, as a
  * requests/keystoneauth session keeps its connections. `fetch`: the global fetch (undici, with its
  * web streams), as the bench used before; measured side by side it costs the node process more
- * CPU per call than the whole front door does (docs/attachment-requests.md). Each call is a real
+ * CPU per call than the whole front door does (docs/attachments-bench.md). Each call is a real
  * HTTP request over loopback either way, with the same method, path, headers and JSON body.
  */
 import { Agent, request } from 'node:http';

@@ -1,7 +1,7 @@
 /**
  * What a versioned write of an attachment and its volume carries (repo.ts writeVersioned): only
  * what the transition changed, on both items, under the same version conditions. DynamoDB Local
- * pays for every value an update carries (docs/attachment-requests.md, the cost per request shape).
+ * pays for every value an update carries (docs/attachments-bench.md, the cost per request shape).
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DynamoDBDocumentClient, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
