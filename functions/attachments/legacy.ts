@@ -107,7 +107,7 @@ async function unreserveRoute(req: ApiRequest, v: Volume): Promise<ApiResponse> 
   authorize(req.auth, P.unreserve, { projectId: v.projectId });
   const id = pendingReservation(v);
   const volume = routeVolume(v);
-  if (id) await deleteListedAttachment({ auth: req.auth, attachmentId: id, volume });
+  if (id) await deleteListedAttachment({ auth: req.auth, attachmentId: id, volume, callId: req.requestId });
   return json(202);
 }
 
@@ -141,7 +141,7 @@ async function terminateRoute(req: ApiRequest, v: Volume, args: unknown): Promis
   authorize(req.auth, P.terminate, { projectId: v.projectId });
   const id = attachmentToTerminate(v, connector.host);
   const volume = routeVolume(v);
-  if (id) await deleteListedAttachment({ auth: req.auth, attachmentId: id, volume });
+  if (id) await deleteListedAttachment({ auth: req.auth, attachmentId: id, volume, callId: req.requestId });
   return json(202);
 }
 
@@ -262,7 +262,7 @@ async function detachOne(req: ApiRequest, v: Volume, attachmentId: string | unde
     if (live.length === 0) return json(202);
     id = live[0]!;
   }
-  await deleteListedAttachment({ auth: req.auth, attachmentId: id, volume: routeVolume(v) });
+  await deleteListedAttachment({ auth: req.auth, attachmentId: id, volume: routeVolume(v), callId: req.requestId });
   return json(202);
 }
 

@@ -107,7 +107,7 @@ export interface ConnectIntent {
  * no host of its own: the attachment item it is written on says which.
  */
 export interface DisconnectIntent {
-  /** The intent's own key in `pendingDisconnect` (one per delete call, as a connect intent's). */
+  /** The intent's own key in `pendingDisconnect`: one per delete call (removal-by-id.ts disconnectIntentId). */
   id: string;
   /** ISO-8601, when the intent was written. */
   startedAt: string;
@@ -128,8 +128,9 @@ export function newConnectIntent(connector: Connector, now: string): ConnectInte
   };
 }
 
-export function newDisconnectIntent(now: string): DisconnectIntent {
-  return { id: randomUUID(), startedAt: now, expiresAt: new Date(Date.parse(now) + CONNECT_INTENT_TIMEOUT_MS).toISOString() };
+/** A delete's intent under `id` (removal-by-id.ts names it from the attachment and the call). */
+export function newDisconnectIntent(id: string, now: string): DisconnectIntent {
+  return { id, startedAt: now, expiresAt: new Date(Date.parse(now) + CONNECT_INTENT_TIMEOUT_MS).toISOString() };
 }
 
 /**

@@ -23,6 +23,7 @@
 import type { AuthContext } from '../core/auth.js';
 import { withRetries } from '../core/db.js';
 import { DriverError, FerryError } from '../core/errors.js';
+import { intentId } from '../core/intents.js';
 import { logger } from '../core/logger.js';
 import { authorize } from '../core/policy.js';
 import { driverForVolume, now, releaseHost, restoreLeftHost, RETRY, volumeNotFound } from './connections.js';
@@ -35,7 +36,18 @@ import { attachmentNotFound, remove, type RemoveResult } from './transitions.js'
 export interface RemovalByIdInput {
   auth: AuthContext;
   attachmentId: string;
+  /** The call's own id: the API's request id. Absent for Nova's flows, the audit's repair and tests. */
+  callId?: string;
 }
+
+/**
+ * The disconnect intent's id, from the attachment and the call (core/intents.ts): a call retrying
+ * its delete, or a flow's step re-run after a crash (no call id), writes the intent it left, which
+ * its transaction then ends, instead of leaving it beside a second one. Two API calls deleting the
+ * same attachment at once have their own request ids, so the one whose delete fails clears only its
+ * own intent, never the one a crash of the other must leave for recovery.
+ */
+export const disconnectIntentId = (attachmentId: string, callId = 'no-call-id') => intentId('attachment-delete', attachmentId, callId);
 
 /** The attachment, tombstone included, when the caller may see it. */
 const visibleTo = (auth: AuthContext, attachment: Attachment | undefined) => (attachment && (auth.isAdmin || attachment.projectId === auth.projectId) ? attachment : undefined);
@@ -43,7 +55,7 @@ const visibleTo = (auth: AuthContext, attachment: Attachment | undefined) => (at
 /** Removes the attachment; its host's connection, if it was the host's last user, is gone already (the result's `disconnect` is null). */
 export async function removeById(input: RemovalByIdInput): Promise<RemoveResult> {
   const { auth, attachmentId } = input;
-  const intent = newDisconnectIntent(now());
+  const intent = newDisconnectIntent(disconnectIntentId(attachmentId, input.callId), now());
   // Whether the intent may be on the item (an attempt wrote it), and whether it must stay there for recovery.
   let written = false;
   let keepIntent = false;

@@ -192,7 +192,7 @@ export const attachmentRoutes: RouteSpec[] = [
     authorizeBy: 'resource',
     minVersion: ATTACHMENTS_MIN_VERSION,
     handler: async (req) => {
-      const remaining = await deleteAttachment({ auth: req.auth, attachmentId: req.params.id! });
+      const remaining = await deleteAttachment({ auth: req.auth, attachmentId: req.params.id!, callId: req.requestId });
       return json(200, { attachments: remaining.map((r) => summaryViewFromVolume(r.volumeId, r.id, r.summary)) });
     },
   },

@@ -291,7 +291,7 @@ const remainingOf = (removed: RemoveResult): RemainingAttachment[] => removed.re
  * from a volume not seen lately (were 3 and 4). Else, or when the record does not stand for the
  * attachment, by id (deleteById).
  */
-export async function deleteAttachment(input: AttachmentRef): Promise<RemainingAttachment[]> {
+export async function deleteAttachment(input: AttachmentRef & { callId?: string }): Promise<RemainingAttachment[]> {
   const known = knownToCaller(input);
   if (known) {
     const outcome = await removeListed({ ...input, ...known });
@@ -304,7 +304,7 @@ export async function deleteAttachment(input: AttachmentRef): Promise<RemainingA
 }
 
 /** A pre-3.27 detach action: the attachment its route's record of the volume lists, from that record (404 when it lists none); by id when it cannot stand for it. */
-export async function deleteListedAttachment(input: Omit<ListedRemovalInput, 'volumeId' | 'projectId'> & { volume: LoadedVolume }): Promise<void> {
+export async function deleteListedAttachment(input: Omit<ListedRemovalInput, 'volumeId' | 'projectId'> & { volume: LoadedVolume; callId?: string }): Promise<void> {
   const outcome = await removeListed({ ...input, volumeId: input.volume.volume.id });
   if (outcome === 'volume-gone') throw volumeNotFound(input.volume.volume.id);
   if (outcome === 'by-id') await deleteById(input);
@@ -313,7 +313,7 @@ export async function deleteListedAttachment(input: Omit<ListedRemovalInput, 'vo
 }
 
 /** The delete by id (removal-by-id.ts): at most 3 requests, the host's connection gone with it. */
-async function deleteById(input: AttachmentRef): Promise<RemainingAttachment[]> {
+async function deleteById(input: AttachmentRef & { callId?: string }): Promise<RemainingAttachment[]> {
   return remainingOf(await removeById(input));
 }
 

@@ -8,9 +8,11 @@
  * attachments-in-use.test.ts.
  */
 import { randomUUID } from 'node:crypto';
+import type { AuthContext } from '../../functions/core/auth.js';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } from 'vitest';
 import { recoverPendingDisconnects } from '../../functions/attachments/recovery.js';
 import { getAttachmentRecord } from '../../functions/attachments/repo.js';
+import { disconnectIntentId } from '../../functions/attachments/removal-by-id.js';
 import { createAttachment, deleteAttachment } from '../../functions/attachments/service.js';
 import { forgetAttachment } from '../../functions/attachments/volume-records.js';
 import { runAudit } from '../../functions/audit/audit.js';
@@ -31,6 +33,7 @@ afterEach(async () => {
 });
 
 const auth = DEMO_AUTH;
+const NOVA: AuthContext = { userId: 'nova', projectId: 'service', isAdmin: true, roles: ['admin', 'service'] };
 /** After every call of this test: a recovery pass treats every intent as abandoned. */
 const later = () => new Date(Date.now() + 1000);
 const connectionCalls = () => faultCalls().map((c) => c.method).filter((m) => m.endsWith('Connection'));
@@ -70,6 +73,26 @@ describe('a delete by id removing a host\'s last connection: the terminate befor
     expect(await backendConnections(volume)).toEqual([]);
     expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
     expect(await getAttachmentRecord(att.id)).toMatchObject({ deleted: true, disconnect: null, pendingDisconnect: {} });
+  });
+
+  test("a flow's step re-run after dying between the terminate and the transaction: the same intent, ended by the re-run", async () => {
+    // Prepare: Nova's service user deletes by id (a flow's step: no call id) and dies after the terminate
+    const volume = await putVolume();
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    forgetAttachment(att.id);
+    injectFault({ kind: 'volume', backend: BACKEND, method: 'terminateConnection', mode: 'crash-after', times: 1 });
+    void deleteAttachment({ auth: NOVA, attachmentId: att.id });
+    await eventually(() => crashedCalls().some((c) => c.method === 'terminateConnection'), 'the delete to crash after terminateConnection');
+    expect(Object.keys((await getAttachmentRecord(att.id))!.pendingDisconnect ?? {})).toEqual([disconnectIntentId(att.id)]);
+    // Act: the step runs again
+    forgetAttachment(att.id);
+    expect(await deleteAttachment({ auth: NOVA, attachmentId: att.id })).toEqual([]);
+    // Assess: its transaction ended the intent the first run left: nothing for a recovery pass
+    expect(await getAttachmentRecord(att.id)).toMatchObject({ deleted: true, disconnect: null, pendingDisconnect: {} });
+    expect(await backendConnections(volume)).toEqual([]);
+    expect(await recoverPendingDisconnects({ before: later() })).toEqual([]);
+    // Two API calls have their own intents
+    expect(disconnectIntentId(att.id, 'req-a')).not.toBe(disconnectIntentId(att.id, 'req-b'));
   });
 
   test('a connect of another attachment on the same host between the read and the transaction: the connection is made again and kept', async () => {
