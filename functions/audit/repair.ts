@@ -5,7 +5,8 @@
  *
  * Repairable kinds (REPAIRABLE_KINDS), and why each is safe:
  * - `pending-connect`, `pending-disconnect`: a connect intent of a call that died, a deleted
- *   attachment's disconnect not seen through. Finished or undone by the attachments service's
+ *   attachment's disconnect not seen through, a delete by id that died after cutting a live
+ *   attachment's connection. Finished or undone by the attachments service's
  *   recovery (attachments/recovery.ts) in the reconciler's first step, under its conditions.
  * - `orphan-host-connection`: a backend export of a volume to a host that no attachment uses. The
  *   attachments service terminates it only if the volume still lists no user on that host, then
@@ -61,7 +62,7 @@ export interface RepairRecord {
 /** The kinds a repair may act on, each with what it does. Everything else is an operator's. */
 export const REPAIRABLE_KINDS: Readonly<Record<string, string>> = {
   'pending-connect': 'undoes the connect intent of a call that died: the export goes unless an attachment uses the host, the intent is cleared',
-  'pending-disconnect': 'finishes the disconnect a deleted attachment left: the export goes unless an attachment uses the host again',
+  'pending-disconnect': 'finishes the disconnect a deleted attachment left (the export goes unless an attachment uses the host again), or makes again the connection a delete by id that died cut from a live attachment, and clears its intent',
   'orphan-host-connection': 'terminates the backend export no attachment uses, under the attachments service host fence',
   'attachment-without-bdm': 'deletes the attachment no BDM and no server operation holds, once unchanged for the grace period',
   // A share backend's quota and stray replications (share-backend-repairs.ts says why each is safe).

@@ -157,6 +157,13 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
     if (op.status === 'running' && now - Date.parse(String(op.updatedAt)) > stuckMs) find('stuck-operation', `replication operation ${String(op.id)}`, `${String(op.kind)} of ${String(op.host)} running since ${String(op.updatedAt)}`);
   }
 
+  // A delete by id in flight may have cut its host's connection before its transaction
+  // (attachments/removal-by-id.ts): until its intent expires that is no missing connection.
+  const disconnecting = new Set<string>();
+  for (const a of attachmentItems) {
+    if (a.attachedHost && Object.values(a.pendingDisconnect ?? {}).some((i) => Date.parse(i.expiresAt) >= now)) disconnecting.add(`${a.volumeId} ${a.attachedHost}`);
+  }
+
   const knownBackendNames = new Map<string, Set<string>>(); // backend host -> backend names DynamoDB knows
   for (const v of volumes) {
     const resource = `volume ${v.id}`;
@@ -213,7 +220,7 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
       }
       if (users.length > 0 && v.host) {
         const onBackend = held.get(backendOf(v.host));
-        if (onBackend && !onBackend.connections.some((c) => c.backendName === v.backendName && c.host === host)) {
+        if (onBackend && !disconnecting.has(`${v.id} ${host}`) && !onBackend.connections.some((c) => c.backendName === v.backendName && c.host === host)) {
           find('missing-host-connection', resource, `${users.length} attachment(s) use host ${host}, but ${backendOf(v.host)} has no connection there`);
         }
       }
@@ -250,6 +257,16 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
       connecting.add(`${a.volumeId} ${intent.host}`);
       if (Date.parse(intent.expiresAt) < now) {
         find('pending-connect', `attachment ${a.id}`, `a connect to host ${intent.host} begun ${intent.startedAt} never finished (its intent expired ${intent.expiresAt})`, { attachmentId: a.id, volumeId: a.volumeId, host: intent.host });
+      }
+    }
+  }
+
+  // Disconnect intents of deletes by id: one past its expiry belongs to a call that died, maybe
+  // after cutting the connection (the reconciler makes it again while the volume records it).
+  for (const a of attachmentItems) {
+    for (const intent of Object.values(a.pendingDisconnect ?? {})) {
+      if (Date.parse(intent.expiresAt) < now) {
+        find('pending-disconnect', `attachment ${a.id}`, `a delete begun ${intent.startedAt} that may have cut the connection on ${a.attachedHost ?? 'None'} never finished (its intent expired ${intent.expiresAt})`, { attachmentId: a.id, volumeId: a.volumeId, host: a.attachedHost ?? '' });
       }
     }
   }

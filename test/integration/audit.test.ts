@@ -9,8 +9,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
-import { attachmentToItem, CONNECT_INTENT_TIMEOUT_MS, newConnectIntent, type Attachment } from '../../functions/attachments/model.js';
+import { attachmentToItem, CONNECT_INTENT_TIMEOUT_MS, newConnectIntent, newDisconnectIntent, type Attachment } from '../../functions/attachments/model.js';
+import { disconnectIntentId } from '../../functions/attachments/removal-by-id.js';
 import { writeConnectIntent } from '../../functions/attachments/repo.js';
+import { writeDisconnectIntent } from '../../functions/attachments/repo-intents.js';
 import { runAudit } from '../../functions/audit/audit.js';
 import { db } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
@@ -122,6 +124,21 @@ describe('ferry audit', () => {
     expect(await kinds()).toEqual([]);
     const report = await runAudit({ now: new Date(Date.now() + CONNECT_INTENT_TIMEOUT_MS + 1000) });
     expect(report.findings).toEqual([expect.objectContaining({ kind: 'pending-connect', resource: `attachment ${attachment.id}`, ref: { attachmentId: attachment.id, volumeId: volume.id, host: 'cmp7' } })]);
+  });
+
+  test('a delete by id in flight covers the connection it cut; once its intent expired it is a pending-disconnect', async () => {
+    // Prepare: the state a delete by id leaves between its terminate and its transaction
+    const { volume, attachment } = await consistentVolume();
+    const intent = newDisconnectIntent(disconnectIntentId(attachment.id, 'req-1'), new Date().toISOString());
+    expect(await writeDisconnectIntent(attachment.id, intent)).toHaveProperty('written');
+    await driverFor(backend).terminateConnection(volume.backendName, { host: 'cmp1' });
+    // Act + Assess: in flight, nothing to report; past its expiry, the dead delete
+    expect(await kinds()).toEqual([]);
+    const report = await runAudit({ now: new Date(Date.now() + CONNECT_INTENT_TIMEOUT_MS + 1000) });
+    expect(report.findings).toEqual([
+      expect.objectContaining({ kind: 'missing-host-connection', resource: `volume ${volume.id}` }),
+      expect.objectContaining({ kind: 'pending-disconnect', resource: `attachment ${attachment.id}`, ref: { attachmentId: attachment.id, volumeId: volume.id, host: 'cmp1' } }),
+    ]);
   });
 
   test('an attachment counted on a host whose backend connection is gone', async () => {
