@@ -118,8 +118,8 @@ async function initializeRoute(req: ApiRequest, v: Volume, args: unknown): Promi
   const reserved = onHost ?? pendingReservation(v);
   const volume = routeVolume(v);
   const attachment = reserved
-    ? await updateAttachment({ auth: req.auth, attachmentId: reserved, connector, volume })
-    : await createAttachment({ auth: req.auth, volumeId: v.id, instanceUuid: null, connector, volume });
+    ? await updateAttachment({ auth: req.auth, attachmentId: reserved, connector, volume, callId: req.requestId })
+    : await createAttachment({ auth: req.auth, volumeId: v.id, instanceUuid: null, connector, volume, callId: req.requestId });
   const { driver_volume_type: driverVolumeType, ...data } = attachment.connectionInfo ?? {};
   return json(200, { connection_info: { driver_volume_type: driverVolumeType, data } });
 }

@@ -25,8 +25,8 @@
  * delete's cleanup). A live attachment with one left over is a delete that died between its
  * terminate and its transaction: recovery.ts makes the connection it records again.
  */
-import { randomUUID } from 'node:crypto';
 import { Conflict } from '../core/errors.js';
+import { intentId } from '../core/intents.js';
 import type { Connector } from '../drivers/volume/driver.js';
 import type { AttachMode } from '../volumes/model.js';
 
@@ -90,7 +90,7 @@ export interface AttachWait {
 
 /** A connect's intent: the backend connection it is about to make, and since when. */
 export interface ConnectIntent {
-  /** The intent's own key in `pendingConnect` (one per connect call; two calls for one host each have theirs). Names no effect. */
+  /** The intent's own key in `pendingConnect` (connectIntentId: one per connect call; two calls for one host each have theirs). Names no effect. */
   id: string;
   /** The connector's host: the backend connection is that of (volume, host). */
   host: string;
@@ -118,9 +118,20 @@ export interface DisconnectIntent {
 /** Longer than any synchronous API call may run (API Gateway answers by 29 s, the API Lambda stops at its timeout). */
 export const CONNECT_INTENT_TIMEOUT_MS = 5 * 60_000;
 
-export function newConnectIntent(connector: Connector, now: string): ConnectIntent {
+/**
+ * A connect intent's id, from the attachment, the connector's host and the call (core/intents.ts),
+ * as a delete's disconnect intent is named (removal-by-id.ts disconnectIntentId): a call retrying
+ * its connect, or a flow's step re-run after a crash (no call id: the step is the call), writes the
+ * intent its first run left, which its transaction then ends, instead of leaving it beside a second
+ * one. Two API calls connecting the same attachment at once have their own request ids, so the one
+ * whose connect fails clears only its own intent.
+ */
+export const connectIntentId = (attachmentId: string, host: string, callId = 'no-call-id') => intentId('attachment-connect', attachmentId, host, callId);
+
+/** The connect intent of call `callId` (the API's request id; none for a flow's step) connecting `attachmentId` to the connector's host. */
+export function newConnectIntent(attachmentId: string, connector: Connector, now: string, callId?: string): ConnectIntent {
   return {
-    id: randomUUID(),
+    id: connectIntentId(attachmentId, connector.host, callId),
     host: connector.host,
     connector,
     startedAt: now,

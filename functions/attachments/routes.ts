@@ -169,7 +169,7 @@ export const attachmentRoutes: RouteSpec[] = [
     minVersion: ATTACHMENTS_MIN_VERSION,
     handler: async (req) => {
       const input = parseCreateBody(req.body, req.version.atLeast(ATTACHMENT_CREATE_MODE_VERSION));
-      const attachment = await createAttachment({ auth: req.auth, ...input });
+      const attachment = await createAttachment({ auth: req.auth, ...input, callId: req.requestId });
       return json(200, { attachment: detailView(attachment) });
     },
   },
@@ -181,7 +181,7 @@ export const attachmentRoutes: RouteSpec[] = [
     minVersion: ATTACHMENTS_MIN_VERSION,
     handler: async (req) => {
       const connector = parseUpdateBody(req.body);
-      const attachment = await updateAttachment({ auth: req.auth, attachmentId: req.params.id!, connector });
+      const attachment = await updateAttachment({ auth: req.auth, attachmentId: req.params.id!, connector, callId: req.requestId });
       return json(200, { attachment: detailView(attachment) });
     },
   },

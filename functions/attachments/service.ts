@@ -103,6 +103,8 @@ export interface CreateAttachmentInput {
    * conditional on the version read, so a volume moved since is refused and the retry reads.
    */
   volume?: LoadedVolume;
+  /** The call's own id (the API's request id; absent for a flow's step): names the connect intent (model.ts connectIntentId). */
+  callId?: string;
 }
 
 /** POST /attachments: reserve, and connect when a connector is given. */
@@ -139,7 +141,7 @@ export async function createAttachment(input: CreateAttachmentInput): Promise<At
 async function reserveAttachment(input: CreateAttachmentInput): Promise<ConnectStart | Attachment> {
   const { auth, volumeId, instanceUuid, connector } = input;
   const attachmentId = input.attachmentId ?? randomUUID();
-  const intent = connector ? newConnectIntent(connector, now()) : undefined;
+  const intent = connector ? newConnectIntent(attachmentId, connector, now(), input.callId) : undefined;
   let given = input.volume;
   const reserved: ReserveResult = await withRetries(async () => {
     const loaded = given ?? (await loadVolume(auth, volumeId));
@@ -165,7 +167,7 @@ async function adoptExisting(input: CreateAttachmentInput, existing: Attachment)
   if (existing.deleted || existing.volumeId !== input.volumeId || existing.instanceUuid !== input.instanceUuid) throw new AttachmentIdTaken(existing);
   const connector = input.connector;
   if (!connector || (existing.attachedHost === connector.host && existing.connectionInfo !== null)) return existing;
-  const intent = newConnectIntent(connector, now());
+  const intent = newConnectIntent(existing.id, connector, now(), input.callId);
   const attachment = await writeConnectIntent(existing.id, intent);
   assertAttachmentLive(attachment, existing.id);
   return { attachment, intent };
@@ -177,12 +179,14 @@ export interface UpdateAttachmentInput {
   connector: Connector;
   /** The attachment's volume as the caller read it in this request, for the connect's first attempt (see CreateAttachmentInput.volume). */
   volume?: LoadedVolume;
+  /** The call's own id (see CreateAttachmentInput.callId). */
+  callId?: string;
 }
 
 /** PUT /attachments/{id}: connect the attachment to the connector's host. */
 export async function updateAttachment(input: UpdateAttachmentInput): Promise<Attachment> {
   assertConnectorHost(input.connector);
-  const started = await startConnect(input.auth, input.attachmentId, input.connector);
+  const started = await startConnect(input.auth, input.attachmentId, input.connector, input.callId);
   const start: ConnectStart = input.volume?.volume.id === started.attachment.volumeId ? { ...started, volume: input.volume } : started;
   try {
     return await connectAttachment(input.attachmentId, input.connector, { checkDuplicates: true }, start);
@@ -198,7 +202,7 @@ export async function updateAttachment(input: UpdateAttachmentInput): Promise<At
  * so answers stay as a read-first update gives them: 404 for what the caller cannot see, then the
  * policy's 403.
  */
-async function startConnect(auth: AuthContext, attachmentId: string, connector: Connector): Promise<ConnectStart> {
+async function startConnect(auth: AuthContext, attachmentId: string, connector: Connector, callId: string | undefined): Promise<ConnectStart> {
   const action = ATTACHMENT_POLICIES.update;
   if (!auth.isAdmin) {
     // The condition limits the write to the caller's project, so this is the policy check
@@ -210,7 +214,7 @@ async function startConnect(auth: AuthContext, attachmentId: string, connector: 
       throw e;
     }
   }
-  const intent = newConnectIntent(connector, now());
+  const intent = newConnectIntent(attachmentId, connector, now(), callId);
   const attachment = await writeConnectIntent(attachmentId, intent, auth.isAdmin ? undefined : auth.projectId);
   assertAttachmentLive(attachment, attachmentId);
   if (auth.isAdmin) {

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } from 'vitest';
-import { AttachmentIdTaken, newConnectIntent } from '../../functions/attachments/model.js';
+import { AttachmentIdTaken, connectIntentId, newConnectIntent } from '../../functions/attachments/model.js';
 import { recoverPendingConnects, recoverPendingDisconnects, terminateUnusedConnection } from '../../functions/attachments/recovery.js';
 import { getAttachmentRecord, writeConnectIntent } from '../../functions/attachments/repo.js';
 import { completeAttachment, createAttachment, deleteAttachment, updateAttachment } from '../../functions/attachments/service.js';
@@ -126,6 +126,27 @@ describe('createAttachment with the caller’s id', () => {
     expect(rerun).toMatchObject({ id, attachStatus: 'attaching', attachedHost: 'cmp1' });
     expect(await backendConnections(volume)).toEqual(['cmp1']);
   });
+
+  test("a flow's step re-run after dying between its connect intent and its transaction: the same intent, ended by the re-run", async () => {
+    // Prepare: Nova's step (no call id) creates with a connector and dies after initializeConnection
+    const volume = await putVolume();
+    const instance = randomUUID();
+    const id = randomUUID();
+    injectFault({ kind: 'volume', backend: BACKEND, method: 'initializeConnection', mode: 'crash-after', times: 1 });
+    void createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id });
+    await crashed('initializeConnection');
+    expect(Object.keys((await getAttachmentRecord(id))!.pendingConnect ?? {})).toEqual([connectIntentId(id, 'cmp1')]);
+    // Act: the step runs again
+    const rerun = await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id });
+    // Assess: its transaction ended the intent the first run left: nothing for a recovery pass
+    expect(rerun).toMatchObject({ id, attachStatus: 'attaching', attachedHost: 'cmp1' });
+    expect((await getAttachmentRecord(id))!.pendingConnect).toEqual({});
+    expect(await recoverPendingConnects({ before: later() })).toEqual([]);
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    // Two API calls have their own intents; so have two hosts
+    expect(connectIntentId(id, 'cmp1', 'req-a')).not.toBe(connectIntentId(id, 'cmp1', 'req-b'));
+    expect(connectIntentId(id, 'cmp1')).not.toBe(connectIntentId(id, 'cmp2'));
+  });
 });
 
 describe('recoverPendingConnects', () => {
@@ -232,7 +253,7 @@ describe('recoverPendingConnects', () => {
     const user = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmpH') });
     await completeAttachment({ auth, attachmentId: user.id });
     const planted = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
-    expect(await writeConnectIntent(planted.id, newConnectIntent(connector('cmpH'), new Date().toISOString()))).toBeDefined();
+    expect(await writeConnectIntent(planted.id, newConnectIntent(planted.id, connector('cmpH'), new Date().toISOString(), 'planted'))).toBeDefined();
     clearFaultCalls();
 
     const repairs = await recoverPendingConnects({ before: later() });

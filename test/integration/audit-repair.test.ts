@@ -96,7 +96,7 @@ describe('ferry audit --repair', () => {
     const connecting = await reserve(v4, null);
     const { v: vol4, driver: driver4 } = await driverOfVolume(v4);
     await driver4.initializeConnection(vol4.backendName, { host: 'cmp7' });
-    expect(await writeConnectIntent(connecting, newConnectIntent({ host: 'cmp7' }, LONG_AGO()))).toBeDefined();
+    expect(await writeConnectIntent(connecting, newConnectIntent(connecting, { host: 'cmp7' }, LONG_AGO(), 'planted'))).toBeDefined();
     // (4) a stop of s2 whose machine never started (the API died between its write and StartExecution).
     const s2Cell = (await findServer(s2))!.cell;
     const planted = `req-${randomUUID()}`;
