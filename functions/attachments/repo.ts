@@ -111,8 +111,14 @@ function versionedVolumeUpdate(before: Volume, after: Volume): TransactItem {
  * Reserve: put the new attachment and add it to the volume. When the item has its maps, the
  * volume update is additive and conditioned on the reserve rule of the path the pure transition
  * chose; otherwise (an item written without them) it falls back to a versioned write.
+ *
+ * `versioned`: the reserve was decided from a record this process remembers (volume-records.ts
+ * knownVolume), not from a read: the update is also conditioned on that record's version, so the
+ * decision (visibility, policy, reserve rule) was taken on the stored volume, and the volume as
+ * stored after is known and remembered. Refused, the transaction's reason carries the volume as it
+ * found it (ALL_OLD: volume-records.ts failedItem), for the retry to start from.
  */
-export async function writeReserve(before: LoadedVolume, result: ReserveResult): Promise<void> {
+export async function writeReserve(before: LoadedVolume, result: ReserveResult, options: { versioned?: boolean } = {}): Promise<void> {
   // An additive update: what it leaves stored depends on concurrent reserves, so it is not remembered.
   forgetVolume(before.volume.id);
   const put: TransactItem = {
@@ -132,20 +138,24 @@ export async function writeReserve(before: LoadedVolume, result: ReserveResult):
     values[':zero'] = 0;
     sets.push('#insts.#inst = if_not_exists(#insts.#inst, :zero) + :one');
   }
-  let condition: string;
+  let condition = '';
+  if (options.versioned) {
+    values[':version'] = before.volume.version;
+    condition = 'version = :version AND ';
+  }
   if (result.path === 'same-instance') {
     const from = valueList(':from', SAME_INSTANCE_RESERVE_FROM);
     Object.assign(values, from.values);
-    condition = `#status IN (${from.expr}) AND #insts.#inst > :zero`;
+    condition += `#status IN (${from.expr}) AND #insts.#inst > :zero`;
   } else {
     sets.push('#status = :reserved');
     values[':reserved'] = 'reserved';
     const from = valueList(':from', result.path === 'multiattach' ? MULTIATTACH_RESERVE_FROM : RESERVE_FROM);
     Object.assign(values, from.values);
-    condition = `#status IN (${from.expr})`;
+    condition += `#status IN (${from.expr})`;
     if (result.path === 'multiattach') {
       values[':true'] = true;
-      condition = `multiattach = :true AND ${condition}`;
+      condition += ' AND multiattach = :true';
     }
   }
   const update: TransactItem = {
@@ -156,10 +166,13 @@ export async function writeReserve(before: LoadedVolume, result: ReserveResult):
       ConditionExpression: condition,
       ExpressionAttributeNames: names,
       ExpressionAttributeValues: values,
+      ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
     },
   };
   await sendReserve([put, update]);
   rememberAttachment(result.attachment);
+  // Under the version read, what the update set is all that changed: the stored volume is the transition's.
+  if (options.versioned) rememberVolume({ volume: result.volume, hasMaps: true });
 }
 
 /** The reserve transaction; when its put finds the id taken, AttachmentIdTaken with the item it found. */

@@ -5,7 +5,8 @@
  *
  * Each operation reads the attachment and/or volume, applies a pure transition (transitions.ts),
  * and writes both in one transaction (repo.ts); a lost race re-reads and re-applies. Happy-path
- * DynamoDB requests: create 2 (get volume, transaction), create with connector 3, update 3
+ * DynamoDB requests: create 1 from the volume as this process last saw it stored (the reserve
+ * under its version) or 2 (get volume, transaction), create with connector 1 or 2 more, update 3
  * (connect-intent update returning the attachment, get volume, transaction; also when it moves the
  * attachment off a host nobody else uses: that host's terminate comes before the transaction,
  * which is its fence: connections.ts connectAttachment), complete
@@ -40,13 +41,13 @@
 import { randomUUID } from 'node:crypto';
 import type { AuthContext } from '../core/auth.js';
 import { withRetries } from '../core/db.js';
-import { BadRequest, DriverError, InvalidVolume } from '../core/errors.js';
+import { BadRequest, DriverError, FerryError, InvalidVolume } from '../core/errors.js';
 import { logger } from '../core/logger.js';
 import { authorize } from '../core/policy.js';
 import type { Connector } from '../drivers/volume/driver.js';
 import type { AttachmentSummary } from '../volumes/model.js';
 import { AttachmentIdTaken, newConnectIntent, type Attachment, type ConnectIntent } from './model.js';
-import { knownAttachment, knownVolume, type AttachmentIdentity } from './volume-records.js';
+import { failedItem, knownAttachment, knownVolume, loadedVolume, type AttachmentIdentity } from './volume-records.js';
 import { completeListed } from './listed-complete.js';
 import { removeListed, type ListedRemovalInput } from './listed-removal.js';
 import { ATTACHMENT_POLICIES, finishDisconnect } from './removal.js';
@@ -142,20 +143,51 @@ async function reserveAttachment(input: CreateAttachmentInput): Promise<ConnectS
   const { auth, volumeId, instanceUuid, connector } = input;
   const attachmentId = input.attachmentId ?? randomUUID();
   const intent = connector ? newConnectIntent(attachmentId, connector, now(), input.callId) : undefined;
-  let given = input.volume;
-  const reserved: ReserveResult = await withRetries(async () => {
-    const loaded = given ?? (await loadVolume(auth, volumeId));
-    given = undefined;
+  // The first attempt starts from the caller's record if it read one, else from the one this
+  // process remembers (whose version the reserve is then conditioned on: repo.ts writeReserve; 1
+  // request in the API's cycle instead of 2), else reads; a retry from the record the refused
+  // transaction returned, which is as good as a read.
+  let first = input.volume;
+  let remembered = first ? undefined : knownVolume(volumeId);
+  const decide = (loaded: LoadedVolume): ReserveResult => {
     const volume = loaded.volume;
+    // What a read answers (loadVolume), for a record that did not come from one.
+    if (!auth.isAdmin && volume.projectId !== auth.projectId) throw volumeNotFound(volumeId);
     authorize(auth, ATTACHMENT_POLICIES.create, { projectId: volume.projectId });
     if (needsMultiattachBootablePolicy(volume)) authorize(auth, ATTACHMENT_POLICIES.multiattachBootable, { projectId: volume.projectId });
     const pendingConnect: Record<string, ConnectIntent> = intent ? { [intent.id]: intent } : {};
-    const result = reserve(volume, { attachmentId, instanceUuid, mode: input.mode, now: now(), pendingConnect });
-    await writeReserve(loaded, result);
-    return result;
+    return reserve(volume, { attachmentId, instanceUuid, mode: input.mode, now: now(), pendingConnect });
+  };
+  const reserved: ReserveResult = await withRetries(async () => {
+    const [given, fromMemory] = [first, remembered];
+    first = remembered = undefined;
+    let start = given ? { loaded: given, result: decide(given) } : fromMemory ? decidedOrRefused(fromMemory, decide) : undefined;
+    if (!start) {
+      // A refusal is answered from a read, as it always was: a remembered record may be behind.
+      const loaded = await loadVolume(auth, volumeId);
+      start = { loaded, result: decide(loaded) };
+    }
+    try {
+      await writeReserve(start.loaded, start.result, { versioned: start.loaded === fromMemory });
+    } catch (e) {
+      const current = failedItem(e, 1);
+      if (current) first = loadedVolume(current);
+      throw e;
+    }
+    return start.result;
   }, RETRY);
   if (!intent) return reserved.attachment;
   return { attachment: reserved.attachment, intent, volume: { volume: reserved.volume, hasMaps: true } };
+}
+
+/** The decision on a remembered record, or undefined when it refuses (the caller decides again on a read). */
+function decidedOrRefused(loaded: LoadedVolume, decide: (loaded: LoadedVolume) => ReserveResult): { loaded: LoadedVolume; result: ReserveResult } | undefined {
+  try {
+    return { loaded, result: decide(loaded) };
+  } catch (e) {
+    if (e instanceof FerryError) return undefined;
+    throw e;
+  }
 }
 
 /**

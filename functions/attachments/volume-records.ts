@@ -60,7 +60,8 @@ export async function getVolumeRecordWith(id: string, others: readonly ItemRef[]
 
 /**
  * The volume records this process last read or wrote, each exactly as stored at its version, for
- * a few seconds: complete and delete start from one instead of reading the volume again. Sound
+ * a few seconds: create, complete and delete start from one instead of reading the volume again
+ * (a create's refusal is answered from a read, as before: service.ts reserveAttachment). Sound
  * because what they write is conditional on that version (every writer of a volume bumps it): a
  * record another writer has moved since fails the transaction, whose failure returns the current
  * record (ALL_OLD), and the retry starts from that; a stale entry costs no more requests than the

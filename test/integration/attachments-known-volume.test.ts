@@ -1,14 +1,16 @@
 /**
- * Complete and delete start from the volume as this process last saw it stored
+ * Create, complete and delete start from the volume as this process last saw it stored
  * (attachments/volume-records.ts), and from its summary of an attachment this process knows
- * (listed-complete.ts, listed-removal.ts): the races that start must still lose to the conditions.
+ * (listed-complete.ts, listed-removal.ts): the races that start must still lose to the conditions,
+ * and a refusal is answered as from a read.
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { completeAttachment, createAttachment, deleteAttachment, updateAttachment } from '../../functions/attachments/service.js';
 import { getAttachmentRecord } from '../../functions/attachments/repo.js';
-import { knownVolume, rememberAttachment, rememberVolume } from '../../functions/attachments/volume-records.js';
-import { NotFound } from '../../functions/core/errors.js';
+import { knownVolume, loadedVolume, rememberAttachment, rememberVolume } from '../../functions/attachments/volume-records.js';
+import { runAudit } from '../../functions/audit/audit.js';
+import { InvalidVolume, NotFound } from '../../functions/core/errors.js';
 import { dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
 import { ADMIN_AUTH, backendConnections, connector, DEMO_AUTH, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
 
@@ -17,6 +19,10 @@ beforeAll(async () => {
   env = await startAttachmentEnv();
 });
 afterAll(async () => env.stop());
+// Every scenario ends with DynamoDB and the backend agreeing.
+afterEach(async () => {
+  expect((await runAudit()).findings).toEqual([]);
+});
 
 const auth = DEMO_AUTH;
 
@@ -112,5 +118,93 @@ describe('the remembered volume', () => {
     await expect(refused).rejects.toThrow(NotFound);
     expect(await readVolume(volume.id)).toEqual(before);
     expect(await getAttachmentRecord(att.id)).toMatchObject({ attachStatus: 'attaching', version: att.version });
+  });
+});
+
+describe('a create from the remembered volume', () => {
+  test('1 request (the reserve under the remembered version), and the volume as stored after is remembered', async () => {
+    // Prepare: the cycle's delete left the volume remembered
+    const volume = await putVolume();
+    const before = await createAttachment({ auth, volumeId: volume.id, instanceUuid: null, connector: connector('cmp1') });
+    await deleteAttachment({ auth, attachmentId: before.id });
+    resetDynamoRequests();
+    // Act
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    // Assess
+    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 1 });
+    const stored = await readVolume(volume.id);
+    expect(stored).toMatchObject({ status: 'reserved', attachments: { [att.id]: { status: 'reserved' } } });
+    expect(knownVolume(volume.id)!.volume).toEqual(loadedVolume(stored as unknown as Record<string, unknown>).volume);
+    await deleteAttachment({ auth, attachmentId: att.id });
+  });
+
+  test('from a remembered volume another writer has moved since: refused by its version, retried from the record the refusal returned (no read), and nothing remembered that is not stored', async () => {
+    // Prepare: what this process remembers of a multiattach volume; another writer then reserves att1
+    const volume = await putVolume({ multiattach: true });
+    const warm = await createAttachment({ auth, volumeId: volume.id, instanceUuid: null, connector: null });
+    await deleteAttachment({ auth, attachmentId: warm.id });
+    const stale = structuredClone(knownVolume(volume.id)!);
+    const att1 = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    rememberVolume(stale);
+    resetDynamoRequests();
+    // Act
+    const att2 = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    // Assess: the refused transaction, then the additive reserve from the record it returned
+    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 2 });
+    const stored = await readVolume(volume.id);
+    expect(Object.keys(stored.attachments).sort()).toEqual([att1.id, att2.id].sort());
+    const known = knownVolume(volume.id);
+    if (known) expect(known.volume).toEqual(loadedVolume(stored as unknown as Record<string, unknown>).volume);
+    await deleteAttachment({ auth, attachmentId: att1.id });
+    await deleteAttachment({ auth, attachmentId: att2.id });
+  });
+
+  test('from a remembered volume another writer has reserved since (not multiattach): the 400 a read gives', async () => {
+    // Prepare
+    const volume = await putVolume();
+    const warm = await createAttachment({ auth, volumeId: volume.id, instanceUuid: null, connector: null });
+    await deleteAttachment({ auth, attachmentId: warm.id });
+    const stale = structuredClone(knownVolume(volume.id)!);
+    const att1 = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    rememberVolume(stale);
+    const before = await readVolume(volume.id);
+    resetDynamoRequests();
+    // Act
+    const refused = createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    // Assess
+    await expect(refused).rejects.toThrow(InvalidVolume);
+    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 1 });
+    expect(await readVolume(volume.id)).toEqual(before);
+    await deleteAttachment({ auth, attachmentId: att1.id });
+  });
+
+  test('from a remembered volume deleted since: 404, as from a read, with nothing written', async () => {
+    // Prepare: a record this process remembers of a volume whose item is gone
+    const volume = await putVolume();
+    const warm = await createAttachment({ auth, volumeId: volume.id, instanceUuid: null, connector: null });
+    await deleteAttachment({ auth, attachmentId: warm.id });
+    const gone = randomUUID();
+    rememberVolume({ volume: { ...structuredClone(knownVolume(volume.id)!.volume), id: gone }, hasMaps: true });
+    resetDynamoRequests();
+    // Act
+    const refused = createAttachment({ auth, volumeId: gone, instanceUuid: randomUUID(), connector: null });
+    // Assess: the refused transaction (no item to return), then the read that answers
+    await expect(refused).rejects.toThrow(NotFound);
+    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 1, GetItemCommand: 1 });
+    expect(knownVolume(gone)).toBeUndefined();
+  });
+
+  test("from a remembered volume of another project: the 404 a read gives, and the read's record decides", async () => {
+    // Prepare: the process remembers the volume (of project 'other') from an admin's calls
+    const volume = await putVolume({ projectId: 'other' });
+    const warm = await createAttachment({ auth: ADMIN_AUTH, volumeId: volume.id, instanceUuid: null, connector: null });
+    await deleteAttachment({ auth: ADMIN_AUTH, attachmentId: warm.id });
+    expect(knownVolume(volume.id)).toBeDefined();
+    resetDynamoRequests();
+    // Act
+    const refused = createAttachment({ auth: DEMO_AUTH, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    // Assess
+    await expect(refused).rejects.toThrow(NotFound);
+    expect(dynamoRequests().byCommand).toEqual({ GetItemCommand: 1 });
   });
 });
