@@ -20,6 +20,7 @@ import type { Volume } from '../volumes/model.js';
 import { startAttachWait, withAttachWait } from './attach-wait.js';
 import type { Attachment, ConnectIntent } from './model.js';
 import { clearConnectIntent, fenceHost, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeVersioned, type LoadedVolume } from './repo.js';
+import { AttachmentNotListed, writeConnectFromVolume } from './repo-from-volume.js';
 import { assertAttachmentLive, checkConnect, connect, type ConnectOptions } from './transitions.js';
 
 /** Lost races (a reserve rule or version no longer holding, or a concurrent transaction) re-read and re-apply. */
@@ -58,6 +59,11 @@ export interface ConnectStart {
   attachment: Attachment;
   intent: ConnectIntent;
   volume?: LoadedVolume;
+  /**
+   * Set when `attachment` is the volume's summary of it, not the item (listed-connect.ts): the
+   * attachment's project, which the connect's transaction is then conditioned on.
+   */
+  listedProjectId?: string;
 }
 
 /**
@@ -90,22 +96,28 @@ export async function connectAttachment(attachmentId: string, connector: Connect
         assertAttachmentLive(attachment, attachmentId);
         state = { attachment, intent };
       }
-      const { attachment } = state;
+      const { attachment, listedProjectId } = state;
       const volume = state.volume ?? (await loadVolumeOf(attachment));
       state = undefined;
       checkConnect(volume.volume, attachment, options);
       const driver = await driverForVolume(volume.volume);
       connectedVolume = volume.volume;
       const connection = await driver.initializeConnection(volume.volume.backendName, connector);
+      // A pending connection's wait is named from the item's version, which a summary does not hold: the item.
+      const fromSummary = listedProjectId !== undefined && !connection.pending;
+      const base = listedProjectId !== undefined && !fromSummary ? await itemOfVolume(attachmentId, volume.volume.id) : attachment;
       // A connection the backend has not finished gets its wait recorded in the same transaction (attach-wait.ts).
-      const result = withAttachWait(connect(volume.volume, attachment, { connector, connection, now: now(), intentId: intent.id }, options), connection, now());
+      const result = withAttachWait(connect(volume.volume, base, { connector, connection, now: now(), intentId: intent.id }, options), connection, now());
       const left = result.releasedHost;
       try {
         if (left) await driver.terminateConnection(volume.volume.backendName, left.connector);
-        await writeVersioned({ volume: volume.volume, attachment }, result, { endIntent: intent.id });
+        if (fromSummary) await writeConnectFromVolume(volume.volume, result.volume, result.attachment, intent.id, listedProjectId);
+        else await writeVersioned({ volume: volume.volume, attachment: base }, result, { endIntent: intent.id });
       } catch (e) {
         // Compensation of the terminate: the old host's connection again, while an attachment records it.
         if (left) keepIntent = !(await restoreLeftHost(attachmentId, volume.volume, left));
+        // The item is not what the summary stands for (a wait still watched, ...): the retry reads it.
+        if (e instanceof AttachmentNotListed) throw e.cause;
         throw e;
       }
       await startAttachWait(result.attachment);
@@ -115,6 +127,14 @@ export async function connectAttachment(attachmentId: string, connector: Connect
     await undoFailedConnect(attachmentId, connector, connectedVolume, keepIntent ? undefined : intent);
     throw e;
   }
+}
+
+/** The attachment's item, live and of `volumeId`, for a connect that started from the volume's summary of it. */
+async function itemOfVolume(attachmentId: string, volumeId: string): Promise<Attachment> {
+  const item = await getAttachmentRecord(attachmentId);
+  const ofVolume = item?.volumeId === volumeId ? item : undefined;
+  assertAttachmentLive(ofVolume, attachmentId);
+  return ofVolume;
 }
 
 /**

@@ -13,13 +13,23 @@ import { tableName } from '../core/tables.js';
 import type { Volume } from '../volumes/model.js';
 import { attachmentKey, attachmentToItem, type Attachment } from './model.js';
 import { ATTACHMENT_EXISTS, ATTACHMENT_IN_PROJECT, ATTACHMENT_LIVE, writeWithVolume, type TransactItem } from './repo.js';
-import { forgetAttachment } from './volume-records.js';
+import { forgetAttachment, rememberAttachment } from './volume-records.js';
 
 /** The fields a delete changes on the attachment's item (transitions.ts remove), besides its version and GSI keys. */
 const TOMBSTONE_FIELDS = ['attachStatus', 'detachTime', 'deleted', 'disconnect', 'updatedAt', 'expiresAt'] as const;
 
 /** The fields a complete changes on the attachment's item (transitions.ts complete), besides its version. */
 const COMPLETE_FIELDS = ['attachStatus', 'updatedAt'] as const;
+
+/** The fields a connect changes on the attachment's item (transitions.ts connect), besides its version, its intent and its wait. */
+const CONNECT_FIELDS = ['attachStatus', 'connector', 'attachedHost', 'mountpoint', 'attachTime', 'attachMode', 'connectionInfo', 'updatedAt'] as const;
+
+/**
+ * A wait (attach-wait.ts) the connect may drop: none, or one that has ended for good (`attached`,
+ * or `failed` with its detach done). A wait still watched, or a failed one whose detach is still
+ * pending, changes without the volume's version (attach-wait-steps.ts): such an item goes by id.
+ */
+const NO_LIVE_WAIT = '(attribute_not_exists(#aw) OR #aw.#aws = :attached OR (#aw.#aws = :failed AND attribute_not_exists(#aw.#awd)))';
 
 /** The volume lists an attachment whose item is not a live attachment of it (writeFieldsFromVolume). */
 export class AttachmentNotListed extends Error {
@@ -37,11 +47,19 @@ async function writeFieldsFromVolume(
   after: Volume,
   attachment: Attachment,
   fields: readonly string[],
-  options: { projectId?: string; removeGsiKeys?: boolean; conditions?: readonly TransactItem[] },
+  options: { projectId?: string; removeGsiKeys?: boolean; conditions?: readonly TransactItem[]; endConnectIntent?: string },
 ): Promise<void> {
   const item = attachmentToItem(attachment);
   const names: Record<string, string> = { '#vid': 'volumeId', ...(options.removeGsiKeys ? { '#g1': 'gsi1pk', '#g2': 'gsi1sk' } : {}) };
   const values: Record<string, unknown> = { ':vid': before.id, ':one': 1, ...(options.projectId === undefined ? {} : { ':project': options.projectId }) };
+  const removes = options.removeGsiKeys ? ['#g1', '#g2'] : [];
+  let condition = `${ATTACHMENT_EXISTS} AND ${ATTACHMENT_LIVE} AND #vid = :vid${options.projectId === undefined ? '' : ` AND ${ATTACHMENT_IN_PROJECT}`}`;
+  if (options.endConnectIntent !== undefined) {
+    Object.assign(names, { '#pc': 'pendingConnect', '#intent': options.endConnectIntent, '#aw': 'attachWait', '#aws': 'status', '#awd': 'detachPending' });
+    Object.assign(values, { ':attached': 'attached', ':failed': 'failed' });
+    removes.push('#pc.#intent', '#aw');
+    condition += ` AND ${NO_LIVE_WAIT}`;
+  }
   fields.forEach((field, i) => {
     names[`#t${i}`] = field;
     values[`:t${i}`] = item[field] ?? null;
@@ -50,8 +68,8 @@ async function writeFieldsFromVolume(
     Update: {
       TableName: tableName('volume'),
       Key: attachmentKey(attachment.id),
-      UpdateExpression: `SET ${fields.map((_, i) => `#t${i} = :t${i}`).join(', ')} ADD version :one${options.removeGsiKeys ? ' REMOVE #g1, #g2' : ''}`,
-      ConditionExpression: `${ATTACHMENT_EXISTS} AND ${ATTACHMENT_LIVE} AND #vid = :vid${options.projectId === undefined ? '' : ` AND ${ATTACHMENT_IN_PROJECT}`}`,
+      UpdateExpression: `SET ${fields.map((_, i) => `#t${i} = :t${i}`).join(', ')} ADD version :one${removes.length ? ` REMOVE ${removes.join(', ')}` : ''}`,
+      ConditionExpression: condition,
       ExpressionAttributeNames: names,
       ExpressionAttributeValues: values,
     },
@@ -74,4 +92,14 @@ export async function writeTombstoneFromVolume(before: Volume, after: Volume, to
 /** A complete from the volume's record: ONE transaction, the attachment `attached` and the volume's summary with it. */
 export async function writeCompleteFromVolume(before: Volume, after: Volume, completed: Attachment, projectId?: string): Promise<void> {
   await writeFieldsFromVolume(before, after, completed, COMPLETE_FIELDS, { projectId });
+}
+
+/**
+ * A connect from the volume's record (listed-connect.ts): ONE transaction, the attachment's connect
+ * fields with its intent ended and no wait (a pending connection reads the item instead: its wait
+ * is named from the item's version), and the volume's new summary and connections.
+ */
+export async function writeConnectFromVolume(before: Volume, after: Volume, connected: Attachment, intentId: string, projectId: string): Promise<void> {
+  await writeFieldsFromVolume(before, after, connected, CONNECT_FIELDS, { projectId, endConnectIntent: intentId });
+  rememberAttachment(connected);
 }

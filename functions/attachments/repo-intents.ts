@@ -5,12 +5,13 @@
  * own key to its map and leaves the version alone, so concurrent calls neither erase each other's
  * intents nor make each other retry. Apart from repo.ts, whose writes end them.
  */
-import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { TransactWriteCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { unmarshall } from '@aws-sdk/util-dynamodb';
-import { db } from '../core/db.js';
+import { cancellationCodes, db } from '../core/db.js';
 import { tableName } from '../core/tables.js';
+import { volumeKey, type Volume } from '../volumes/model.js';
 import { attachmentFromItem, attachmentKey, type Attachment, type ConnectIntent, type DisconnectIntent } from './model.js';
-import { rememberAttachment } from './volume-records.js';
+import { failedItem, forgetVolume, loadedVolume, rememberAttachment, rememberVolume, type LoadedVolume } from './volume-records.js';
 
 /** Named condition clauses (Powertools' persistence layer builds its conditional put the same way). */
 export const ATTACHMENT_EXISTS = 'attribute_exists(pk)';
@@ -111,3 +112,61 @@ async function clearIntent(map: IntentMap, attachmentId: string, intentId: strin
 
 export const clearConnectIntent = (attachmentId: string, intentId: string) => clearIntent('pendingConnect', attachmentId, intentId);
 export const clearDisconnectIntent = (attachmentId: string, intentId: string) => clearIntent('pendingDisconnect', attachmentId, intentId);
+
+/**
+ * What writeConnectIntentAtVersion did: written; `moved`, the volume was not at the version (the
+ * record it found, remembered; undefined when there is none); `refused`, the item is not a live
+ * attachment of that volume and project, or has no intents map (the caller goes by id).
+ */
+export type CheckedIntentWrite = 'written' | { moved: LoadedVolume | undefined } | 'refused';
+
+/**
+ * A connect intent recorded on a live attachment of `volume` and of `projectId`, in ONE
+ * transaction with a check that the volume is still at the version of the record the connect
+ * decided on: that record is then proven current at the moment the intent is recorded, as a read
+ * of it would be, and the connect's effect (initializeConnection) follows a decision taken on the
+ * stored volume (listed-connect.ts). No ReturnValues on success: the attachment's state comes from
+ * the volume's summary of it, which the same version guards.
+ */
+export async function writeConnectIntentAtVersion(attachmentId: string, intent: ConnectIntent, volume: Volume, projectId: string): Promise<CheckedIntentWrite> {
+  try {
+    await db().send(
+      new TransactWriteCommand({
+        TransactItems: [
+          {
+            Update: {
+              TableName: table(),
+              Key: attachmentKey(attachmentId),
+              UpdateExpression: 'SET #pc.#intent = :intent',
+              ConditionExpression: `${ATTACHMENT_EXISTS} AND ${ATTACHMENT_LIVE} AND #vid = :vid AND ${ATTACHMENT_IN_PROJECT}`,
+              ExpressionAttributeNames: { '#pc': 'pendingConnect', '#intent': intent.id, '#vid': 'volumeId' },
+              ExpressionAttributeValues: { ':intent': intent, ':vid': volume.id, ':project': projectId },
+            },
+          },
+          {
+            ConditionCheck: {
+              TableName: table(),
+              Key: volumeKey(volume.id),
+              ConditionExpression: 'version = :version',
+              ExpressionAttributeValues: { ':version': volume.version },
+              ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+            },
+          },
+        ],
+      }),
+    );
+    return 'written';
+  } catch (e) {
+    // An item without the intents map: a nested SET is invalid. The connect by id writes it whole.
+    if (isNamed(e, 'ValidationException')) return 'refused';
+    if (!isNamed(e, 'TransactionCanceledException')) throw e;
+    const [attachmentCode, volumeCode] = cancellationCodes(e);
+    if (volumeCode === 'ConditionalCheckFailed') {
+      const current = failedItem(e, 1);
+      if (!current) forgetVolume(volume.id);
+      return { moved: current ? rememberVolume(loadedVolume(current)) : undefined };
+    }
+    if (attachmentCode === 'ConditionalCheckFailed' || attachmentCode === 'ValidationError') return 'refused';
+    throw e;
+  }
+}

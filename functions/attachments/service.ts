@@ -6,10 +6,12 @@
  * Each operation reads the attachment and/or volume, applies a pure transition (transitions.ts),
  * and writes both in one transaction (repo.ts); a lost race re-reads and re-applies. Happy-path
  * DynamoDB requests: create 1 from the volume as this process last saw it stored (the reserve
- * under its version) or 2 (get volume, transaction), create with connector 1 or 2 more, update 3
- * (connect-intent update returning the attachment, get volume, transaction; also when it moves the
- * attachment off a host nobody else uses: that host's terminate comes before the transaction,
- * which is its fence: connections.ts connectAttachment), complete
+ * under its version) or 2 (get volume, transaction), create with connector 1 or 2 more, update 2
+ * from the volume's record when this process knows the attachment and remembers its volume (the
+ * connect intent in one transaction with a check of the volume's version, then the transaction:
+ * listed-connect.ts) or 3 by id (connect-intent update returning the attachment, get volume,
+ * transaction); also when it moves the attachment off a host nobody else uses (that host's
+ * terminate comes before the transaction, which is its fence: connections.ts connectAttachment), complete
  * 1 (the transaction, from the volume's record when this process read or wrote the attachment;
  * +1 get attachment when it did not), delete 1 (the transaction, from the volume's record when this
  * process read or wrote the attachment; +1 fence when it removes a host's last connection) or 3 by
@@ -49,6 +51,7 @@ import type { AttachmentSummary } from '../volumes/model.js';
 import { AttachmentIdTaken, newConnectIntent, type Attachment, type ConnectIntent } from './model.js';
 import { failedItem, knownAttachment, knownVolume, loadedVolume, type AttachmentIdentity } from './volume-records.js';
 import { completeListed } from './listed-complete.js';
+import { startConnectListed } from './listed-connect.js';
 import { removeListed, type ListedRemovalInput } from './listed-removal.js';
 import { ATTACHMENT_POLICIES, finishDisconnect } from './removal.js';
 import { removeById } from './removal-by-id.js';
@@ -218,7 +221,10 @@ export interface UpdateAttachmentInput {
 /** PUT /attachments/{id}: connect the attachment to the connector's host. */
 export async function updateAttachment(input: UpdateAttachmentInput): Promise<Attachment> {
   assertConnectorHost(input.connector);
-  const started = await startConnect(input.auth, input.attachmentId, input.connector, input.callId);
+  // From the volume's record when this process knows the attachment and its volume (listed-connect.ts: 2 requests), else by id.
+  const known = input.volume ? undefined : knownToCaller(input);
+  const listed = known && (await startConnectListed({ ...input, ...known }));
+  const started = listed || (await startConnect(input.auth, input.attachmentId, input.connector, input.callId));
   const start: ConnectStart = input.volume?.volume.id === started.attachment.volumeId ? { ...started, volume: input.volume } : started;
   try {
     return await connectAttachment(input.attachmentId, input.connector, { checkDuplicates: true }, start);

@@ -65,8 +65,10 @@ export async function getVolumeRecordWith(id: string, others: readonly ItemRef[]
  * because what they write is conditional on that version (every writer of a volume bumps it): a
  * record another writer has moved since fails the transaction, whose failure returns the current
  * record (ALL_OLD), and the retry starts from that; a stale entry costs no more requests than the
- * read it replaces. Not for a decision taken before an effect outside DynamoDB (a connect
- * initializes its connection before its write, and reads afresh).
+ * read it replaces. A decision taken before an effect outside DynamoDB needs the record proven
+ * current before the effect, not only at the write after it: a connect from a remembered record
+ * records its intent in one transaction with a check of the volume's version
+ * (listed-connect.ts), which proves it as a read would; else it reads afresh.
  */
 const KNOWN_VOLUME_MS = 10_000;
 const KNOWN_VOLUMES_MAX = 1_000;

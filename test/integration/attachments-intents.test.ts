@@ -16,7 +16,7 @@ import { clearFaultCalls, clearFaults, crashedCalls, faultCalls, injectFault } f
 import { intentId } from '../../functions/core/intents.js';
 import { driverForHost } from '../../functions/volumes/backends.js';
 import { eventually } from '../support/poll.js';
-import { attachmentItems, BACKEND, backendConnections, connector, DEMO_AUTH, failTransactions, liveAttachmentItems, putVolume, readVolume, startAttachmentEnv, VOLUME_HOST, type AttachmentTestEnv } from './attachments-support.js';
+import { attachmentItems, BACKEND, backendConnections, connector, DEMO_AUTH, failTransactions, liveAttachmentItems, putVolume, readVolume, startAttachmentEnv, VOLUME_HOST, writesVolume, type AttachmentTestEnv } from './attachments-support.js';
 
 let env: AttachmentTestEnv;
 beforeAll(async () => {
@@ -203,7 +203,8 @@ describe('recoverPendingConnects', () => {
     const volume = await putVolume();
     const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
     const lost = Object.assign(new Error('the transaction failed'), { name: 'InternalServerError' });
-    const restoreTransactions = failTransactions(lost);
+    // The connect's transaction fails (its intent's, which only checks the volume's version, does not)
+    const restoreTransactions = failTransactions(lost, writesVolume);
     clearFaultCalls();
     // Act
     let failure: unknown;

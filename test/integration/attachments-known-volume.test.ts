@@ -10,7 +10,8 @@ import { completeAttachment, createAttachment, deleteAttachment, updateAttachmen
 import { getAttachmentRecord } from '../../functions/attachments/repo.js';
 import { knownVolume, loadedVolume, rememberAttachment, rememberVolume } from '../../functions/attachments/volume-records.js';
 import { runAudit } from '../../functions/audit/audit.js';
-import { InvalidVolume, NotFound } from '../../functions/core/errors.js';
+import { Conflict, InvalidVolume, NotFound } from '../../functions/core/errors.js';
+import { clearFaultCalls, faultCalls } from '../../functions/core/faults.js';
 import { dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
 import { ADMIN_AUTH, backendConnections, connector, DEMO_AUTH, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
 
@@ -206,5 +207,89 @@ describe('a create from the remembered volume', () => {
     // Assess
     await expect(refused).rejects.toThrow(NotFound);
     expect(dynamoRequests().byCommand).toEqual({ GetItemCommand: 1 });
+  });
+});
+
+describe('an update (connect) from the remembered volume', () => {
+  /** A volume this process remembers (the delete's fence left it), the backend's driver warm. */
+  async function rememberedVolume(options: Parameters<typeof putVolume>[0] = {}, by = auth) {
+    const volume = await putVolume(options);
+    const warm = await createAttachment({ auth: by, volumeId: volume.id, instanceUuid: null, connector: connector('warm') });
+    await deleteAttachment({ auth: by, attachmentId: warm.id });
+    expect(knownVolume(volume.id)).toBeDefined();
+    return volume;
+  }
+
+  test("2 requests: the intent under the volume's version, the transaction; the attachment as the item stores it", async () => {
+    // Prepare
+    const volume = await rememberedVolume();
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    resetDynamoRequests();
+    // Act
+    const updated = await updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp1') });
+    // Assess
+    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 2 });
+    const item = (await getAttachmentRecord(att.id))!;
+    expect(item).toMatchObject({ attachStatus: 'attaching', attachedHost: 'cmp1', connector: connector('cmp1'), pendingConnect: {}, version: att.version + 1 });
+    expect(updated).toMatchObject({ id: att.id, attachStatus: item.attachStatus, attachTime: item.attachTime, attachMode: item.attachMode, connectionInfo: item.connectionInfo, instanceUuid: att.instanceUuid });
+    expect(await readVolume(volume.id)).toMatchObject({ status: 'attaching', connections: { cmp1: [att.id] }, version: knownVolume(volume.id)!.volume.version });
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    await deleteAttachment({ auth, attachmentId: att.id });
+  });
+
+  test('from a remembered volume another writer has moved since: the check refuses the intent, the connect decides again on the record it returned (no read)', async () => {
+    // Prepare: att1 reserved on a multiattach volume; another writer then connects att2 on cmp1
+    const volume = await rememberedVolume({ multiattach: true });
+    const att1 = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    const stale = structuredClone(knownVolume(volume.id)!);
+    const att2 = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    rememberVolume(stale);
+    resetDynamoRequests();
+    // Act
+    await updateAttachment({ auth, attachmentId: att1.id, connector: connector('cmp1') });
+    // Assess: the refused intent, the intent from the returned record, the transaction
+    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 3 });
+    expect(await readVolume(volume.id)).toMatchObject({ connections: { cmp1: [att2.id, att1.id] } });
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    await deleteAttachment({ auth, attachmentId: att1.id });
+    await deleteAttachment({ auth, attachmentId: att2.id });
+  });
+
+  test("from a stale record that would admit it, a connect the stored volume refuses (duplicate connectors): 409, and the backend is never asked to connect", async () => {
+    // Prepare: two attachments of one instance on a non-multiattach volume; another writer connects the second
+    const volume = await rememberedVolume();
+    const instance = randomUUID();
+    const att1 = await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: null });
+    const att2 = await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: null });
+    await updateAttachment({ auth, attachmentId: att2.id, connector: connector('cmp1') });
+    const stale = structuredClone(knownVolume(volume.id)!);
+    stale.volume.attachments[att2.id] = { ...stale.volume.attachments[att2.id]!, connected: false, connector: undefined };
+    rememberVolume({ ...stale, volume: { ...stale.volume, version: stale.volume.version - 1 } });
+    clearFaultCalls();
+    // Act
+    const refused = updateAttachment({ auth, attachmentId: att1.id, connector: connector('cmp2') });
+    // Assess
+    await expect(refused).rejects.toThrow(Conflict);
+    expect(faultCalls().map((c) => c.method)).not.toContain('initializeConnection');
+    expect(await getAttachmentRecord(att1.id)).toMatchObject({ attachStatus: 'reserved', pendingConnect: {} });
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    await deleteAttachment({ auth, attachmentId: att1.id });
+    await deleteAttachment({ auth, attachmentId: att2.id });
+  });
+
+  test("a remembered attachment taken for another project than its own: the intent's condition refuses it, and the update by id answers 404 with nothing written", async () => {
+    // Prepare: another project's reserved attachment, which this process (wrongly) remembers as the caller's
+    const volume = await rememberedVolume({ projectId: 'other' }, ADMIN_AUTH);
+    const att = await createAttachment({ auth: ADMIN_AUTH, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    rememberAttachment({ id: att.id, volumeId: volume.id, projectId: DEMO_AUTH.projectId });
+    const before = await readVolume(volume.id);
+    // Act
+    const refused = updateAttachment({ auth: DEMO_AUTH, attachmentId: att.id, connector: connector('cmp1') });
+    // Assess
+    await expect(refused).rejects.toThrow(NotFound);
+    expect(await readVolume(volume.id)).toEqual(before);
+    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachStatus: 'reserved', pendingConnect: {}, version: att.version });
+    expect(await backendConnections(volume)).toEqual([]);
+    await deleteAttachment({ auth: ADMIN_AUTH, attachmentId: att.id });
   });
 });

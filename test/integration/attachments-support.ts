@@ -103,11 +103,15 @@ export async function backendConnections(volume: Pick<Volume, 'backendName'>): P
     .sort();
 }
 
-/** Makes every TransactWriteItems request fail with `error` until the returned function is called. */
-export function failTransactions(error: Error): () => void {
+/** The transactions that write the volume item (not the connect intent's, which only checks its version). */
+export const writesVolume = (input: { TransactItems?: { Update?: { Key?: Record<string, unknown> } }[] }) =>
+  (input.TransactItems ?? []).some((item) => String(item.Update?.Key?.pk ?? '').startsWith('VOL#'));
+
+/** Makes every TransactWriteItems request (that `only` picks) fail with `error` until the returned function is called. */
+export function failTransactions(error: Error, only: (input: Parameters<typeof writesVolume>[0]) => boolean = () => true): () => void {
   db().middlewareStack.add(
     (next, context) => async (args) => {
-      if (context.commandName === 'TransactWriteItemsCommand') throw error;
+      if (context.commandName === 'TransactWriteItemsCommand' && only(args.input as Parameters<typeof writesVolume>[0])) throw error;
       return next(args);
     },
     { step: 'initialize', name: 'testFailTransaction' },
