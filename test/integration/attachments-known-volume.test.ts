@@ -12,7 +12,10 @@ import { knownVolume, loadedVolume, rememberAttachment, rememberVolume } from '.
 import { runAudit } from '../../functions/audit/audit.js';
 import { Conflict, InvalidVolume, NotFound } from '../../functions/core/errors.js';
 import { clearFaultCalls, faultCalls } from '../../functions/core/faults.js';
-import { dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
+import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { attachmentKey } from '../../functions/attachments/model.js';
+import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
+import { tableName } from '../../functions/core/tables.js';
 import { ADMIN_AUTH, backendConnections, connector, DEMO_AUTH, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
 
 let env: AttachmentTestEnv;
@@ -275,6 +278,25 @@ describe('an update (connect) from the remembered volume', () => {
     expect(await backendConnections(volume)).toEqual(['cmp1']);
     await deleteAttachment({ auth, attachmentId: att1.id });
     await deleteAttachment({ auth, attachmentId: att2.id });
+  });
+
+  test("an item whose wait (attach-wait.ts) is still watched: the connect's transaction from the summary is refused, and the connect goes by the item", async () => {
+    // Prepare: connected on cmp1, then a wait recorded on the item as the wait's steps write it (no volume version)
+    const volume = await rememberedVolume();
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    const wait = { execution: `volume-attach-wait-${att.id}-9`, host: 'cmp1', status: 'waiting', startedAt: new Date().toISOString() };
+    await db().send(new UpdateCommand({ TableName: tableName('volume'), Key: attachmentKey(att.id), UpdateExpression: 'SET attachWait = :w ADD version :one', ExpressionAttributeValues: { ':w': wait, ':one': 1 } }));
+    resetDynamoRequests();
+    // Act
+    await updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp2') });
+    // Assess: the intent, the refused transaction (cmp1's terminate before it undone: restoreHost's fence),
+    // then by the item (its read, the volume's, the transaction after cmp1's terminate)
+    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 3, UpdateItemCommand: 1, GetItemCommand: 2 });
+    const item = (await getAttachmentRecord(att.id))!;
+    expect(item).toMatchObject({ attachedHost: 'cmp2', pendingConnect: {}, version: att.version + 2 });
+    expect(item.attachWait).toBeUndefined();
+    expect(await backendConnections(volume)).toEqual(['cmp2']);
+    await deleteAttachment({ auth, attachmentId: att.id });
   });
 
   test("a remembered attachment taken for another project than its own: the intent's condition refuses it, and the update by id answers 404 with nothing written", async () => {
