@@ -36,7 +36,7 @@ const viaFetch: JsonCall = async (url, method, headers, body) => {
 };
 
 function viaNodeHttp(agent: Agent): JsonCall {
-  return (url, method, headers, body) =>
+  const call: JsonCall = (url, method, headers, body) =>
     new Promise((resolve, reject) => {
       const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
       // fetch sends a string body with its length too: the same request on the wire, not chunked.
@@ -47,7 +47,14 @@ function viaNodeHttp(agent: Agent): JsonCall {
         res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
         res.on('error', reject);
       });
-      req.on('error', reject);
+      req.on('error', (e: NodeJS.ErrnoException) => {
+        // A kept-alive socket the server closed for idleness (the front door's 5 s, longer than a
+        // ceiling round) just as this request took it: the server never read the request, so it
+        // is sent again on a new socket, as Node's docs advise (request.reusedSocket).
+        if (req.reusedSocket && e.code === 'ECONNRESET') call(url, method, headers, body).then(resolve, reject);
+        else reject(e);
+      });
       req.end(payload);
     });
+  return call;
 }
