@@ -3,27 +3,18 @@
  * (reference traces/cinderclient-requests.jsonl).
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
-import { runAudit } from '../../functions/audit/audit.js';
+import { describe, expect, test } from 'vitest';
 import { createApiHandler } from '../../functions/core/api.js';
 import { VOLUME_VERSIONS } from '../../functions/core/microversion.js';
 import { resetPolicyCache } from '../../functions/core/policy.js';
 import { attachmentRoutes } from '../../functions/attachments/routes.js';
 import { ADMIN, call, cinder, DEMO, OTHER } from '../support/events.js';
-import { attachmentItems, backendConnections, connector, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
+import { attachmentItems, backendConnections, connector, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
 
 const handler = createApiHandler({ service: VOLUME_VERSIONS, rootPath: '/volume', versionPath: '/v3', routes: attachmentRoutes, unversioned: [] });
 const base = '/volume/v3';
 
-let env: AttachmentTestEnv;
-beforeAll(async () => {
-  env = await startAttachmentEnv();
-});
-// Every scenario ends with DynamoDB and the backends agreeing.
-afterEach(async () => {
-  expect((await runAudit()).findings).toEqual([]);
-});
-afterAll(async () => env.stop());
+useAttachmentEnv();
 
 const create = (volumeId: string, extra: Record<string, unknown> = {}, caller = DEMO, version = '3.70') =>
   call(handler, { method: 'POST', path: `${base}/attachments`, headers: cinder(version), caller, body: { attachment: { volume_uuid: volumeId, connector: {}, ...extra } } });

@@ -1,12 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
-import { runAudit } from '../../functions/audit/audit.js';
+import { describe, expect, test } from 'vitest';
 import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
 import { volumeKey } from '../../functions/volumes/model.js';
 import { Conflict, DriverError, InvalidVolume, NotFound } from '../../functions/core/errors.js';
-import { clearFaults, injectFault } from '../../functions/core/faults.js';
+import { injectFault } from '../../functions/core/faults.js';
 import {
   completeAttachment,
   createAttachment,
@@ -24,20 +23,10 @@ import {
   liveAttachmentItems,
   putVolume,
   readVolume,
-  startAttachmentEnv,
-  type AttachmentTestEnv,
+  useAttachmentEnv,
 } from './attachments-support.js';
 
-let env: AttachmentTestEnv;
-beforeAll(async () => {
-  env = await startAttachmentEnv();
-});
-afterAll(async () => env.stop());
-// Every scenario ends with DynamoDB and the backends agreeing.
-afterEach(async () => {
-  clearFaults();
-  expect((await runAudit()).findings).toEqual([]);
-});
+useAttachmentEnv();
 
 const auth = DEMO_AUTH;
 

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { DeleteCommand, GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { afterEach, describe, expect, test } from 'vitest';
 import { getAttachmentRecord } from '../../functions/attachments/repo.js';
 import { createAttachment, deleteAttachment, getAttachment } from '../../functions/attachments/service.js';
 import { forgetAttachment } from '../../functions/attachments/volume-records.js';
@@ -18,13 +18,9 @@ import { clearFaultCalls, faultCalls } from '../../functions/core/faults.js';
 import { tableName } from '../../functions/core/tables.js';
 import { instanceKey, type BlockDeviceMapping, type Instance } from '../../functions/servers/model.js';
 import { updateServer } from '../../functions/servers/repo.js';
-import { backendConnections, connector, DEMO_AUTH, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
+import { backendConnections, connector, DEMO_AUTH, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
 
-let env: AttachmentTestEnv;
-beforeAll(async () => {
-  env = await startAttachmentEnv();
-});
-afterAll(async () => env.stop());
+useAttachmentEnv({ audit: false });
 
 const CELL1: CellMapping = { uuid: 'cell-in-use-1', name: 'cell1', table: 'cell1', createdAt: '2026-01-01T00:00:00.000Z' };
 const SERVICE_AUTH: AuthContext = { userId: 'nova', projectId: 'service', isAdmin: true, roles: ['admin', 'service'] };

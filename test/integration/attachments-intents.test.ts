@@ -5,7 +5,7 @@
  * reproductions are in attachments-crash.test.ts.
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { AttachmentIdTaken, connectIntentId, newConnectIntent } from '../../functions/attachments/model.js';
 import { recoverPendingConnects, recoverPendingDisconnects, terminateUnusedConnection } from '../../functions/attachments/recovery.js';
 import { getAttachmentRecord, writeConnectIntent } from '../../functions/attachments/repo.js';
@@ -16,19 +16,9 @@ import { clearFaultCalls, clearFaults, crashedCalls, faultCalls, injectFault } f
 import { intentId } from '../../functions/core/intents.js';
 import { driverForHost } from '../../functions/volumes/backends.js';
 import { eventually } from '../support/poll.js';
-import { attachmentItems, BACKEND, backendConnections, connector, DEMO_AUTH, failTransactions, liveAttachmentItems, putVolume, readVolume, startAttachmentEnv, VOLUME_HOST, writesVolume, type AttachmentTestEnv } from './attachments-support.js';
+import { attachmentItems, BACKEND, backendConnections, connector, DEMO_AUTH, failTransactions, liveAttachmentItems, putVolume, readVolume, useAttachmentEnv, VOLUME_HOST, writesVolume } from './attachments-support.js';
 
-let env: AttachmentTestEnv;
-beforeAll(async () => {
-  env = await startAttachmentEnv();
-});
-afterAll(async () => env.stop());
-beforeEach(() => clearFaultCalls());
-// Every scenario ends with DynamoDB and the backends agreeing.
-afterEach(async () => {
-  clearFaults();
-  expect((await runAudit()).findings).toEqual([]);
-});
+useAttachmentEnv();
 
 const auth = DEMO_AUTH;
 /** After every call of this test: a recovery pass treats every intent as abandoned. */

@@ -5,28 +5,19 @@
  * and a refusal is answered as from a read.
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { completeAttachment, createAttachment, deleteAttachment, updateAttachment } from '../../functions/attachments/service.js';
 import { getAttachmentRecord } from '../../functions/attachments/repo.js';
 import { knownVolume, loadedVolume, rememberAttachment, rememberVolume } from '../../functions/attachments/volume-records.js';
-import { runAudit } from '../../functions/audit/audit.js';
 import { Conflict, InvalidVolume, NotFound } from '../../functions/core/errors.js';
 import { clearFaultCalls, faultCalls } from '../../functions/core/faults.js';
 import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { attachmentKey } from '../../functions/attachments/model.js';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
-import { ADMIN_AUTH, backendConnections, connector, DEMO_AUTH, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
+import { ADMIN_AUTH, backendConnections, connector, DEMO_AUTH, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
 
-let env: AttachmentTestEnv;
-beforeAll(async () => {
-  env = await startAttachmentEnv();
-});
-afterAll(async () => env.stop());
-// Every scenario ends with DynamoDB and the backend agreeing.
-afterEach(async () => {
-  expect((await runAudit()).findings).toEqual([]);
-});
+useAttachmentEnv();
 
 const auth = DEMO_AUTH;
 

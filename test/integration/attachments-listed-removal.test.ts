@@ -7,35 +7,25 @@
  */
 import { randomUUID } from 'node:crypto';
 import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { LEGACY_ATTACH_ACTIONS } from '../../functions/attachments/legacy.js';
 import { recoverPendingDisconnects } from '../../functions/attachments/recovery.js';
 import { getAttachmentRecord } from '../../functions/attachments/repo.js';
 import { attachmentRoutes } from '../../functions/attachments/routes.js';
-import { runAudit } from '../../functions/audit/audit.js';
 import { createApiHandler } from '../../functions/core/api.js';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
-import { clearFaults, injectFault } from '../../functions/core/faults.js';
+import { injectFault } from '../../functions/core/faults.js';
 import { VOLUME_VERSIONS } from '../../functions/core/microversion.js';
 import { tableName } from '../../functions/core/tables.js';
 import { registerVolumeActions } from '../../functions/volumes/actions.js';
 import { volumeKey } from '../../functions/volumes/model.js';
 import { volumeRoutes } from '../../functions/volumes/routes.js';
 import { call, cinder, DEMO } from '../support/events.js';
-import { attachmentItems, BACKEND, backendConnections, connector, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
+import { attachmentItems, BACKEND, backendConnections, connector, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
 
 const handler = createApiHandler({ service: VOLUME_VERSIONS, rootPath: '/volume', versionPath: '/v3', routes: [...volumeRoutes, ...attachmentRoutes], unversioned: [] });
 
-let env: AttachmentTestEnv;
-beforeAll(async () => {
-  env = await startAttachmentEnv();
-  registerVolumeActions(LEGACY_ATTACH_ACTIONS);
-});
-afterEach(async () => {
-  clearFaults();
-  expect((await runAudit()).findings).toEqual([]);
-});
-afterAll(async () => env.stop());
+useAttachmentEnv({ setup: () => registerVolumeActions(LEGACY_ATTACH_ACTIONS) });
 
 async function action(volumeId: string, body: unknown) {
   resetDynamoRequests();

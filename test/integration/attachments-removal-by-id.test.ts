@@ -9,28 +9,17 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { AuthContext } from '../../functions/core/auth.js';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { recoverPendingDisconnects } from '../../functions/attachments/recovery.js';
 import { getAttachmentRecord } from '../../functions/attachments/repo.js';
 import { disconnectIntentId } from '../../functions/attachments/removal-by-id.js';
 import { createAttachment, deleteAttachment } from '../../functions/attachments/service.js';
 import { forgetAttachment } from '../../functions/attachments/volume-records.js';
-import { runAudit } from '../../functions/audit/audit.js';
 import { clearFaultCalls, clearFaults, crashedCalls, faultCalls, injectFault } from '../../functions/core/faults.js';
 import { eventually } from '../support/poll.js';
-import { BACKEND, backendConnections, connector, DEMO_AUTH, failTransactions, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
+import { BACKEND, backendConnections, connector, DEMO_AUTH, failTransactions, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
 
-let env: AttachmentTestEnv;
-beforeAll(async () => {
-  env = await startAttachmentEnv();
-});
-afterAll(async () => env.stop());
-beforeEach(() => clearFaultCalls());
-// Every scenario ends with DynamoDB and the backend agreeing.
-afterEach(async () => {
-  clearFaults();
-  expect((await runAudit()).findings).toEqual([]);
-});
+useAttachmentEnv();
 
 const auth = DEMO_AUTH;
 const NOVA: AuthContext = { userId: 'nova', projectId: 'service', isAdmin: true, roles: ['admin', 'service'] };

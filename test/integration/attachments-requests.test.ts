@@ -6,8 +6,7 @@
  * process that remembers nothing of the volume or the attachment (`fresh`).
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
-import { runAudit } from '../../functions/audit/audit.js';
+import { describe, expect, test } from 'vitest';
 import { forgetConnectionDrivers } from '../../functions/attachments/connections.js';
 import { LEGACY_ATTACH_ACTIONS } from '../../functions/attachments/legacy.js';
 import { attachmentRoutes } from '../../functions/attachments/routes.js';
@@ -18,21 +17,13 @@ import { VOLUME_VERSIONS } from '../../functions/core/microversion.js';
 import { registerVolumeActions } from '../../functions/volumes/actions.js';
 import { volumeRoutes } from '../../functions/volumes/routes.js';
 import { call, cinder, DEMO } from '../support/events.js';
-import { backendConnections, connector, putVolume, readVolume, startAttachmentEnv, type AttachmentTestEnv } from './attachments-support.js';
+import { backendConnections, connector, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
 
 const handler = createApiHandler({ service: VOLUME_VERSIONS, rootPath: '/volume', versionPath: '/v3', routes: [...volumeRoutes, ...attachmentRoutes], unversioned: [] });
 const base = '/volume/v3';
 
-let env: AttachmentTestEnv;
-beforeAll(async () => {
-  env = await startAttachmentEnv();
-  // What the Cinder API's entry point registers (functions/api/volume.ts).
-  registerVolumeActions(LEGACY_ATTACH_ACTIONS);
-});
-afterEach(async () => {
-  expect((await runAudit()).findings).toEqual([]);
-});
-afterAll(async () => env.stop());
+// What the Cinder API's entry point registers (functions/api/volume.ts).
+useAttachmentEnv({ setup: () => registerVolumeActions(LEGACY_ATTACH_ACTIONS) });
 
 /** One API call: its status, body and the DynamoDB requests it made. */
 async function counted(method: string, path: string, body?: unknown, version = '3.70') {

@@ -4,12 +4,15 @@
  * backend file created, so the attachments code runs against real parts only.
  */
 import { randomUUID } from 'node:crypto';
+import { afterAll, afterEach, beforeAll, beforeEach, expect } from 'vitest';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import type { AuthContext } from '../../functions/core/auth.js';
+import { runAudit } from '../../functions/audit/audit.js';
 import { db, scanAll } from '../../functions/core/db.js';
+import { clearFaultCalls, clearFaults } from '../../functions/core/faults.js';
 import { tableName } from '../../functions/core/tables.js';
 import type { BackendConfig, Connector } from '../../functions/drivers/volume/driver.js';
 import { clearDriverCache } from '../../functions/drivers/volume/registry.js';
@@ -29,12 +32,32 @@ export const ADMIN_AUTH: AuthContext = { userId: 'admin', projectId: 'admin', is
 /** A connector as Nova's hosts send it, with an initiator named after the host. */
 export const connector = (host: string, extra: Partial<Connector> = {}): Connector => connectorFor(host, { initiator: `iqn.2004-10.org:${host}`, ...extra });
 
+/**
+ * The file's environment (startAttachmentEnv) for its tests, and around each: the fault table's
+ * calls cleared before, its faults cleared after, then (unless `audit: false`) every scenario must
+ * end with DynamoDB and the backend agreeing. `setup` runs once the environment is up (the
+ * legacy actions' registration, as the Cinder API's entry point does it).
+ */
+export function useAttachmentEnv(options: { audit?: boolean; setup?: () => void } = {}): void {
+  let env: AttachmentTestEnv | undefined;
+  beforeAll(async () => {
+    env = await startAttachmentEnv();
+    options.setup?.();
+  });
+  afterAll(async () => env?.stop());
+  beforeEach(() => clearFaultCalls());
+  afterEach(async () => {
+    clearFaults();
+    if (options.audit !== false) expect((await runAudit()).findings).toEqual([]);
+  });
+}
+
 export interface AttachmentTestEnv {
   root: string;
   stop(): Promise<void>;
 }
 
-export async function startAttachmentEnv(): Promise<AttachmentTestEnv> {
+async function startAttachmentEnv(): Promise<AttachmentTestEnv> {
   const ddb = await useLocalDynamo();
   const root = await mkdtemp(join(tmpdir(), 'ferry-attachments-'));
   const config: BackendConfig = {
