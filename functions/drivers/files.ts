@@ -110,14 +110,26 @@ export async function writeFully(fh: FileHandle, data: Uint8Array, pos: number):
   }
 }
 
-/** The pause between two syncs of writebackWhileWriting: short, so the disk never idles long. */
-export const WRITEBACK_PAUSE_MS = 20;
+/**
+ * A writeback sync that returned in less than this found (almost) nothing dirty: the writer is not
+ * ahead of the disk (starting, or stalled), and the loop waits WRITEBACK_IDLE_PAUSE_MS before the
+ * next, so it never spins on a clean file (and, however slow the machine, makes at most one sync a
+ * millisecond while the writer stands still).
+ */
+export const WRITEBACK_IDLE_SYNC_MS = 1;
+/** The pause after an idle writeback sync. */
+export const WRITEBACK_IDLE_PAUSE_MS = 5;
 
 /**
  * Keeps the dirty pages of `fh` going to disk while a long write into it runs (a kernel copy, a
  * block copy): fdatasync after fdatasync on libuv's pool beside the writer, so the closing fsync
  * finds little left instead of the whole file (a GiB's writeback here took as long as its copy, and
- * Node has no sync_file_range to start writeback without waiting). Not a durability point: the
+ * Node has no sync_file_range to start writeback without waiting). After a sync that had pages to
+ * write the next starts at once: a pause there left the disk idle while the copy dirtied more, and
+ * the sync in flight when the copy ended then had that much more to write before the closing fsync
+ * (a 20 ms pause: 52-67 ms after a cached GiB's copy ended, against 11-16 ms without it; the copy
+ * and its fsync 425-472 ms against 350-442, cp 377-384; docs/full-disk-moves.md). Only after an idle
+ * sync (WRITEBACK_IDLE_SYNC_MS) does it pause. Not a durability point: the
  * caller's closing fsync is. `stop()` ends the loop and throws the first failed sync's error: Linux
  * reports a failed writeback to one fsync only, so a later fsync may succeed over the lost pages and
  * that error must reach the caller here.
@@ -130,11 +142,13 @@ export function writebackWhileWriting(fh: FileHandle): { stop(): Promise<void> }
   const loop = (async () => {
     try {
       while (!stopped) {
+        const started = performance.now();
         await fh.datasync();
         if (stopped) break;
+        if (performance.now() - started >= WRITEBACK_IDLE_SYNC_MS) continue;
         await new Promise<void>((resolve) => {
           wake = resolve;
-          setTimeout(resolve, WRITEBACK_PAUSE_MS);
+          setTimeout(resolve, WRITEBACK_IDLE_PAUSE_MS);
         });
       }
     } catch (e) {

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { copyBlockData } from '../../functions/drivers/compute/block-copy.js';
 import { KERNEL_COPY_MIN_BYTES, sparseCopy } from '../../functions/drivers/compute/local/files.js';
-import { writebackWhileWriting } from '../../functions/drivers/files.js';
+import { WRITEBACK_IDLE_PAUSE_MS, writebackWhileWriting } from '../../functions/drivers/files.js';
 
 const MIB = 1024 * 1024;
 const eio = () => Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
@@ -43,6 +43,44 @@ describe('writebackWhileWriting', () => {
     // Assess
     expect(atStop).toBeGreaterThanOrEqual(2);
     expect(syncs).toBe(atStop);
+  });
+
+  it('starts the next sync at once after one that had pages to write, and pauses only after an idle one', async () => {
+    // Prepare: fake clocks; a sync takes 10 ms while the writer is ahead (pages to write), no time once it is not.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+    try {
+      const starts: number[] = [];
+      let busy = true;
+      const fh = {
+        datasync: () => {
+          starts.push(performance.now());
+          // A loop that spins on idle syncs fails here instead of hanging the test.
+          if (starts.length > 1000) return Promise.reject(new Error('the loop spins on idle syncs'));
+          return busy ? new Promise<void>((resolve) => setTimeout(resolve, 10)) : Promise.resolve();
+        },
+      } as unknown as FileHandle;
+
+      // Act: 100 ms of busy syncs, then 50 ms of idle ones.
+      const writeback = writebackWhileWriting(fh);
+      await vi.advanceTimersByTimeAsync(95);
+      const busyStarts = starts.length;
+      busy = false;
+      await vi.advanceTimersByTimeAsync(55);
+      const stopping = writeback.stop();
+      await vi.runAllTimersAsync();
+      await stopping;
+
+      // Assess: busy syncs back to back (a pause between them leaves the disk idle while the copy
+      // dirties more); idle ones WRITEBACK_IDLE_PAUSE_MS apart, never a spin.
+      const gaps = starts.slice(1).map((t, k) => t - starts[k]!);
+      expect(gaps.slice(0, busyStarts - 1)).toEqual(Array(busyStarts - 1).fill(10));
+      expect(busyStarts).toBe(10);
+      const idleGaps = gaps.slice(busyStarts);
+      expect(idleGaps.length).toBeGreaterThanOrEqual(5);
+      expect(idleGaps.every((g) => g === WRITEBACK_IDLE_PAUSE_MS)).toBe(true);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('a sync that failed on the way is thrown by stop()', async () => {
