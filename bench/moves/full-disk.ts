@@ -38,7 +38,7 @@ import { open, stat } from 'node:fs/promises';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { LocalComputeDriver } from '../../functions/drivers/compute/local.js';
+import { LocalComputeDriver, localCopyStats, resetLocalCopyStats } from '../../functions/drivers/compute/local.js';
 import { SETTLED_MS } from '../../functions/drivers/compute/local/files.js';
 import { CONNECTIONS_DIR, DISK_FILE, GUESTS_DIR, type ConnectionEntry, type GuestState } from '../../functions/drivers/compute/local/layout.js';
 import { driverOfHost } from '../../functions/servers/engine.js';
@@ -271,6 +271,8 @@ async function main(): Promise<void> {
     await action(server, body);
     await settle(server, vm);
   };
+  /** The calls, fsyncs and bytes copied counted for one move start from zero. */
+  const resetCounters = (): void => void ((calls.length = 0), (syncs.count = 0), (syncs.ms = 0), resetLocalCopyStats());
   /** ms since the file's ctime (its last write, or the rename of its last move). */
   const ageOf = async (path: string): Promise<number> => Date.now() - Number((await stat(path, { bigint: true })).ctimeNs / 1_000_000n);
   const liveMove = act({ 'os-migrateLive': { host: null, block_migration: 'auto' } }, 'active');
@@ -312,9 +314,7 @@ async function main(): Promise<void> {
       file: () => volumeFileOf(swapServer!, swapDevice),
       move: async () => {
         const next = await newVolume();
-        calls.length = 0;
-        syncs.count = 0;
-        syncs.ms = 0;
+        resetCounters();
         const t0 = performance.now();
         await nova('PUT', `/servers/${swapServer}/os-volume_attachments/${swapVolume}`, { volumeAttachment: { volumeId: next } });
         await settle(swapServer!, 'active');
@@ -331,7 +331,7 @@ async function main(): Promise<void> {
     },
   };
 
-  type Row = { note: string; round: number; flow: string; cpMs: number; cpCpu: number; cpSyncMs: number; copyMs: number; copyCpu: number; syncMs: number; syncCount: number; moveMs: number; first: string };
+  type Row = { readMiB: number; note: string; round: number; flow: string; cpMs: number; cpCpu: number; cpSyncMs: number; copyMs: number; copyCpu: number; syncMs: number; syncCount: number; moveMs: number; first: string };
   const rows: Row[] = [];
   for (let round = 0; round < REPEATS; round++) {
     const order = FLOWS.map((_, k) => FLOWS[(round + k) % FLOWS.length]!);
@@ -347,14 +347,12 @@ async function main(): Promise<void> {
       const runMove = async () => {
         await warm(await f.file());
         const note = (await f.ready?.()) ?? '';
-        calls.length = 0;
-        syncs.count = 0;
-        syncs.ms = 0;
+        resetCounters();
         const t0 = performance.now();
         const result = (await f.move()) as { old: string; t0: number } | undefined;
         const moveMs = performance.now() - (result?.t0 ?? t0);
         const copy = driverCopy(flow);
-        const synced = { ...syncs };
+        const synced = { ...syncs, readMiB: localCopyStats().readBytes / MiB };
         if (result?.old) await cinder('DELETE', `/volumes/${result.old}`);
         await f.after();
         return { moveMs, copy, synced, note };
@@ -362,10 +360,10 @@ async function main(): Promise<void> {
       const cp = cpFirst ? await runCp() : undefined;
       const ferry = await runMove();
       const cpAfter = cp ?? (await runCp());
-      rows.push({ note: ferry.note, round, flow, cpMs: cpAfter.ms, cpCpu: cpAfter.cpu, cpSyncMs: cpAfter.ms + cpAfter.syncMs, copyMs: ferry.copy.ms, copyCpu: ferry.copy.cpu, syncMs: ferry.synced.ms, syncCount: ferry.synced.count, moveMs: ferry.moveMs, first: cpFirst ? 'cp' : 'ferry' });
+      rows.push({ readMiB: ferry.synced.readMiB, note: ferry.note, round, flow, cpMs: cpAfter.ms, cpCpu: cpAfter.cpu, cpSyncMs: cpAfter.ms + cpAfter.syncMs, copyMs: ferry.copy.ms, copyCpu: ferry.copy.cpu, syncMs: ferry.synced.ms, syncCount: ferry.synced.count, moveMs: ferry.moveMs, first: cpFirst ? 'cp' : 'ferry' });
       const r = rows.at(-1)!;
       console.log(
-        `  round ${round + 1} ${flow.padEnd(10)} (${r.first} first${r.note ? `; ${r.note}` : ''}): cp ${r.cpMs.toFixed(0)} ms (${r.cpCpu.toFixed(2)} CPU s); driver copy ${r.copyMs.toFixed(0)} ms (${r.copyCpu.toFixed(2)} CPU s), cp/copy ${(r.cpMs / r.copyMs).toFixed(2)}x; cp+sync ${r.cpSyncMs.toFixed(0)} ms, (cp+sync)/copy ${(r.cpSyncMs / r.copyMs).toFixed(2)}x; the move's ${r.syncCount} fsyncs ${r.syncMs.toFixed(0)} ms; whole move ${r.moveMs.toFixed(0)} ms, cp/move ${(r.cpMs / r.moveMs).toFixed(2)}x; load ${loadavg()[0]!.toFixed(1)}`,
+        `  round ${round + 1} ${flow.padEnd(10)} (${r.first} first${r.note ? `; ${r.note}` : ''}): cp ${r.cpMs.toFixed(0)} ms (${r.cpCpu.toFixed(2)} CPU s); driver copy ${r.copyMs.toFixed(0)} ms (${r.copyCpu.toFixed(2)} CPU s), cp/copy ${(r.cpMs / r.copyMs).toFixed(2)}x; cp+sync ${r.cpSyncMs.toFixed(0)} ms, (cp+sync)/copy ${(r.cpSyncMs / r.copyMs).toFixed(2)}x; the move's ${r.syncCount} fsyncs ${r.syncMs.toFixed(0)} ms, its copies read ${r.readMiB.toFixed(0)} MiB; whole move ${r.moveMs.toFixed(0)} ms, cp/move ${(r.cpMs / r.moveMs).toFixed(2)}x; load ${loadavg()[0]!.toFixed(1)}`,
       );
     }
   }
