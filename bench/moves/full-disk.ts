@@ -353,7 +353,9 @@ async function main(): Promise<void> {
         const moveMs = performance.now() - (result?.t0 ?? t0);
         const copy = driverCopy(flow);
         const synced = { ...syncs, readMiB: localCopyStats().readBytes / MiB };
+        // Until the old GiB is gone: its unlink (a discard, on a disk mounted so) is not the next flow's.
         if (result?.old) await cinder('DELETE', `/volumes/${result.old}`);
+        while (result?.old && (await fetch(`${stack.url}/volume/v3/admin/volumes/${result.old}`, { headers: { ...headers, 'OpenStack-API-Version': 'volume 3.70' } })).status !== 404) await sleep(20);
         await f.after();
         return { moveMs, copy, synced, note };
       };
