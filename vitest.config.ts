@@ -32,7 +32,7 @@ const unitTier = {
 const UNIT_ISOLATED = [
   'compute-driver-sparse-moves', 'compute-driver-sparse', 'core-policy', 'cross-cell-api', 'faults', 'ferry-cli-exit-codes',
   'image-download', 'live-migration-progress', 'reconcile-loop', 'share-driver-migration-copy',
-  'attachment-api-shapes', 'share-driver-local', 'volume-scheduler', 'compute-driver-writeback', 'compute-driver-cold-durability',
+  'attachment-api-shapes', 'share-driver-local', 'volume-scheduler', 'compute-driver-writeback', 'compute-driver-move-durability',
   'compute-driver-block-kernel-copy',
 ].map((f) => `test/unit/${f}.test.ts`);
 

@@ -10,7 +10,7 @@ import { DriverError } from '../../../core/errors.js';
 import { logger } from '../../../core/logger.js';
 import { POWER_STATE, type AttachedVolume, type GuestInfo, type GuestSpec, type LiveMigrateData, type LiveMigrationOptions, type MigrationProgress } from '../driver.js';
 import type { HostConnections } from './connections.js';
-import { CopyAborted, DEFAULT_CHUNK_BYTES, markBeforeCopy, sparseCopy, statOrUndefined, syncChangedChunks, unchangedSince, unlinkIfPresent, writeJsonAtomic, type CopyStartMark } from './files.js';
+import { CopyAborted, DEFAULT_CHUNK_BYTES, fsyncDirectory, markBeforeCopy, sparseCopy, statOrUndefined, syncChangedChunks, unchangedSince, unlinkIfPresent, writeJsonAtomic, type CopyStartMark } from './files.js';
 import type { LocalHost } from './host.js';
 import { DISK_FILE, GUESTS_DIR, MIGRATION_FILE, STATE_FILE, isPeerDown, type GuestState, type IncomingMigration } from './layout.js';
 import type { GuestLifecycle } from './lifecycle.js';
@@ -205,8 +205,15 @@ export class LiveMigration {
     if (await this.h.readState(uuid, destDir)) return;
     if (!(await statOrUndefined(join(incomingDir, STATE_FILE)))) throw this.h.fail(`the destination ${destHost} has no prepared guest ${uuid}`, { uuid, dest: destHost });
     await unlinkIfPresent(join(incomingDir, MIGRATION_FILE));
-    await mkdir(join(destDir, GUESTS_DIR), { recursive: true });
-    await rename(incomingDir, join(destDir, GUESTS_DIR, uuid));
+    const guestsDir = join(destDir, GUESTS_DIR);
+    await mkdir(guestsDir, { recursive: true });
+    await rename(incomingDir, join(guestsDir, uuid));
+    // The names durable before the source lets its disk go (postLiveMigration removes it), as a
+    // cold migration's arrival: the disk's rename into the arrived directory, and that directory's
+    // into guests/. ext4's ordered journal would keep them before the removal anyway; not every
+    // file system does (docs/compute-driver.md, "What each fsync of a move protects against").
+    await fsyncDirectory(join(guestsDir, uuid));
+    await fsyncDirectory(guestsDir);
   }
 
   async postLiveMigration(uuid: string): Promise<void> {
