@@ -4,11 +4,12 @@
  * upstream's order, bytes intact through each, the failure rows (driver attach, driver detach,
  * driver swap) ending with the instance state unchanged and nothing leaked, and delete.
  */
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
 import { cinderCalls, resetCinderCalls } from '../../functions/servers/cinder.js';
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
 import { allocationsOf } from '../../functions/compute/placement.js';
 import { findServer, getRequestSpec } from '../../functions/servers/repo.js';
+import { LocalComputeDriver } from '../../functions/drivers/compute/local.js';
 import { bootServer, cinderClient, createVolume, novaClient, readThroughGuest, serverState, settled, volumeStatus, writeThroughGuest, type Cinder, type Nova } from '../support/nova.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
 
@@ -24,6 +25,26 @@ afterAll(async () => stack?.stop());
 
 const callNames = () => cinderCalls().map((c) => c.call);
 
+
+
+
+/** From now on, each guest device the local compute driver opens, and whether it was closed. */
+function closesOfOpenedDevices(): { closed: boolean }[] {
+  const devices: { closed: boolean }[] = [];
+  const open = LocalComputeDriver.prototype.openGuestDevice;
+  vi.spyOn(LocalComputeDriver.prototype, 'openGuestDevice').mockImplementation(async function (this: LocalComputeDriver, ...args: Parameters<typeof open>) {
+    const handle = await open.apply(this, args);
+    const device = { closed: false };
+    devices.push(device);
+    const close = handle.close.bind(handle);
+    handle.close = async () => {
+      device.closed = true;
+      await close();
+    };
+    return handle;
+  });
+  return devices;
+}
 describe('boot and delete', () => {
   test('a server boots from an image: ACTIVE on a host, a port with a fixed IP, an allocation, an action', async () => {
     const id = await bootServer(nova, { name: 'img-boot' });
@@ -149,13 +170,18 @@ describe('swap, detach failure, boot from volume, delete', () => {
     const before = (await serverState(id)).bdms[0]!;
     const { instance } = await serverState(id);
     injectFault({ kind: 'compute', backend: instance.host!, method: 'openConnection', mode: 'fail', times: 1 });
+    const devices = closesOfOpenedDevices();
     resetCinderCalls();
     try {
       await nova('PUT', `/servers/${id}/os-volume_attachments/${oldVol}`, { body: { volumeAttachment: { volumeId: newVol } } });
       expect((await settled(nova, id)).status).toBe('ACTIVE');
     } finally {
       clearFaults();
+      vi.restoreAllMocks();
     }
+    // The old device the swap opened before the new volume failed to open was closed, not left
+    // to the garbage collector.
+    expect(devices).toEqual([{ closed: true }]);
     expect(callNames().slice(-2)).toEqual(['roll_detaching', 'attachment_delete']);
     const after = (await serverState(id)).bdms[0]!;
     expect(after).toMatchObject({ volumeId: oldVol, attachmentId: before.attachmentId });

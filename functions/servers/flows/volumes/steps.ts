@@ -112,14 +112,19 @@ async function swapStep(input: ServerStepInput): Promise<unknown> {
       // os-brick connects the new volume on the host first; the guest is switched after the copy.
       s = await recordHolds(s, (h) => ({ ...h, hostConnections: [...(h.hostConnections ?? []), { host, connectionInfo: connected.connectionInfo! }] }));
       await driver.connectVolume(connected.connectionInfo!);
+      // Each device closed whatever fails after it opened (a new volume that cannot be opened
+      // left the old device's handle to the garbage collector).
       const from = await driver.openGuestDevice(s.instance.uuid, bdm.deviceName!);
-      const to = await driver.openConnection(connected.connectionInfo!);
       try {
-        // The hypervisor's block copy: only the old device's data extents; the new volume stays sparse.
-        await copyBlockData(from, to);
+        const to = await driver.openConnection(connected.connectionInfo!);
+        try {
+          // The hypervisor's block copy: only the old device's data extents; the new volume stays sparse.
+          await copyBlockData(from, to);
+        } finally {
+          await to.close();
+        }
       } finally {
         await from.close();
-        await to.close();
       }
       await driver.detachVolume(s.instance.uuid, bdm.deviceName!);
     }
