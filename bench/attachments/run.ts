@@ -210,9 +210,14 @@ async function interleaved(base: string, volumes: string[], clients: number, pro
     api.cpu.ceiling.push(ceilingCpu);
     const throughput = (rec.count() - callsBefore) / r.seconds;
     ratios.push(throughput / ceiling);
+    // Cores kept busy (calls a second x CPU seconds a call): under the machine's two, the side is
+    // bound by something else, at 32 clients DynamoDB Local's writes, applied nearly one at a time
+    // (docs/attachments-bench.md, "What bounds the 32-client ratio").
+    const cores = (perSecond: number, cpu: CpuSnapshot) => `${((perSecond * (cpu.nodeMs + cpu.jvmMs)) / 1000).toFixed(2)} (JVM ${((perSecond * cpu.jvmMs) / 1000).toFixed(2)})`;
     console.log(
       `  ${clients} client(s), round ${round + 1}/${ROUNDS}: ceiling ${ceiling.toFixed(1)}/s, API ${throughput.toFixed(1)} calls/s, ratio ${(throughput / ceiling).toFixed(2)}x; ` +
-        `CPU ms per call node ${ceilingCpu.nodeMs.toFixed(2)} / ${apiCpu.nodeMs.toFixed(2)}, JVM ${ceilingCpu.jvmMs.toFixed(2)} / ${apiCpu.jvmMs.toFixed(2)} (ceiling / API) (load ${loadText()})`,
+        `CPU ms per call node ${ceilingCpu.nodeMs.toFixed(2)} / ${apiCpu.nodeMs.toFixed(2)}, JVM ${ceilingCpu.jvmMs.toFixed(2)} / ${apiCpu.jvmMs.toFixed(2)} (ceiling / API); ` +
+        `cores busy ${cores(ceiling, ceilingCpu)} / ${cores(throughput, apiCpu)} (load ${loadText()})`,
     );
   }
   return { api, ratios };
