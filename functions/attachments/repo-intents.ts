@@ -22,7 +22,8 @@ const INTENTS_MAP_EMPTY = '(attribute_not_exists(#pc) OR size(#pc) = :none)';
 const INTENT_PRESENT = 'attribute_exists(#pc.#intent)';
 
 const table = () => tableName('volume');
-const isNamed = (e: unknown, name: string) => (e as { name?: string })?.name === name;
+/** Whether `e` is the SDK error named `name` (ConditionalCheckFailedException, ...). */
+export const isNamed = (e: unknown, name: string) => (e as { name?: string })?.name === name;
 
 type IntentMap = 'pendingConnect' | 'pendingDisconnect';
 

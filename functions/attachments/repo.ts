@@ -27,13 +27,14 @@ import {
 import { failedItem, forgetVolume, loadedVolume, rememberAttachment, rememberVolume, type LoadedVolume } from './volume-records.js';
 import { MULTIATTACH_RESERVE_FROM, RESERVE_FROM, SAME_INSTANCE_RESERVE_FROM, type ReserveResult } from './transitions.js';
 
+import { isNamed } from './repo-intents.js';
+
 export { getVolumeRecord, type LoadedVolume } from './volume-records.js';
 export { ATTACHMENT_EXISTS, ATTACHMENT_IN_PROJECT, ATTACHMENT_LIVE, clearConnectIntent, clearDisconnectIntent, writeConnectIntent, writeDisconnectIntent } from './repo-intents.js';
 
 export type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
 
 const table = () => tableName('volume');
-const isNamed = (e: unknown, name: string) => (e as { name?: string })?.name === name;
 
 /** Named condition clauses (Powertools' persistence layer builds its conditional put the same way). */
 const ATTACHMENT_ID_FREE = 'attribute_not_exists(pk)';
