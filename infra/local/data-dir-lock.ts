@@ -255,6 +255,9 @@ function holderAlive(record: LockRecord): boolean {
 
 /** Whether `pid` runs, and (when known) is the process that started at `processStart`. */
 export function processAlive(pid: number, processStart?: string): boolean {
+  // kill(0 or a negative pid) signals a whole process group, which would answer "alive" for a pid
+  // read from an empty or broken file.
+  if (!Number.isSafeInteger(pid) || pid <= 0) throw new RangeError(`not a process id: ${pid}`);
   try {
     process.kill(pid, 0);
   } catch (e) {

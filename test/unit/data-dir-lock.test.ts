@@ -97,6 +97,11 @@ describe('one holder per data directory', () => {
     expect(acquireDataDirLock(dataDir).generation).toBe(2);
   });
 
+  test('processAlive refuses what is not a process id (0 and -1 would ask about process groups: "alive")', () => {
+    for (const pid of [0, -1, Number(''), Number('x'), 1.5]) expect(() => processAlive(pid)).toThrow(RangeError);
+    expect(processAlive(process.pid)).toBe(true);
+  });
+
   test('the stack file is the holder\'s: not removed by a holder that was taken over', () => {
     const old = acquireDataDirLock(dataDir, { processStart: 'gone' });
     writeStackFile(old, { url: 'http://old' });
