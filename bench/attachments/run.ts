@@ -36,6 +36,7 @@ import { Recorder, fmt, percentile } from '../support/stats.js';
 import { runBench } from '../support/run-bench.js';
 import { benchClientKind, jsonClient } from './client.js';
 import { childJvmPids, cpuNow, cpuSince, SpanProfiler, type CpuSnapshot } from './cpu.js';
+import { recordCycle, replay, type RecordedCycle, type ReplayShape } from './replay.js';
 
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 50);
 const ROUNDS = Math.max(1, Math.min(CYCLES, Number(process.env.BENCH_ROUNDS ?? 4)));
@@ -79,8 +80,9 @@ async function counted<T>(name: string, fn: () => Promise<T>): Promise<T> {
   return out;
 }
 
-async function cycle(base: string, rec: Recorder, volumeId: string, instance: string, host: string): Promise<void> {
+async function cycle(base: string, rec: Recorder, volumeId: string, instance: string, host: string, created?: (attachmentId: string) => void): Promise<void> {
   const att = (await rec.time('create', () => counted('create', () => api(base, 'POST', '/attachments', { attachment: { volume_uuid: volumeId, instance_uuid: instance, connector: null } })))).attachment;
+  created?.(att.id);
   await rec.time('update', () => counted('update', () => api(base, 'PUT', `/attachments/${att.id}`, { attachment: { connector: { host, initiator: 'iqn.bench', ip: '127.0.0.1', platform: 'x86_64', os_type: 'linux2', multipath: false, mountpoint: '/dev/vdb' } } })));
   await rec.time('complete', () => counted('complete', () => api(base, 'POST', `/attachments/${att.id}/action`, { 'os-complete': null })));
   await rec.time('delete', () => counted('delete', () => api(base, 'DELETE', `/attachments/${att.id}`)));
@@ -180,6 +182,22 @@ function median(values: number[]): number {
   return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
+/** The shapes replayed after each 32-client round (replay.ts). */
+const REPLAY_SHAPES: readonly ReplayShape[] = ['as-is', 'minimum'];
+
+/** One API cycle on the spare volume, recorded for the replays (its requests, in order). */
+async function recordApiCycle(base: string, volumeId: string): Promise<RecordedCycle> {
+  const instance = '00000000-0000-4000-8000-0000000000cc';
+  const host = 'bench-host-recorded';
+  // A first cycle unrecorded: the recorded one goes as the rounds' cycles do, on a volume this process remembers.
+  await cycle(base, new Recorder(), volumeId, instance, host);
+  return recordCycle({ volume: volumeId, instance, host }, async () => {
+    let attachmentId = '';
+    await cycle(base, new Recorder(), volumeId, instance, host, (id) => (attachmentId = id));
+    return attachmentId;
+  });
+}
+
 const loadText = () => loadavg().map((l) => l.toFixed(1)).join(' ');
 
 /**
@@ -187,10 +205,13 @@ const loadText = () => loadavg().map((l) => l.toFixed(1)).join(' ');
  * clients, each round doing about the same number of calls in both (CYCLES/ROUNDS cycles of 4
  * calls per client). Each round's ratio compares two measurements a few seconds apart.
  */
-async function interleaved(base: string, volumes: string[], clients: number, profiler?: SpanProfiler): Promise<{ api: ApiRun; ratios: number[] }> {
+async function interleaved(base: string, volumes: string[], clients: number, profiler?: SpanProfiler, recorded?: RecordedCycle): Promise<{ api: ApiRun; ratios: number[]; replays: Map<ReplayShape, number[]> }> {
   const rec = new Recorder();
   const api: ApiRun = { rec, seconds: 0, requests: 0, cpu: { api: [], ceiling: [] } };
   const ratios: number[] = [];
+  const replays = new Map<ReplayShape, number[]>();
+  // Each replay runs on fresh copies of the recorded volume (replay.ts).
+  let copiesUsed = 0;
   const jvm = childJvmPids();
   const perCallOf = (cpu: CpuSnapshot, calls: number): CpuSnapshot => ({ nodeMs: cpu.nodeMs / calls, jvmMs: cpu.jvmMs / calls });
   for (let round = 0; round < ROUNDS; round++) {
@@ -219,8 +240,17 @@ async function interleaved(base: string, volumes: string[], clients: number, pro
         `CPU ms per call node ${ceilingCpu.nodeMs.toFixed(2)} / ${apiCpu.nodeMs.toFixed(2)}, JVM ${ceilingCpu.jvmMs.toFixed(2)} / ${apiCpu.jvmMs.toFixed(2)} (ceiling / API); ` +
         `cores busy ${cores(ceiling, ceilingCpu)} / ${cores(throughput, apiCpu)} (load ${loadText()})`,
     );
+    if (!recorded) continue;
+    const shown: string[] = [];
+    for (const shape of REPLAY_SHAPES) {
+      const perSecond = await replay(recorded, shape, clients, cycles, copiesUsed);
+      copiesUsed += clients;
+      replays.set(shape, [...(replays.get(shape) ?? []), perSecond / ceiling]);
+      shown.push(`${shape} ${(perSecond / ceiling).toFixed(2)}x`);
+    }
+    console.log(`    the API's requests replayed straight to DynamoDB / ceiling: ${shown.join(', ')}`);
   }
-  return { api, ratios };
+  return { api, ratios, replays };
 }
 
 // The stack's replicator reads the backend records every second in this same process; it would
@@ -236,7 +266,8 @@ async function main(): Promise<void> {
   await stack.reconciled;
   try {
     const base = `${stack.url}/volume/v3`;
-    const volumes = await createVolumes(base, CLIENTS);
+    // One volume per client, and a spare one for the cycle the replays record.
+    const volumes = await createVolumes(base, CLIENTS + 1);
     const getItemP50 = await baselineGetItem(volumes[0]!);
     console.log(`bench/attachments: ${CYCLES} cycles per client over ${ROUNDS} rounds, HTTP client ${CLIENT === 'http' ? 'node:http (keep-alive Agent)' : 'fetch (undici)'}; baseline DynamoDB GetItem p50 ${fmt(getItemP50)}; load average ${loadText()}`);
     const one = await interleaved(base, volumes, 1);
@@ -245,7 +276,8 @@ async function main(): Promise<void> {
     console.log('  DynamoDB requests per call (1 client, exact): ' + [...perCall].map(([n, v]) => `${n} ${(v.reduce((a, b) => a + b, 0) / v.length).toFixed(2)}`).join(', '));
     perCall.clear();
     const profiler = new SpanProfiler(process.env.BENCH_PROFILE);
-    const many = await interleaved(base, volumes, CLIENTS, profiler);
+    const recorded = await recordApiCycle(base, volumes[CLIENTS]!);
+    const many = await interleaved(base, volumes, CLIENTS, profiler, recorded);
     const manyThroughput = report(`${CLIENTS} clients`, many.api, getItemP50);
     console.log(`\nthroughput ratio ${CLIENTS} clients / 1 client: ${(manyThroughput / oneThroughput).toFixed(2)}x`);
     console.log('DynamoDB-only ceiling: 2 GetItems + 1 two-item TransactWriteItems per call, as many loops as clients, measured before each API round');
@@ -255,6 +287,11 @@ async function main(): Promise<void> {
       const med = (xs: CpuSnapshot[], k: keyof CpuSnapshot) => median(xs.map((x) => x[k])).toFixed(2);
       console.log(`  CPU ms per call, median of rounds: node ${med(ceilingCpu, 'nodeMs')} (ceiling) / ${med(apiCpu, 'nodeMs')} (API), JVM ${med(ceilingCpu, 'jvmMs')} / ${med(apiCpu, 'jvmMs')}`);
     }
+    for (const [shape, ratios] of many.replays) {
+      console.log(`The API's requests replayed straight to DynamoDB (${shape}) / ceiling, ${CLIENTS} clients: median ${median(ratios).toFixed(2)}x (rounds ${ratios.map((x) => x.toFixed(2)).join(', ')})`);
+    }
+    const asIs = many.replays.get('as-is')!;
+    console.log(`  the API / its own requests replayed (Ferry's own cost, per round): median ${median(many.ratios.map((r, i) => r / asIs[i]!)).toFixed(2)}x`);
     profiler.finish();
     console.log(`load average at the end: ${loadText()}`);
   } finally {

@@ -1,0 +1,105 @@
+/**
+ * bench/attachments/replay.ts: one attachment cycle through the API handler is recorded, and its
+ * requests sent again for other copies of the volume, as bench:attachments does after each
+ * 32-client round. The copies must end where the API's volume ended (every versioned write landed,
+ * one version step per cycle), with each cycle's attachment written and deleted as the API's was.
+ */
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { describe, expect, test } from 'vitest';
+import { recordCycle, replay, forCopy, shapeOf } from '../../bench/attachments/replay.js';
+import { attachmentRoutes } from '../../functions/attachments/routes.js';
+import { createApiHandler } from '../../functions/core/api.js';
+import { db } from '../../functions/core/db.js';
+import { VOLUME_VERSIONS } from '../../functions/core/microversion.js';
+import { tableName } from '../../functions/core/tables.js';
+import { volumeRoutes } from '../../functions/volumes/routes.js';
+import { call, cinder, DEMO } from '../support/events.js';
+import { connector, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
+
+const handler = createApiHandler({ service: VOLUME_VERSIONS, rootPath: '/volume', versionPath: '/v3', routes: [...volumeRoutes, ...attachmentRoutes], unversioned: [] });
+const api = async (method: string, path: string, body?: unknown) => {
+  const res = await call(handler, { method, path: `/volume/v3${path}`, headers: cinder('3.70'), caller: DEMO, body });
+  expect(res.status, `${method} ${path}: ${JSON.stringify(res.body)}`).toBeLessThan(300);
+  return res.body;
+};
+
+// The copies the replay writes have no backend object: the audit would report them.
+useAttachmentEnv({ audit: false });
+
+const INSTANCE = '00000000-0000-4000-8000-0000000000cc';
+const HOST = 'bench-host-recorded';
+
+/** The bench's cycle: create, update (connect), complete, delete; the attachment's id. */
+async function cycle(volumeId: string): Promise<string> {
+  const { attachment } = await api('POST', '/attachments', { attachment: { volume_uuid: volumeId, instance_uuid: INSTANCE, connector: null } });
+  await api('PUT', `/attachments/${attachment.id}`, { attachment: { connector: connector(HOST) } });
+  await api('POST', `/attachments/${attachment.id}/action`, { 'os-complete': null });
+  await api('DELETE', `/attachments/${attachment.id}`);
+  return attachment.id;
+}
+
+const item = async (pk: string, sk: string) => (await db().send(new GetCommand({ TableName: tableName('volume'), Key: { pk, sk }, ConsistentRead: true }))).Item;
+
+describe('the API cycle replayed straight to DynamoDB', () => {
+  test('recorded: the cycle\'s requests in order; replayed: each copy ends as the API\'s volume did, each cycle\'s attachment written and deleted', async () => {
+    // Prepare: a volume this process remembers, as in the bench's rounds (a first cycle unrecorded).
+    const volume = await putVolume();
+    await cycle(volume.id);
+
+    // Act: record one cycle, replay both shapes for 2 copies x 3 cycles.
+    const recorded = await recordCycle({ volume: volume.id, instance: INSTANCE, host: HOST }, () => cycle(volume.id));
+    const asIs = await replay(recorded, 'as-is', 2, 3, 0);
+    const minimum = await replay(recorded, 'minimum', 2, 3, 2);
+
+    // Assess: what was recorded is the API's cycle (its volume moved by the recorded step).
+    expect(recorded.requests.length).toBeGreaterThanOrEqual(4);
+    expect(recorded.versionStep).toBeGreaterThan(0);
+    expect((await readVolume(volume.id)).version).toBe(Number(recorded.volumeItem.version) + recorded.versionStep);
+    expect(asIs).toBeGreaterThan(0);
+    expect(minimum).toBeGreaterThan(0);
+    for (const copy of [0, 1, 2, 3]) {
+      const copyId = forCopy(volume.id, recorded, recorded.versionStep, copy, 0);
+      const stored = await readVolume(copyId);
+      expect(stored.version).toBe(Number(recorded.volumeItem.version) + 3 * recorded.versionStep);
+      expect(stored.status).toBe('available');
+      expect(stored.attachments).toEqual({});
+      for (const n of [0, 1, 2]) {
+        const attachmentId = forCopy(recorded.ids.attachment, recorded, recorded.versionStep, copy, n);
+        const att = await item(`ATT#${attachmentId}`, 'ATT');
+        expect(att, `copy ${copy} cycle ${n}`).toMatchObject({ volumeId: copyId, attachStatus: 'detached', deleted: true });
+      }
+    }
+  });
+
+  test('forCopy: ids replaced at their length, one per copy and per cycle; only the volume\'s version conditions move', () => {
+    const recorded = {
+      requests: [],
+      volumeItem: { version: 7 },
+      versionStep: 5,
+      ids: { volume: '11111111-1111-4111-8111-111111111111', attachment: '22222222-2222-4222-8222-222222222222', instance: '33333333-3333-4333-8333-333333333333', host: 'bench-host-recorded' },
+    };
+    const input = { Key: { pk: `VOL#${recorded.ids.volume}` }, Names: { '#a': recorded.ids.attachment, '#i': recorded.ids.instance, '#h': recorded.ids.host }, Values: { ':version': 7, ':next': 8, ':one': 1, version: 3 } };
+    const a = forCopy(input, recorded, 5, 1, 2);
+    const b = forCopy(input, recorded, 5, 1, 3);
+    const c = forCopy(input, recorded, 5, 2, 2);
+    expect(a.Values).toEqual({ ':version': 17, ':next': 18, ':one': 1, version: 3 });
+    expect(a.Names['#h']).toHaveLength(recorded.ids.host.length);
+    expect(a.Key.pk).toHaveLength(input.Key.pk.length);
+    expect(a.Key.pk).not.toBe(input.Key.pk);
+    // The attachment: one per copy and cycle; the volume, instance and host: one per copy.
+    expect(new Set([a.Names['#a'], b.Names['#a'], c.Names['#a'], recorded.ids.attachment]).size).toBe(4);
+    expect(b.Key.pk).toBe(a.Key.pk);
+    expect(c.Key.pk).not.toBe(a.Key.pk);
+    expect([b.Names['#i'], b.Names['#h']]).toEqual([a.Names['#i'], a.Names['#h']]);
+  });
+
+  test('shapeOf minimum: the intent with its volume check becomes the intent alone; a cycle without one is refused', () => {
+    const intent = { Update: { TableName: 't', Key: { pk: 'ATT#x' }, UpdateExpression: 'SET #pc.#i = :i' } };
+    const check = { ConditionCheck: { TableName: 't', Key: { pk: 'VOL#v' }, ConditionExpression: 'version = :version' } };
+    const connect = { command: 'TransactWriteItemsCommand' as const, input: { TransactItems: [intent, { Update: { TableName: 't', Key: { pk: 'VOL#v' } } }] } };
+    const recorded = { requests: [{ command: 'TransactWriteItemsCommand' as const, input: { TransactItems: [intent, check] } }, connect], volumeItem: {}, versionStep: 4, ids: { volume: 'v', attachment: 'x', instance: 'i', host: 'h' } };
+    expect(shapeOf(recorded, 'minimum').requests).toEqual([{ command: 'UpdateItemCommand', input: intent.Update }, connect]);
+    expect(shapeOf(recorded, 'as-is').requests).toBe(recorded.requests);
+    expect(() => shapeOf({ ...recorded, requests: [connect] }, 'minimum')).toThrow(/no intent/);
+  });
+});
