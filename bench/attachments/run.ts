@@ -12,6 +12,10 @@
  * (ceiling, API, ceiling, API, ...), so the machine's load drifts alike over both; the ratio is
  * printed per round and its median is the figure.
  *
+ * After each 32-client round, the DynamoDB requests of one recorded API cycle are sent again from
+ * bare loops (replay.ts), as the API sent them and in the house rules' minimum shape: what the
+ * request shape alone reaches against the same ceiling, and the API against its own requests.
+ *
  * Each round also prints the CPU milliseconds per call of this node process (client, front door,
  * handlers, SDK) and of the DynamoDB Local JVM, in the ceiling's loops and in the API calls: where
  * the API's extra cost is, in a figure the machine's load does not move as it moves throughput.
