@@ -84,12 +84,13 @@ async function counted<T>(name: string, fn: () => Promise<T>): Promise<T> {
   return out;
 }
 
-async function cycle(base: string, rec: Recorder, volumeId: string, instance: string, host: string, created?: (attachmentId: string) => void): Promise<void> {
+/** One cycle on `volumeId`: the id of the attachment it created (and deleted). */
+async function cycle(base: string, rec: Recorder, volumeId: string, instance: string, host: string): Promise<string> {
   const att = (await rec.time('create', () => counted('create', () => api(base, 'POST', '/attachments', { attachment: { volume_uuid: volumeId, instance_uuid: instance, connector: null } })))).attachment;
-  created?.(att.id);
   await rec.time('update', () => counted('update', () => api(base, 'PUT', `/attachments/${att.id}`, { attachment: { connector: { host, initiator: 'iqn.bench', ip: '127.0.0.1', platform: 'x86_64', os_type: 'linux2', multipath: false, mountpoint: '/dev/vdb' } } })));
   await rec.time('complete', () => counted('complete', () => api(base, 'POST', `/attachments/${att.id}/action`, { 'os-complete': null })));
   await rec.time('delete', () => counted('delete', () => api(base, 'DELETE', `/attachments/${att.id}`)));
+  return att.id;
 }
 
 /**
@@ -195,11 +196,7 @@ async function recordApiCycle(base: string, volumeId: string): Promise<RecordedC
   const host = 'bench-host-recorded';
   // A first cycle unrecorded: the recorded one goes as the rounds' cycles do, on a volume this process remembers.
   await cycle(base, new Recorder(), volumeId, instance, host);
-  return recordCycle({ volume: volumeId, instance, host }, async () => {
-    let attachmentId = '';
-    await cycle(base, new Recorder(), volumeId, instance, host, (id) => (attachmentId = id));
-    return attachmentId;
-  });
+  return recordCycle({ volume: volumeId, instance, host }, () => cycle(base, new Recorder(), volumeId, instance, host));
 }
 
 const loadText = () => loadavg().map((l) => l.toFixed(1)).join(' ');
