@@ -11,18 +11,22 @@
  * a cycle takes. Every request keeps its condition, so a replay that drifted from what the API did
  * fails at once rather than measure something else.
  *
- * Two shapes are replayed:
+ * Three shapes are replayed:
  * - `as-is`: exactly what the API sent;
  * - `minimum`: the least the house rules allow. The update's intent is written alone (one
  *   UpdateItem, without the check of the volume's version that proves the remembered record
  *   current): four transactions (create, connect, complete, delete, each changing the attachment
  *   and its volume together), the intent before the connection and the fence after the terminate.
+ * - `in-volume`: the same writes with the attachment's state kept in its volume item
+ *   (in-volume-shape.ts): the intent, the connect and the complete each one UpdateItem of the
+ *   volume; what a change of Ferry's data model would allow, measured before making it.
  * The API over `as-is` is then Ferry's own cost (HTTP, handlers, SDK, drivers); `as-is` over the
  * ceiling is what the cycle's writes cost against the ceiling's.
  */
 import { GetCommand, PutCommand, TransactWriteCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { db } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
+import { inVolumeItem, inVolumeShape } from './in-volume-shape.js';
 
 /** One request as the DocumentClient received it. */
 export interface RecordedRequest {
@@ -41,7 +45,7 @@ export interface RecordedCycle {
   ids: { volume: string; attachment: string; instance: string; host: string };
 }
 
-export type ReplayShape = 'as-is' | 'minimum';
+export type ReplayShape = 'as-is' | 'minimum' | 'in-volume';
 
 const SENDABLE = new Set(['TransactWriteItemsCommand', 'UpdateItemCommand', 'PutItemCommand', 'GetItemCommand']);
 const MIDDLEWARE = 'benchRecordRequests';
@@ -73,8 +77,10 @@ export async function recordCycle(ids: Omit<RecordedCycle['ids'], 'attachment'>,
 }
 
 /** The requests of `shape` (see the module's comment), and the volume versions one cycle of them takes. */
-export function shapeOf(cycle: RecordedCycle, shape: ReplayShape): { requests: RecordedRequest[]; versionStep: number } {
-  if (shape === 'as-is') return { requests: cycle.requests, versionStep: cycle.versionStep };
+export function shapeOf(cycle: RecordedCycle, shape: ReplayShape): { requests: RecordedRequest[]; versionStep: number; volumeItem: Record<string, any> } {
+  const { versionStep, volumeItem } = cycle;
+  if (shape === 'as-is') return { requests: cycle.requests, versionStep, volumeItem };
+  if (shape === 'in-volume') return { requests: inVolumeShape(cycle), versionStep, volumeItem: inVolumeItem(cycle) };
   const requests = cycle.requests.map((r): RecordedRequest => {
     const items = r.input.TransactItems as Record<string, any>[] | undefined;
     // The update's intent: [Update of the attachment, ConditionCheck of the volume] -> the Update alone.
@@ -82,7 +88,7 @@ export function shapeOf(cycle: RecordedCycle, shape: ReplayShape): { requests: R
     return r;
   });
   if (requests.every((r, i) => r === cycle.requests[i])) throw new Error('bench replay: the cycle has no intent with a version check to write alone');
-  return { requests, versionStep: cycle.versionStep };
+  return { requests, versionStep, volumeItem };
 }
 
 /**
@@ -109,9 +115,9 @@ export function forCopy<T>(value: T, cycle: RecordedCycle, versionStep: number, 
  * (copies `firstCopy` on, made before the clock starts): API calls a second, 4 calls a cycle.
  */
 export async function replay(cycle: RecordedCycle, shape: ReplayShape, clients: number, cycles: number, firstCopy: number): Promise<number> {
-  const { requests, versionStep } = shapeOf(cycle, shape);
+  const { requests, versionStep, volumeItem } = shapeOf(cycle, shape);
   const copies = Array.from({ length: clients }, (_, c) => firstCopy + c);
-  await Promise.all(copies.map((copy) => db().send(new PutCommand({ TableName: tableName('volume'), Item: forCopy(cycle.volumeItem, cycle, versionStep, copy, 0) }))));
+  await Promise.all(copies.map((copy) => db().send(new PutCommand({ TableName: tableName('volume'), Item: forCopy(volumeItem, cycle, versionStep, copy, 0) }))));
   const t0 = performance.now();
   await Promise.all(copies.map(async (copy) => {
     for (let n = 0; n < cycles; n++) for (const r of requests) await send(r.command, forCopy(r.input, cycle, versionStep, copy, n));
@@ -126,7 +132,8 @@ export async function replay(cycle: RecordedCycle, shape: ReplayShape, clients: 
   return (clients * cycles * 4) / seconds;
 }
 
-function send(command: RecordedRequest['command'], input: Record<string, any>): Promise<unknown> {
+/** One recorded request sent again, through the DocumentClient. */
+export function send(command: RecordedRequest['command'], input: Record<string, any>): Promise<unknown> {
   switch (command) {
     case 'TransactWriteItemsCommand':
       return db().send(new TransactWriteCommand(input as any));

@@ -4,9 +4,10 @@
  * 32-client round. The copies must end where the API's volume ended (every versioned write landed,
  * one version step per cycle), with each cycle's attachment written and deleted as the API's was.
  */
-import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { describe, expect, test } from 'vitest';
-import { recordCycle, replay, forCopy, shapeOf } from '../../bench/attachments/replay.js';
+import { inVolumeItem, inVolumeShape } from '../../bench/attachments/in-volume-shape.js';
+import { recordCycle, replay, forCopy, send, shapeOf } from '../../bench/attachments/replay.js';
 import { attachmentRoutes } from '../../functions/attachments/routes.js';
 import { createApiHandler } from '../../functions/core/api.js';
 import { db } from '../../functions/core/db.js';
@@ -50,6 +51,7 @@ describe('the API cycle replayed straight to DynamoDB', () => {
     const recorded = await recordCycle({ volume: volume.id, instance: INSTANCE, host: HOST }, () => cycle(volume.id));
     const asIs = await replay(recorded, 'as-is', 2, 3, 0);
     const minimum = await replay(recorded, 'minimum', 2, 3, 2);
+    const inVolume = await replay(recorded, 'in-volume', 2, 3, 4);
 
     // Assess: what was recorded is the API's cycle (its volume moved by the recorded step).
     expect(recorded.requests.length).toBeGreaterThanOrEqual(4);
@@ -57,7 +59,8 @@ describe('the API cycle replayed straight to DynamoDB', () => {
     expect((await readVolume(volume.id)).version).toBe(Number(recorded.volumeItem.version) + recorded.versionStep);
     expect(asIs).toBeGreaterThan(0);
     expect(minimum).toBeGreaterThan(0);
-    for (const copy of [0, 1, 2, 3]) {
+    expect(inVolume).toBeGreaterThan(0);
+    for (const copy of [0, 1, 2, 3, 4, 5]) {
       const copyId = forCopy(volume.id, recorded, recorded.versionStep, copy, 0);
       const stored = await readVolume(copyId);
       expect(stored.version).toBe(Number(recorded.volumeItem.version) + 3 * recorded.versionStep);
@@ -69,6 +72,55 @@ describe('the API cycle replayed straight to DynamoDB', () => {
         expect(att, `copy ${copy} cycle ${n}`).toMatchObject({ volumeId: copyId, attachStatus: 'detached', deleted: true });
       }
     }
+  });
+
+  test('in-volume: the intent, the connect and the complete are one UpdateItem of the volume each (the intent in the volume\'s own map, the rest in its summary of the attachment); create and delete stay transactions', async () => {
+    // Prepare: a recorded cycle, as in the bench.
+    const volume = await putVolume();
+    await cycle(volume.id);
+    const recorded = await recordCycle({ volume: volume.id, instance: INSTANCE, host: HOST }, () => cycle(volume.id));
+    const requests = inVolumeShape(recorded);
+    expect(requests.map((r) => [r.command, r.input.TransactItems?.length ?? 1])).toEqual([
+      ['TransactWriteItemsCommand', 2],
+      ['UpdateItemCommand', 1],
+      ['UpdateItemCommand', 1],
+      ['UpdateItemCommand', 1],
+      ['TransactWriteItemsCommand', 4],
+      ['UpdateItemCommand', 1],
+    ]);
+
+    // Act: one copy, request by request, reading its volume after each.
+    const copy = 9;
+    const at = <T,>(x: T): T => forCopy(x, recorded, recorded.versionStep, copy, 0);
+    const volumeId: string = at(volume.id);
+    const attachmentId: string = at(recorded.ids.attachment);
+    await db().send(new PutCommand({ TableName: tableName('volume'), Item: at(inVolumeItem(recorded)) }));
+    const seen: Record<string, any>[] = [];
+    for (const r of requests) {
+      await send(r.command, at(r.input));
+      seen.push(await readVolume(volumeId));
+    }
+
+    // Assess: the intent is in the volume's map of intents without moving the version; the
+    // connect's summary carries the connection and the connect ends the intent; the complete
+    // marks it attached; the delete removes it.
+    const start = Number(recorded.volumeItem.version);
+    expect(seen[0]!.attachments[attachmentId]).toMatchObject({ status: 'reserved' });
+    expect(seen[1]!.version).toBe(seen[0]!.version);
+    expect(Object.values(seen[1]!.connectIntents)).toEqual([expect.objectContaining({ attachmentId, host: at(HOST) })]);
+    expect(seen[2]!.attachments[attachmentId]).toMatchObject({ attachStatus: 'attaching', connected: true, attachedHost: at(HOST), connectionInfo: { attachment_id: attachmentId } });
+    expect(seen[2]!.connectIntents).toEqual({});
+    expect(seen[3]!.attachments[attachmentId]).toMatchObject({ attachStatus: 'attached', status: 'attached' });
+    expect(seen[4]!.attachments).toEqual({});
+    expect(seen[5]!.version).toBe(start + recorded.versionStep);
+    expect(await item(`ATT#${attachmentId}`, 'ATT')).toMatchObject({ volumeId, deleted: true });
+  });
+
+  test('in-volume: a cycle without the connect to fold is refused', () => {
+    const intent = { Update: { TableName: 't', Key: { pk: 'ATT#x' }, UpdateExpression: 'SET #pc.#i = :i', ExpressionAttributeNames: { '#pc': 'pendingConnect', '#i': 'i1' }, ExpressionAttributeValues: { ':i': {} } } };
+    const check = { ConditionCheck: { TableName: 't', Key: { pk: 'VOL#v' }, ConditionExpression: 'version = :version', ExpressionAttributeValues: { ':version': 3 } } };
+    const recorded = { requests: [{ command: 'TransactWriteItemsCommand' as const, input: { TransactItems: [intent, check] } }], volumeItem: {}, versionStep: 4, ids: { volume: 'v', attachment: 'x', instance: 'i', host: 'h' } };
+    expect(() => inVolumeShape(recorded)).toThrow(/found 1 of the 3/);
   });
 
   test('forCopy: ids replaced at their length, one per copy and per cycle; only the volume\'s version conditions move', () => {
