@@ -103,38 +103,28 @@ export async function connectAttachment(attachmentId: string, connector: Connect
       const driver = await driverForVolume(volume.volume);
       connectedVolume = volume.volume;
       const connection = await driver.initializeConnection(volume.volume.backendName, connector);
-      // A pending connection's wait is named from the item's version, which a summary does not hold: the item.
-      const fromSummary = listedProjectId !== undefined && !connection.pending;
-      const base = listedProjectId !== undefined && !fromSummary ? await itemOfVolume(attachmentId, volume.volume.id) : attachment;
-      // A connection the backend has not finished gets its wait recorded in the same transaction (attach-wait.ts).
-      const result = withAttachWait(connect(volume.volume, base, { connector, connection, now: now(), intentId: intent.id }, options), connection, now());
+      const fromSummary = listedProjectId !== undefined;
+      // A connection the backend has not finished gets its wait recorded on the volume in the same write, named from the version it writes (attach-wait.ts).
+      const result = withAttachWait(connect(volume.volume, attachment, { connector, connection, now: now(), intentId: intent.id }, options), connection, now());
       const left = result.releasedHost;
       try {
         if (left) await driver.terminateConnection(volume.volume.backendName, left.connector);
         if (fromSummary) await writeConnectFromVolume(volume.volume, result.volume, result.attachment, intent.id, listedProjectId);
-        else await writeVersioned({ volume: volume.volume, attachment: base }, result, { endIntent: intent.id });
+        else await writeVersioned({ volume: volume.volume, attachment }, result, { endIntent: intent.id });
       } catch (e) {
         // Compensation of the terminate: the old host's connection again, while an attachment records it.
         if (left) keepIntent = !(await restoreLeftHost(attachmentId, volume.volume, left));
-        // The item is not what the summary stands for (a wait still watched, ...): the retry reads it.
+        // The item is not what the summary stands for (a wait on an item written before the volume's map, ...): the retry reads it.
         if (e instanceof AttachmentNotListed) throw e.cause;
         throw e;
       }
-      await startAttachWait(result.attachment);
+      await startAttachWait(attachmentId, result.volume.attachWaits?.[attachmentId]);
       return result.attachment;
     }, RETRY);
   } catch (e) {
     await undoFailedConnect(attachmentId, connector, connectedVolume, keepIntent ? undefined : intent);
     throw e;
   }
-}
-
-/** The attachment's item, live and of `volumeId`, for a connect that started from the volume's summary of it. */
-async function itemOfVolume(attachmentId: string, volumeId: string): Promise<Attachment> {
-  const item = await getAttachmentRecord(attachmentId);
-  const ofVolume = item?.volumeId === volumeId ? item : undefined;
-  assertAttachmentLive(ofVolume, attachmentId);
-  return ofVolume;
 }
 
 /**

@@ -28,7 +28,7 @@
 import { Conflict } from '../core/errors.js';
 import { intentId } from '../core/intents.js';
 import type { Connector } from '../drivers/volume/driver.js';
-import type { AttachMode } from '../volumes/model.js';
+import type { AttachMode, AttachWait } from '../volumes/model.js';
 
 /** C/objects/fields.py VolumeAttachStatus. */
 export type AttachStatus = 'attached' | 'attaching' | 'detached' | 'reserved' | 'error_attaching' | 'error_detaching' | 'deleted';
@@ -64,29 +64,16 @@ export interface Attachment {
   pendingConnect?: Record<string, ConnectIntent>;
   /** Deletes in flight (or abandoned by a crash) that may terminate the attachment's host connection, by intent id. Absent until the first. */
   pendingDisconnect?: Record<string, DisconnectIntent>;
-  /** The wait for a connection the backend accepted but had not finished (attach-wait.ts); absent when the connect was made at once. */
+  /**
+   * The wait for a connection the backend accepted but had not finished, as items written before
+   * the volume's `attachWaits` map held it (attach-wait.ts): still honoured until none remain; no
+   * new one is written here.
+   */
   attachWait?: AttachWait;
 }
 
-/**
- * The volume-attach-wait machine's record on the attachment (attach-wait.ts): written by the connect
- * transaction that recorded a pending connection (the intent: its execution's name), ended by the
- * machine: `attached`, or `failed` with the reason (the attachment then `error_attaching`).
- */
-export interface AttachWait {
-  /** The execution's name, `volume-attach-wait-<attachment id>-<attachment version of the connect>`: one per connect. */
-  execution: string;
-  /** The connector host the backend is attaching to. */
-  host: string;
-  status: 'waiting' | 'attached' | 'failed';
-  /** ISO-8601 */
-  startedAt: string;
-  endedAt?: string;
-  /** Why the attach failed, in words (`failed`). */
-  reason?: string;
-  /** `failed`: the backend's connection is still to be removed (set with the failure, cleared once it is). */
-  detachPending?: boolean;
-}
+/** The wait's record (volumes/model.ts): on the volume's `attachWaits`, or on the attachment items written before that map. */
+export type { AttachWait };
 
 /** A connect's intent: the backend connection it is about to make, and since when. */
 export interface ConnectIntent {

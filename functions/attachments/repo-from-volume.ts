@@ -25,11 +25,14 @@ const COMPLETE_FIELDS = ['attachStatus', 'updatedAt'] as const;
 const CONNECT_FIELDS = ['attachStatus', 'connector', 'attachedHost', 'mountpoint', 'attachTime', 'attachMode', 'connectionInfo', 'updatedAt'] as const;
 
 /**
- * A wait (attach-wait.ts) the connect may drop: none, or one that has ended for good (`attached`,
- * or `failed` with its detach done). A wait still watched, or a failed one whose detach is still
- * pending, changes without the volume's version (attach-wait-steps.ts): such an item goes by id.
+ * A wait on the item (attach-wait.ts; only items written before the volume's `attachWaits` map
+ * hold one) the connect may drop: none, or one that has ended for good (`attached`, or `failed`
+ * with its detach done). Such a wait still watched, or failed with its detach still pending,
+ * changes without the volume's version: that item goes by id. Waits in the volume's map need no
+ * clause here: each of their writes moves the volume's version, which the connect is conditioned
+ * on. Kept until the audit finds no wait on an item.
  */
-const NO_LIVE_WAIT = '(attribute_not_exists(#aw) OR #aw.#aws = :attached OR (#aw.#aws = :failed AND attribute_not_exists(#aw.#awd)))';
+const NO_LIVE_ITEM_WAIT = '(attribute_not_exists(#aw) OR #aw.#aws = :attached OR (#aw.#aws = :failed AND attribute_not_exists(#aw.#awd)))';
 
 /** The volume lists an attachment whose item is not a live attachment of it (writeFieldsFromVolume). */
 export class AttachmentNotListed extends Error {
@@ -58,7 +61,7 @@ async function writeFieldsFromVolume(
     Object.assign(names, { '#pc': 'pendingConnect', '#intent': options.endConnectIntent, '#aw': 'attachWait', '#aws': 'status', '#awd': 'detachPending' });
     Object.assign(values, { ':attached': 'attached', ':failed': 'failed' });
     removes.push('#pc.#intent', '#aw');
-    condition += ` AND ${NO_LIVE_WAIT}`;
+    condition += ` AND ${NO_LIVE_ITEM_WAIT}`;
   }
   fields.forEach((field, i) => {
     names[`#t${i}`] = field;
@@ -96,8 +99,8 @@ export async function writeCompleteFromVolume(before: Volume, after: Volume, com
 
 /**
  * A connect from the volume's record (listed-connect.ts): ONE transaction, the attachment's connect
- * fields with its intent ended and no wait (a pending connection reads the item instead: its wait
- * is named from the item's version), and the volume's new summary and connections.
+ * fields with its intent ended (and a wait an older item held removed), and the volume's new
+ * summary and connections, with the wait of a pending connection in its `attachWaits`.
  */
 export async function writeConnectFromVolume(before: Volume, after: Volume, connected: Attachment, intentId: string, projectId: string): Promise<void> {
   await writeFieldsFromVolume(before, after, connected, CONNECT_FIELDS, { projectId, endConnectIntent: intentId });

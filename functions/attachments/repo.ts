@@ -76,9 +76,11 @@ function versionedVolumeUpdate(before: Volume, after: Volume): TransactItem {
     values[':attachStatus'] = after.attachStatus;
     sets.push('attachStatus = :attachStatus');
   }
-  AGGREGATE_MAPS.forEach((map, m) => {
-    const was: Record<string, unknown> = before[map];
-    const now: Record<string, unknown> = after[map];
+  [...AGGREGATE_MAPS, 'attachWaits' as const].forEach((map, m) => {
+    const was: Record<string, unknown> = before[map] ?? {};
+    const now: Record<string, unknown> = after[map] ?? {};
+    // The attach waits (attach-wait.ts) are absent until the first: set whole only to add one (most writes carry none).
+    if (map === 'attachWaits' && Object.keys(was).length === 0 && Object.keys(now).length === 0) return;
     if (Object.keys(was).length === 0) {
       values[`:m${m}`] = now;
       sets.push(`${map} = :m${m}`);
@@ -293,7 +295,7 @@ export async function writeWithVolume(attachmentWrite: TransactItem, before: Vol
     throw new ExtraConditionFailed(failed - items.length, failedItem(e, failed), e);
   }
   // Stored now: the record read with what versionedVolumeUpdate set.
-  const written = { status: after.status, attachStatus: after.attachStatus, attachments: after.attachments, instances: after.instances, connections: after.connections, updatedAt: after.updatedAt };
+  const written = { status: after.status, attachStatus: after.attachStatus, attachments: after.attachments, instances: after.instances, connections: after.connections, attachWaits: after.attachWaits, updatedAt: after.updatedAt };
   rememberVolume({ volume: { ...before, ...written, version: before.version + 1 }, hasMaps: true });
 }
 

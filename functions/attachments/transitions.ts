@@ -333,8 +333,11 @@ export function remove(volume: Volume, attachment: Attachment, now: string): Rem
   const remaining = Object.entries(attachments).map(([id, summary]) => ({ id, summary }));
   const deciding = remaining.map((r) => r.summary).filter((s) => !s.status.startsWith('error'));
   const state = volumeStateAfterDetach(volume, deciding);
+  // Its wait (attach-wait.ts) ends with it, but for a failed attach's detach still pending, which the machine or the reconciler finishes.
+  const { [attachment.id]: wait, ...attachWaits } = volume.attachWaits ?? {};
+  const waits = wait && !wait.detachPending ? { attachWaits } : {};
   return {
-    volume: { ...volume, ...state, attachments, instances, connections, updatedAt: now, version: volume.version + 1 },
+    volume: { ...volume, ...state, attachments, instances, connections, ...waits, updatedAt: now, version: volume.version + 1 },
     tombstone: {
       ...attachment,
       attachStatus: 'detached',

@@ -3,7 +3,7 @@
  * what each backend really holds (volumes, host connections, snapshots) against the records,
  * attachments against their volumes, and replication operations and drills.
  */
-import { ATTACH_WAIT_MACHINE } from '../attachments/attach-wait.js';
+import { ATTACH_WAIT_MACHINE, liveItemWait, liveWait } from '../attachments/attach-wait.js';
 import { attachmentFromItem, type Attachment } from '../attachments/model.js';
 import { MACHINE_WORST_CASE_SECONDS } from '../core/machine-bounds.js';
 import { scanAll } from '../core/db.js';
@@ -276,13 +276,17 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
   // (attach-wait-recovery.ts); what remains is here. A wait counts as stuck only past its machine's
   // worst case (3.8 hours, infra/asl/policy.ts ATTACH_WAIT): before that its execution may still run.
   const attachWaitStuckMs = Math.max(stuckMs, MACHINE_WORST_CASE_SECONDS[ATTACH_WAIT_MACHINE] * 1000);
-  for (const a of attachmentItems) {
-    const wait = a.attachWait;
-    if (!a.deleted && wait?.status === 'waiting' && wait.host === a.attachedHost && now - Date.parse(wait.startedAt) > attachWaitStuckMs) {
-      find('stuck-attach-wait', `attachment ${a.id}`, `the attach to ${wait.host} has been waited for since ${wait.startedAt} (execution ${wait.execution})`);
+  // The waits are in the volumes' attachWaits; an attachment item written before that map may still hold its own (liveItemWait).
+  const waits = [
+    ...volumes.flatMap((v) => Object.entries(v.attachWaits ?? {}).map(([id, wait]) => ({ id, wait, live: liveWait(v, id) !== undefined }))),
+    ...attachmentItems.filter((a) => a.attachWait).map((a) => ({ id: a.id, wait: a.attachWait!, live: liveItemWait(a) !== undefined })),
+  ];
+  for (const { id, wait, live } of waits) {
+    if (live && now - Date.parse(wait.startedAt) > attachWaitStuckMs) {
+      find('stuck-attach-wait', `attachment ${id}`, `the attach to ${wait.host} has been waited for since ${wait.startedAt} (execution ${wait.execution})`);
     }
-    if (wait?.status === 'failed' && wait.detachPending) {
-      find('attach-wait-detach-pending', `attachment ${a.id}`, `the attach to ${wait.host} failed ${wait.endedAt} (${wait.reason}); what the backend holds of it was not removed (execution ${wait.execution})`);
+    if (wait.status === 'failed' && wait.detachPending) {
+      find('attach-wait-detach-pending', `attachment ${id}`, `the attach to ${wait.host} failed ${wait.endedAt} (${wait.reason}); what the backend holds of it was not removed (execution ${wait.execution})`);
     }
   }
 

@@ -58,6 +58,31 @@ export interface AttachmentSummary {
   connector?: Connector;
 }
 
+/**
+ * The volume-attach-wait machine's record of one attachment's pending attach
+ * (attachments/attach-wait.ts), in the volume's `attachWaits` map: written by the connect that
+ * recorded a pending connection (the intent: its execution's name), ended by the machine:
+ * `attached`, or `failed` with the reason (the attachment then `error_attaching`).
+ */
+export interface AttachWait {
+  /**
+   * The execution's name: `volume-attach-wait-<attachment id>-v<volume version the connect or renewal wrote>`
+   * (the volume's version only grows, so one per connect). Waits on attachment items written before
+   * the map (`-<attachment version>`, no `v`) keep the name they were started under.
+   */
+  execution: string;
+  /** The connector host the backend is attaching to. */
+  host: string;
+  status: 'waiting' | 'attached' | 'failed';
+  /** ISO-8601 */
+  startedAt: string;
+  endedAt?: string;
+  /** Why the attach failed, in words (`failed`). */
+  reason?: string;
+  /** `failed`: the backend's connection is still to be removed (set with the failure, cleared once it is). */
+  detachPending?: boolean;
+}
+
 /** Capacity a volume holds on a pool item (scheduler.ts); present exactly while it is held, so release happens once. */
 export interface HeldCapacity {
   /** `host@backend#pool` */
@@ -98,6 +123,12 @@ export interface Volume {
   instances: Record<string, number>;
   /** connector host -> attachment ids using the backend connection on that host (refcount = length) */
   connections: Record<string, string[]>;
+  /**
+   * attachment id -> the wait for its pending attach (AttachWait). A top-level map, not a field of
+   * the summary: a versioned write sets a summary whole and would erase it. Every write of it moves
+   * `version`. Absent until the first wait.
+   */
+  attachWaits?: Record<string, AttachWait>;
   /** Set by create with server_id: attach to this instance once available. */
   pendingServerId?: string | null;
   /** Capacity held on a pool; null once released (or never reserved). Added by volumes. */

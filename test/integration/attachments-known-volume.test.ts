@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, test } from 'vitest';
 import { completeAttachment, createAttachment, deleteAttachment, updateAttachment } from '../../functions/attachments/service.js';
-import { getAttachmentRecord } from '../../functions/attachments/repo.js';
+import { getAttachmentRecord, getVolumeRecord } from '../../functions/attachments/repo.js';
 import { knownVolume, loadedVolume, rememberAttachment, rememberVolume } from '../../functions/attachments/volume-records.js';
 import { Conflict, InvalidVolume, NotFound } from '../../functions/core/errors.js';
 import { clearFaultCalls, faultCalls } from '../../functions/core/faults.js';
@@ -15,6 +15,7 @@ import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { attachmentKey } from '../../functions/attachments/model.js';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
+import { volumeKey } from '../../functions/volumes/model.js';
 import { ADMIN_AUTH, backendConnections, connector, DEMO_AUTH, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
 
 useAttachmentEnv();
@@ -271,8 +272,8 @@ describe('an update (connect) from the remembered volume', () => {
     await deleteAttachment({ auth, attachmentId: att2.id });
   });
 
-  test("an item whose wait (attach-wait.ts) is still watched: the connect's transaction from the summary is refused, and the connect goes by the item", async () => {
-    // Prepare: connected on cmp1, then a wait recorded on the item as the wait's steps write it (no volume version)
+  test("an item written before the volume's attachWaits whose wait (attach-wait.ts) is still watched: the connect's transaction from the summary is refused, and the connect goes by the item", async () => {
+    // Prepare: connected on cmp1, then a wait recorded on the item as the wait's steps wrote it before the volume's map (no volume version)
     const volume = await rememberedVolume();
     const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
     const wait = { execution: `volume-attach-wait-${att.id}-9`, host: 'cmp1', status: 'waiting', startedAt: new Date().toISOString() };
@@ -286,6 +287,51 @@ describe('an update (connect) from the remembered volume', () => {
     const item = (await getAttachmentRecord(att.id))!;
     expect(item).toMatchObject({ attachedHost: 'cmp2', pendingConnect: {}, version: att.version + 2 });
     expect(item.attachWait).toBeUndefined();
+    expect(await backendConnections(volume)).toEqual(['cmp2']);
+    await deleteAttachment({ auth, attachmentId: att.id });
+  });
+
+  /** A wait recorded in the volume's attachWaits as a pending connect or a wait's step writes it: under (and moving) the volume's version. */
+  async function waitOnVolume(volumeId: string, attachmentId: string, host: string) {
+    const wait = { execution: `volume-attach-wait-${attachmentId}-v99`, host, status: 'waiting', startedAt: new Date().toISOString() };
+    const names = { '#ws': 'attachWaits', '#aid': attachmentId };
+    await db().send(new UpdateCommand({ TableName: tableName('volume'), Key: volumeKey(volumeId), UpdateExpression: 'SET #ws = if_not_exists(#ws, :none) ADD version :one', ExpressionAttributeNames: { '#ws': 'attachWaits' }, ExpressionAttributeValues: { ':none': {}, ':one': 1 } }));
+    await db().send(new UpdateCommand({ TableName: tableName('volume'), Key: volumeKey(volumeId), UpdateExpression: 'SET #ws.#aid = :w ADD version :one', ExpressionAttributeNames: names, ExpressionAttributeValues: { ':w': wait, ':one': 1 } }));
+    return wait;
+  }
+
+  test("a wait on the volume survives the connect of another attachment of a multiattach volume, from a summary remembered before the wait (not erased)", async () => {
+    // Prepare: att1 connected on cmp1 with its wait on the volume (written after this process last saw it); att2 reserved
+    const volume = await rememberedVolume({ multiattach: true });
+    const att1 = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    const att2 = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    const wait = await waitOnVolume(volume.id, att1.id, 'cmp1');
+    // Act
+    await updateAttachment({ auth, attachmentId: att2.id, connector: connector('cmp2') });
+    await completeAttachment({ auth, attachmentId: att2.id });
+    // Assess
+    const stored = await readVolume(volume.id);
+    expect(stored.attachWaits).toEqual({ [att1.id]: wait });
+    expect(stored.connections).toEqual({ cmp1: [att1.id], cmp2: [att2.id] });
+    // The delete of att1 ends its wait with it; att2's delete leaves the map empty.
+    await deleteAttachment({ auth, attachmentId: att1.id });
+    await deleteAttachment({ auth, attachmentId: att2.id });
+    expect((await readVolume(volume.id)).attachWaits).toEqual({});
+  });
+
+  test("a wait on the volume does not refuse the connect from the summary (the volume's version carries it): the connect replaces it in its own transaction", async () => {
+    // Prepare: connected on cmp1, its wait on the volume, the volume read again since
+    const volume = await rememberedVolume();
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
+    await waitOnVolume(volume.id, att.id, 'cmp1');
+    await getVolumeRecord(volume.id);
+    resetDynamoRequests();
+    // Act
+    await updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp2') });
+    // Assess: the intent under the volume's version, the transaction; no item read, no retry
+    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 2 });
+    const stored = await readVolume(volume.id);
+    expect([stored.attachWaits, stored.connections]).toEqual([{}, { cmp2: [att.id] }]);
     expect(await backendConnections(volume)).toEqual(['cmp2']);
     await deleteAttachment({ auth, attachmentId: att.id });
   });

@@ -7,41 +7,30 @@
  * upstream's attach_volume leaves it, attaching a new attachment beside it). A server whose own
  * attach (POST /attachments, PUT) failed gets a new attachment from os-attach, not its failed one.
  */
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { randomUUID } from 'node:crypto';
-import { getAttachmentRecord } from '../../functions/attachments/repo.js';
 import { runAudit } from '../../functions/audit/audit.js';
-import { startEbsStack, type EbsStack } from '../support/ebs-stack.js';
+import { attachWaitOf } from '../support/attach-wait-record.js';
+import { useOneEbsBackend } from '../support/ebs-stack.js';
 import { eventually } from '../support/poll.js';
 
 const INSTANCES = ['i-0legacy1', 'i-0legacy2', 'i-0legacy3'];
-let ebs: EbsStack;
+const ebs = useOneEbsBackend(INSTANCES);
 
-beforeAll(async () => {
-  ebs = await startEbsStack({
-    backends: [{ host: 'ferry@ebs-a', driver: 'aws-ebs', availabilityZone: 'eu-west-1a', ebsVolumeType: 'gp3', volumeBackendName: 'ebs-a', pools: [{ name: 'gp', totalCapacityGb: 100 }] }],
-    types: [{ name: 'ebs', extraSpecs: { volume_backend_name: 'ebs-a' } }],
-    instances: INSTANCES,
-  });
-}, 120_000);
-afterAll(async () => {
-  await ebs?.stop();
-});
-
-const action = (id: string, body: unknown) => ebs.api('POST', `/volumes/${id}/action`, body);
-const volume = async (id: string) => (await ebs.api('GET', `/volumes/${id}`)).body.volume;
+const action = (id: string, body: unknown) => ebs().api('POST', `/volumes/${id}/action`, body);
+const volume = async (id: string) => (await ebs().api('GET', `/volumes/${id}`)).body.volume;
 const statuses = async (id: string) =>
-  Object.fromEntries(((await ebs.api('GET', `/attachments?volume_id=${id}`)).body.attachments as { id: string; status: string }[]).map((a) => [a.id, a.status]));
+  Object.fromEntries(((await ebs().api('GET', `/attachments?volume_id=${id}`)).body.attachments as { id: string; status: string }[]).map((a) => [a.id, a.status]));
 /** The attachment's volume-attach-wait ended (the failed one's detach of what EC2 held done too). */
 const waitEnded = (attId: string) =>
   eventually(async (note) => {
-    const wait = (await getAttachmentRecord(attId))?.attachWait;
+    const wait = await attachWaitOf(attId);
     return note(wait?.status) !== 'waiting' && !wait?.detachPending ? wait : undefined;
   }, `volume-attach-wait of ${attId} to end`);
 
 /** A new EBS volume, available: its id. */
 async function availableVolume(): Promise<string> {
-  const created = await ebs.api('POST', '/volumes', { volume: { size: 1, volume_type: 'ebs', availability_zone: 'eu-west-1a' } });
+  const created = await ebs().api('POST', '/volumes', { volume: { size: 1, volume_type: 'ebs', availability_zone: 'eu-west-1a' } });
   expect(created.status).toBe(202);
   const id = created.body.volume.id as string;
   await eventually(async (note) => note((await volume(id)).status) === 'available' || undefined, `volume ${id} available`);
@@ -52,11 +41,11 @@ async function availableVolume(): Promise<string> {
 async function failedBesideConnected(instance: string): Promise<{ id: string; failed: string; connected: string }> {
   const id = await availableVolume();
   const connector = { host: instance, initiator: `iqn.x:${instance}`, ip: '10.0.0.5' };
-  ebs.fake.attachEnds.set(instance, { looks: 1, then: 'vanish' });
+  ebs().fake.attachEnds.set(instance, { looks: 1, then: 'vanish' });
   expect((await action(id, { 'os-initialize_connection': { connector } })).status).toBe(200);
   const [failed] = Object.keys(await statuses(id));
   expect((await waitEnded(failed!)).status).toBe('failed');
-  ebs.fake.attachEnds.delete(instance);
+  ebs().fake.attachEnds.delete(instance);
   expect((await action(id, { 'os-initialize_connection': { connector } })).status).toBe(200);
   const connected = Object.keys(await statuses(id)).find((a) => a !== failed)!;
   expect((await waitEnded(connected)).status).toBe('attached');
@@ -65,7 +54,7 @@ async function failedBesideConnected(instance: string): Promise<{ id: string; fa
 }
 
 async function detachAll(id: string): Promise<void> {
-  for (const attId of Object.keys(await statuses(id))) expect((await ebs.api('DELETE', `/attachments/${attId}`)).status).toBe(200);
+  for (const attId of Object.keys(await statuses(id))) expect((await ebs().api('DELETE', `/attachments/${attId}`)).status).toBe(200);
   expect((await volume(id)).status).toBe('available');
   expect((await runAudit()).findings).toEqual([]);
 }
@@ -93,9 +82,9 @@ describe('os-attach beside a failed attach on the same host', () => {
   test('os-attach for the server whose own attach failed (POST /attachments with it, then PUT): a new attachment is attached, the failed one left', async () => {
     const id = await availableVolume();
     const server = randomUUID();
-    const failed = (await ebs.api('POST', '/attachments', { attachment: { volume_uuid: id, instance_uuid: server } })).body.attachment.id as string;
-    ebs.fake.attachEnds.set(INSTANCES[2]!, { looks: 1, then: 'vanish' });
-    expect((await ebs.api('PUT', `/attachments/${failed}`, { attachment: { connector: { host: INSTANCES[2] } } })).status).toBe(200);
+    const failed = (await ebs().api('POST', '/attachments', { attachment: { volume_uuid: id, instance_uuid: server } })).body.attachment.id as string;
+    ebs().fake.attachEnds.set(INSTANCES[2]!, { looks: 1, then: 'vanish' });
+    expect((await ebs().api('PUT', `/attachments/${failed}`, { attachment: { connector: { host: INSTANCES[2] } } })).status).toBe(200);
     expect((await waitEnded(failed)).status).toBe('failed');
     expect((await action(id, { 'os-attach': { instance_uuid: server, mountpoint: '/dev/sdf' } })).status).toBe(202);
     const after = await statuses(id);

@@ -17,7 +17,7 @@ import { stringify } from 'yaml';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { ATTACH_WAIT_MACHINE } from '../../functions/attachments/attach-wait.js';
 import { attachWaitFailed, lookAtAttach } from '../../functions/attachments/attach-wait-steps.js';
-import { getAttachmentRecord } from '../../functions/attachments/repo.js';
+import { getAttachmentRecord, getVolumeRecord } from '../../functions/attachments/repo.js';
 import { runAudit } from '../../functions/audit/audit.js';
 import { reconcile } from '../../functions/audit/reconciler.js';
 import { describeExecution, executionArnOf, setSfn, sfn, startExecution, stateMachineArn } from '../../functions/core/executions.js';
@@ -25,6 +25,7 @@ import { MACHINE_WORST_CASE_SECONDS } from '../../functions/core/machine-bounds.
 import { clearDriverCache } from '../../functions/drivers/volume/registry.js';
 import type { Inventory } from '../../functions/inventory/schema.js';
 import { SANDBOX_INVENTORY, readInventoryFile } from '../../infra/inventory-file.js';
+import { attachWaitOf } from '../support/attach-wait-record.js';
 import { FakeEc2, awsError, wireFakeEc2 } from '../support/fake-ec2.js';
 import { eventually } from '../support/poll.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
@@ -61,10 +62,10 @@ async function attachTo(host: string): Promise<string> {
 }
 const detachAll = async (attId: string) => expect((await api('DELETE', `/attachments/${attId}`)).status).toBe(200);
 
-/** The attachment's volume-attach-wait execution (the name its record holds), once it ended. */
-const waitEnds = (attId: string) =>
+/** The attachment's volume-attach-wait execution (`named`, or the name its volume's record holds), once it ended. */
+const waitEnds = (attId: string, named?: string) =>
   eventually(async (note) => {
-    const name = (await getAttachmentRecord(attId))?.attachWait?.execution;
+    const name = named ?? (await attachWaitOf(attId))?.execution;
     if (!name) return undefined;
     const out = await describeExecution(executionArnOf(ATTACH_WAIT_MACHINE, name));
     return note(out.status) === 'RUNNING' ? undefined : out;
@@ -144,7 +145,7 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
     // EC2 accepted the attach; volume-attach-wait sees it attached (the fake's next look settles it).
     expect(fake.volumes.get(volumeId)!.Attachments).toEqual([expect.objectContaining({ InstanceId: 'i-0abc', State: expect.stringMatching(/^attach(ing|ed)$/) })]);
     expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
-    expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ host: 'i-0abc', status: 'attached' });
+    expect((await attachWaitOf(attId))).toMatchObject({ host: 'i-0abc', status: 'attached' });
     const completed = await api('POST', `/attachments/${attId}/action`, { 'os-complete': null });
     expect(completed.body ?? completed.status).toBe(204);
     expect(await statusOf(id)).toBe('in-use');
@@ -165,11 +166,11 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
     test('an attach that finishes after 3 looks: attached on the record; a second start of the same name starts nothing', async () => {
       fake.attachEnds.set('i-0n', { looks: 3, then: 'attached' });
       const attId = await attachTo('i-0n');
-      const wait = (await getAttachmentRecord(attId))!.attachWait!;
-      expect(wait.execution).toMatch(new RegExp(`^volume-attach-wait-${attId}-\\d+$`));
+      const wait = (await attachWaitOf(attId))!;
+      expect(wait.execution).toMatch(new RegExp(`^volume-attach-wait-${attId}-v\\d+$`));
       expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
       expect(fake.attachEnds.get('i-0n')!.looks).toBe(0);
-      expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ status: 'attached', endedAt: expect.any(String) });
+      expect((await attachWaitOf(attId))).toMatchObject({ status: 'attached', endedAt: expect.any(String) });
       await startExecution(ATTACH_WAIT_MACHINE, wait.execution, { attachmentId: attId });
       expect(await executionsNamed(wait.execution)).toBe(1);
       await detachAll(attId);
@@ -180,10 +181,8 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       const attId = await attachTo('i-0drop');
       const ended = await waitEnds(attId);
       expect([ended.status, ended.error]).toEqual(['FAILED', 'AttachFailed']);
-      const record = (await getAttachmentRecord(attId))!;
-      expect(record).toMatchObject({ attachStatus: 'error_attaching', connectionInfo: null });
-      expect(record.attachWait).toMatchObject({ status: 'failed', reason: expect.stringContaining('EC2 holds no attachment of EBS volume') });
-      expect(record.attachWait!.detachPending).toBeUndefined();
+      expect(await getAttachmentRecord(attId)).toMatchObject({ attachStatus: 'error_attaching', connectionInfo: null });
+      expect(await attachWaitOf(attId)).toEqual({ execution: expect.any(String), host: 'i-0drop', status: 'failed', startedAt: expect.any(String), endedAt: expect.any(String), reason: expect.stringContaining('EC2 holds no attachment of EBS volume') });
       expect((await api('GET', `/attachments/${attId}`)).body.attachment.status).toBe('error_attaching');
       expect(await statusOf(id)).toBe('available');
       expect(ebsVolume().Attachments).toEqual([]);
@@ -204,18 +203,18 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       const attId = await attachTo('i-0thr');
       expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
       expect(throttles).toBe(3);
-      expect((await getAttachmentRecord(attId))!.attachWait!.status).toBe('attached');
+      expect((await attachWaitOf(attId))!.status).toBe('attached');
       wireFakeEc2(ec2, fake);
       await detachAll(attId);
     });
 
-    test('a delete while the wait runs wins: the wait ends and touches nothing', async () => {
+    test('a delete while the wait runs wins: the wait ends and touches nothing (the delete dropped the wait from the volume)', async () => {
       fake.attachEnds.set('i-0slow', { looks: 0, then: 'stuck' });
       const attId = await attachTo('i-0slow');
+      const { execution } = (await attachWaitOf(attId))!;
       await detachAll(attId);
-      expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
-      const tombstone = (await getAttachmentRecord(attId))!;
-      expect([tombstone.deleted, tombstone.attachWait!.status]).toEqual([true, 'waiting']);
+      expect((await waitEnds(attId, execution)).status).toBe('SUCCEEDED');
+      expect([(await getAttachmentRecord(attId))!.deleted, await attachWaitOf(attId)]).toEqual([true, undefined]);
     });
 
     test('past the bound: the failure detaches what EC2 holds, once, and the machine then ends untouched', async () => {
@@ -224,13 +223,13 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       // What the Catch hands the Failed step when Look's Retry runs out (every look BackendNotReady).
       const error = { Error: 'BackendNotReady', Cause: JSON.stringify({ errorMessage: 'still attaching after the bound' }) };
       const detaches = () => ec2.commandCalls(DetachVolumeCommand).filter((c) => c.args[0].input.InstanceId === 'i-0stuck').length;
-      const { execution } = (await getAttachmentRecord(attId))!.attachWait!;
+      const { execution } = (await attachWaitOf(attId))!;
       expect(await attachWaitFailed(attId, error, execution)).toEqual({ outcome: 'failed', reason: 'still attaching after the bound' });
       expect(detaches()).toBe(1);
       expect(await attachWaitFailed(attId, error, execution)).toEqual({ outcome: 'superseded' });
       expect(detaches()).toBe(1);
       expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
-      expect((await getAttachmentRecord(attId))!).toMatchObject({ attachStatus: 'error_attaching', attachWait: { status: 'failed', reason: 'still attaching after the bound' } });
+      expect([(await getAttachmentRecord(attId))!.attachStatus, await attachWaitOf(attId)]).toEqual(['error_attaching', expect.objectContaining({ status: 'failed', reason: 'still attaching after the bound' })]);
       fake.describeVolumes({ VolumeIds: [ebsVolume().VolumeId!] });
       expect(ebsVolume().Attachments).toEqual([]);
       await detachAll(attId);
@@ -258,7 +257,7 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       fake.attachEnds.set('i-0nostart', { looks: 1, then: 'attached' });
       const attId = await attachTo('i-0nostart');
       setSfn(real);
-      const wait = (await getAttachmentRecord(attId))!.attachWait!;
+      const wait = (await attachWaitOf(attId))!;
       expect([refused, wait.status, await executionsNamed(wait.execution)]).toEqual([1, 'waiting', 0]);
       // The audit reports it only past the machine's own bound (3.8 h), not its usual hour: before that an execution may still run.
       const auditAt = async (ms: number) => (await runAudit({ now: new Date(Date.parse(wait.startedAt) + ms) })).findings.filter((f) => f.resource === `attachment ${attId}`).map((f) => f.kind);
@@ -269,7 +268,7 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       // Assess: started under its recorded name; the machine records the attach; the next pass has nothing to do.
       expect(first.repaired.filter((r) => r.resource === `attachment ${attId}`)).toEqual([expect.objectContaining({ kind: 'stuck-attach-wait', did: `started ${wait.execution}, which no start had made` })]);
       expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
-      expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ execution: wait.execution, status: 'attached' });
+      expect((await attachWaitOf(attId))).toMatchObject({ execution: wait.execution, status: 'attached' });
       expect(await reconcileNow(attId)).toEqual([]);
       expect(await executionsNamed(wait.execution)).toBe(1);
       await detachAll(attId);
@@ -283,10 +282,10 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       fake.attachEnds.set(host, { looks: 0, then: 'stuck' });
       const attId = await attachTo(host);
       setSfn(real);
-      const wait = (await getAttachmentRecord(attId))!.attachWait!;
+      const wait = (await attachWaitOf(attId))!;
       await startExecution(ATTACH_WAIT_MACHINE, wait.execution, { attachmentId: 'no-such-attachment' });
       expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
-      expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ execution: wait.execution, status: 'waiting' });
+      expect((await attachWaitOf(attId))).toMatchObject({ execution: wait.execution, status: 'waiting' });
       return { attId, wait };
     }
     const ec2Calls = (host: string) => ec2.calls().filter((c) => ['AttachVolumeCommand', 'DetachVolumeCommand'].includes(c.args[0].constructor.name) && (c.args[0].input as { InstanceId?: string }).InstanceId === host).length;
@@ -297,26 +296,27 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       fake.attachEnds.set('i-0ended', { looks: 0, then: 'attached' });
       const [calls, executions] = [ec2Calls('i-0ended'), await waitExecutions(attId)];
       expect((await reconcileNow(attId)).map((r) => [r.kind, r.outcome, r.did])).toEqual([['stuck-attach-wait', 'repaired', expect.stringMatching(/^recorded attached: .* ended SUCCEEDED without ending the wait/)]]);
-      expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ status: 'attached', endedAt: expect.any(String) });
+      expect((await attachWaitOf(attId))).toMatchObject({ status: 'attached', endedAt: expect.any(String) });
       expect([ec2Calls('i-0ended'), await waitExecutions(attId), await reconcileNow(attId)]).toEqual([calls, executions, []]);
       await detachAll(attId);
       await auditClean();
     });
 
-    test('a wait whose execution ended, EC2 still attaching: the reconciler starts a new wait (the next version\'s name), which records the attach; the old execution\'s steps leave it alone', async () => {
+    test('a wait whose execution ended, EC2 still attaching: the reconciler starts a new wait (the volume\'s next version\'s name), which records the attach; the old execution\'s steps leave it alone', async () => {
       const { attId, wait } = await endedWaitOn('i-0renew');
-      const version = (await getAttachmentRecord(attId))!.version;
+      const volumeId = (await getAttachmentRecord(attId))!.volumeId;
+      const version = (await getVolumeRecord(volumeId))!.volume.version;
       const calls = ec2Calls('i-0renew');
       expect((await reconcileNow(attId)).map((r) => [r.kind, r.outcome])).toEqual([['stuck-attach-wait', 'repaired']]);
-      const renewed = `${ATTACH_WAIT_MACHINE}-${attId}-${version + 1}`;
-      expect((await getAttachmentRecord(attId))).toMatchObject({ version: version + 1, attachWait: { execution: renewed, status: 'waiting' } });
+      const renewed = `${ATTACH_WAIT_MACHINE}-${attId}-v${version + 1}`;
+      expect((await getVolumeRecord(volumeId))!.volume).toMatchObject({ version: version + 1, attachWaits: { [attId]: { execution: renewed, status: 'waiting' } } });
       // Look and Failed of the ended execution (a stale run of its steps) are superseded: they neither end the renewed wait nor detach.
       const lost = { Error: 'AttachmentLost', Cause: JSON.stringify({ errorMessage: 'a stale look' }) };
       expect([await lookAtAttach(attId, wait.execution), await attachWaitFailed(attId, lost, wait.execution)]).toEqual([{ outcome: 'superseded' }, { outcome: 'superseded' }]);
-      expect([(await getAttachmentRecord(attId))!.attachWait, ec2Calls('i-0renew')]).toEqual([expect.objectContaining({ execution: renewed, status: 'waiting' }), calls]);
+      expect([(await attachWaitOf(attId)), ec2Calls('i-0renew')]).toEqual([expect.objectContaining({ execution: renewed, status: 'waiting' }), calls]);
       fake.attachEnds.set('i-0renew', { looks: 0, then: 'attached' });
       expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
-      expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ execution: renewed, status: 'attached' });
+      expect((await attachWaitOf(attId))).toMatchObject({ execution: renewed, status: 'attached' });
       expect([await executionsNamed(wait.execution), await executionsNamed(renewed), await waitExecutions(attId), await reconcileNow(attId)]).toEqual([1, 1, 2, []]);
       await detachAll(attId);
       await auditClean();
@@ -327,9 +327,8 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
       fake.attachEnds.set('i-0gone', { looks: 0, then: 'vanish' });
       const executions = await waitExecutions(attId);
       expect((await reconcileNow(attId)).map((r) => [r.kind, r.outcome, r.did])).toEqual([['stuck-attach-wait', 'repaired', expect.stringContaining('error_attaching (Attach of volume')]]);
-      const record = (await getAttachmentRecord(attId))!;
-      expect(record).toMatchObject({ attachStatus: 'error_attaching', connectionInfo: null, attachWait: { status: 'failed', reason: expect.stringContaining('EC2 holds no attachment of EBS volume') } });
-      expect(record.attachWait!.detachPending).toBeUndefined();
+      expect(await getAttachmentRecord(attId)).toMatchObject({ attachStatus: 'error_attaching', connectionInfo: null });
+      expect(await attachWaitOf(attId)).toEqual({ execution: expect.any(String), host: 'i-0gone', status: 'failed', startedAt: expect.any(String), endedAt: expect.any(String), reason: expect.stringContaining('EC2 holds no attachment of EBS volume') });
       expect([await statusOf(id), await waitExecutions(attId), await reconcileNow(attId)]).toEqual(['available', executions, []]);
       await detachAll(attId);
       // A delete while the pass looks at EC2 (still attaching) wins: the renewal's write is refused, nothing starts.
@@ -359,20 +358,20 @@ describe('an EBS backend through the Cinder API (EC2 mocked)', () => {
         if (refuse && command === 'DetachVolume' && (input as { InstanceId?: string }).InstanceId === 'i-0nodetach') throw awsError('UnauthorizedOperation', 'You are not authorized to perform this operation.');
       });
       const error = { Error: 'BackendNotReady', Cause: JSON.stringify({ errorMessage: 'still attaching after the bound' }) };
-      await expect(attachWaitFailed(attId, error, (await getAttachmentRecord(attId))!.attachWait!.execution)).rejects.toThrow();
+      await expect(attachWaitFailed(attId, error, (await attachWaitOf(attId))!.execution)).rejects.toThrow();
       expect((await waitEnds(attId)).status).toBe('SUCCEEDED');
-      expect((await getAttachmentRecord(attId))!.attachWait).toMatchObject({ status: 'failed', detachPending: true });
+      expect((await attachWaitOf(attId))).toMatchObject({ status: 'failed', detachPending: true });
       // EC2's attachment is also what the audit calls an orphan host connection (no attachment uses it).
       expect((await runAudit()).findings.map((f) => f.kind)).toEqual(['attach-wait-detach-pending', 'orphan-host-connection']);
       // Act + Assess: a pass while EC2 still refuses fails and keeps the intent; once EC2 lets it, the pass detaches.
       expect((await reconcile({ before: new Date(Date.now() + 1000) })).left.filter((r) => r.resource === `attachment ${attId}`).map((r) => [r.kind, r.outcome])).toEqual([['attach-wait-detach-pending', 'failed']]);
-      expect((await getAttachmentRecord(attId))!.attachWait!.detachPending).toBe(true);
+      expect((await attachWaitOf(attId))!.detachPending).toBe(true);
       refuse = false;
       const before = detaches();
       const pass = await reconcile({ before: new Date(Date.now() + 1000) });
       expect(pass.repaired.filter((r) => r.resource === `attachment ${attId}`).map((r) => r.kind)).toEqual(['attach-wait-detach-pending']);
       expect(detaches()).toBe(before + 1);
-      expect((await getAttachmentRecord(attId))!.attachWait!.detachPending).toBeUndefined();
+      expect((await attachWaitOf(attId))!.detachPending).toBeUndefined();
       fake.describeVolumes({ VolumeIds: [ebsVolume().VolumeId!] });
       expect(ebsVolume().Attachments).toEqual([]);
       expect(await reconcileNow(attId)).toEqual([]);

@@ -5,6 +5,7 @@
  */
 import { EC2Client } from '@aws-sdk/client-ec2';
 import { mockClient, type AwsClientStub } from 'aws-sdk-client-mock';
+import { afterAll, beforeAll } from 'vitest';
 import { clearDriverCache } from '../../functions/drivers/volume/registry.js';
 import type { Inventory } from '../../functions/inventory/schema.js';
 import { FakeEc2, fakeRegions, wireFakeEc2 } from './fake-ec2.js';
@@ -62,6 +63,24 @@ export async function startEbsStack(options: {
       clearDriverCache();
     },
   };
+}
+
+/**
+ * For a test file: startEbsStack before its tests with one aws-ebs backend, `ferry@ebs-a` in
+ * eu-west-1a (pool `gp`, gp3), its volume type `ebs`, and these EC2 instances; stopped after them.
+ * The stack, once started.
+ */
+export function useOneEbsBackend(instances: string[]): () => EbsStack {
+  let ebs: EbsStack | undefined;
+  beforeAll(async () => {
+    ebs = await startEbsStack({
+      backends: [{ host: 'ferry@ebs-a', driver: 'aws-ebs', availabilityZone: 'eu-west-1a', ebsVolumeType: 'gp3', volumeBackendName: 'ebs-a', pools: [{ name: 'gp', totalCapacityGb: 100 }] }],
+      types: [{ name: 'ebs', extraSpecs: { volume_backend_name: 'ebs-a' } }],
+      instances,
+    });
+  }, 120_000);
+  afterAll(async () => ebs?.stop());
+  return () => ebs!;
 }
 
 /**

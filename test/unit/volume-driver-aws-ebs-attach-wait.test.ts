@@ -7,7 +7,7 @@
 import { DescribeVolumesCommand, EC2Client } from '@aws-sdk/client-ec2';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { attachWaitExecutionName, failAttach, liveWait, renewAttachWait, withAttachWait } from '../../functions/attachments/attach-wait.js';
+import { attachWaitExecutionName, failAttach, liveItemWait, liveWait, renewAttachWait, withAttachWait } from '../../functions/attachments/attach-wait.js';
 import { attachWaitStep } from '../../functions/attachments/attach-wait-steps.js';
 import { attachmentToTerminate } from '../../functions/attachments/legacy.js';
 import { connect, remove, reserve } from '../../functions/attachments/transitions.js';
@@ -101,19 +101,26 @@ describe('the wait record (attach-wait.ts)', () => {
     return withAttachWait(connect(r.volume, r.attachment, { connector: connectorFor('i-1'), connection, now: T1 }, { checkDuplicates: true }), connection, T1);
   };
 
-  it('a pending connect records a waiting wait named after the attachment and its version; one made at once records none', () => {
+  it('a pending connect records a waiting wait on the volume, named after the attachment and the volume version it writes; one made at once records none', () => {
     // Act
     const pending = connected(true);
     const made = connected(false);
 
     // Assess
-    expect(pending.attachment.attachWait).toEqual({ execution: attachWaitExecutionName('att-1', pending.attachment.version), host: 'i-1', status: 'waiting', startedAt: T1 });
-    expect(pending.attachment.attachWait!.execution).toBe(`volume-attach-wait-att-1-${pending.attachment.version}`);
-    expect(liveWait(pending.attachment)).toBe(pending.attachment.attachWait);
-    expect(made.attachment.attachWait).toBeUndefined();
-    // A later connect made at once drops the earlier wait.
-    const again = withAttachWait({ ...pending }, { driverVolumeType: 'aws_ebs', data: {} }, T1);
-    expect(again.attachment.attachWait).toBeUndefined();
+    expect(pending.volume.attachWaits!['att-1']).toEqual({ execution: attachWaitExecutionName('att-1', pending.volume.version), host: 'i-1', status: 'waiting', startedAt: T1 });
+    expect(pending.volume.attachWaits!['att-1']!.execution).toBe(`volume-attach-wait-att-1-v${pending.volume.version}`);
+    expect(pending.attachment.attachWait).toBeUndefined();
+    expect(liveWait(pending.volume, 'att-1')).toBe(pending.volume.attachWaits!['att-1']);
+    expect(made.volume.attachWaits).toBeUndefined();
+    // A later connect made at once drops the earlier wait (and one an older item held).
+    const again = withAttachWait({ ...pending, attachment: { ...pending.attachment, attachWait: pending.volume.attachWaits!['att-1'] } }, { driverVolumeType: 'aws_ebs', data: {} }, T1);
+    expect([again.volume.attachWaits, again.attachment.attachWait]).toEqual([{}, undefined]);
+  });
+
+  it('the longest name (a uuid attachment id, the largest version a number holds exactly) fits the 80 characters executionName keeps', () => {
+    const name = attachWaitExecutionName('0b4f9c2e-6f1d-4f8a-9a57-3c2d1e0f9b8a', Number.MAX_SAFE_INTEGER);
+    expect(name.length).toBeLessThanOrEqual(80);
+    expect(name.endsWith(`-v${Number.MAX_SAFE_INTEGER}`)).toBe(true);
   });
 
   it('a failed attach: error_attaching without connection_info, off its host, the volume recomputed; deleted or ended waits are not live', () => {
@@ -125,12 +132,45 @@ describe('the wait record (attach-wait.ts)', () => {
 
     // Assess
     expect(failed.attachment).toMatchObject({ attachStatus: 'error_attaching', connectionInfo: null, version: attachment.version + 1 });
-    expect(failed.attachment.attachWait).toMatchObject({ status: 'failed', reason: 'EC2 holds no attachment', detachPending: true });
+    expect(failed.attachment.attachWait).toBeUndefined();
+    expect(failed.volume.attachWaits!['att-1']).toMatchObject({ status: 'failed', reason: 'EC2 holds no attachment', detachPending: true });
     expect(failed.volume).toMatchObject({ status: 'available', attachStatus: 'detached', connections: {}, version: volume.version + 1 });
     expect(failed.volume.attachments['att-1']).toMatchObject({ status: 'error_attaching', connected: false });
-    expect(liveWait(failed.attachment)).toBeUndefined();
-    expect(liveWait({ ...attachment, deleted: true })).toBeUndefined();
-    expect(liveWait({ ...attachment, attachedHost: 'i-2' })).toBeUndefined();
+    expect(liveWait(failed.volume, 'att-1')).toBeUndefined();
+    expect(liveWait(remove(volume, attachment, T1).volume, 'att-1')).toBeUndefined();
+    expect(liveWait({ ...volume, attachments: { 'att-1': { ...volume.attachments['att-1']!, host: 'i-2' } } }, 'att-1')).toBeUndefined();
+  });
+
+  it('a delete drops the attachment\'s wait from the volume, but for a failed attach whose detach is still pending', () => {
+    // Prepare
+    const { volume, attachment } = connected(true);
+    const failed = failAttach(volume, attachment, 'EC2 holds no attachment', '2026-01-01T00:00:09.000Z');
+
+    // Act
+    const waiting = remove(volume, attachment, T1);
+    const detachPending = remove(failed.volume, failed.attachment, T1);
+    const detached = remove({ ...failed.volume, attachWaits: { 'att-1': { ...failed.volume.attachWaits!['att-1']!, detachPending: undefined } } }, failed.attachment, T1);
+
+    // Assess
+    expect(waiting.volume.attachWaits).toEqual({});
+    expect(detachPending.volume.attachWaits).toEqual(failed.volume.attachWaits);
+    expect(detached.volume.attachWaits).toEqual({});
+  });
+
+  it('a failed wait on an attachment item written before the volume\'s map is recorded on that item', () => {
+    // Prepare: the wait on the item, as written before
+    const { volume, attachment } = connected(true);
+    const { attachWaits: _waits, ...before } = volume;
+    const itemWait = volume.attachWaits!['att-1']!;
+
+    // Act
+    const failed = failAttach(before, { ...attachment, attachWait: itemWait }, 'gone', '2026-01-01T00:00:09.000Z');
+
+    // Assess
+    expect(failed.attachment.attachWait).toMatchObject({ status: 'failed', reason: 'gone', detachPending: true });
+    expect(failed.volume.attachWaits).toBeUndefined();
+    expect(liveItemWait({ ...attachment, attachWait: itemWait })).toBe(itemWait);
+    expect(liveItemWait({ ...attachment, attachWait: itemWait, deleted: true })).toBeUndefined();
   });
   it('a failed attach\'s summary keeps its host and connector, but counts for no connection: a delete of it or a move of it terminates nothing', () => {
     // Prepare: another attachment of the multiattach volume uses the same host's connection
@@ -170,18 +210,18 @@ describe('the wait record (attach-wait.ts)', () => {
     expect(attachmentToTerminate(failed.volume, 'i-1')).toBe('att-1');
     expect(attachmentToTerminate(second.volume, 'i-2')).toBeUndefined();
   });
-  it('a renewed wait carries its own version\'s name (the attachment\'s next version); the connection it watches is the same, made once', () => {
+  it('a renewed wait carries its own version\'s name (the volume\'s next version); the connection it watches is the same, made once', () => {
     // Prepare
-    const { attachment } = connected(true);
+    const { volume } = connected(true);
 
     // Act
-    const renewed = renewAttachWait(attachment, '2026-01-01T00:00:09.000Z');
+    const renewed = renewAttachWait(volume, 'att-1', '2026-01-01T00:00:09.000Z');
 
     // Assess
-    expect(renewed.version).toBe(attachment.version + 1);
-    expect(renewed.attachWait).toEqual({ execution: attachWaitExecutionName('att-1', renewed.version), host: 'i-1', status: 'waiting', startedAt: '2026-01-01T00:00:09.000Z' });
-    expect(renewed.attachWait!.execution).not.toBe(attachment.attachWait!.execution);
-    expect({ ...renewed, attachWait: undefined, version: 0, updatedAt: '' }).toEqual({ ...attachment, attachWait: undefined, version: 0, updatedAt: '' });
+    expect(renewed.version).toBe(volume.version + 1);
+    expect(renewed.attachWaits!['att-1']).toEqual({ execution: attachWaitExecutionName('att-1', renewed.version), host: 'i-1', status: 'waiting', startedAt: '2026-01-01T00:00:09.000Z' });
+    expect(renewed.attachWaits!['att-1']!.execution).not.toBe(volume.attachWaits!['att-1']!.execution);
+    expect({ ...renewed, attachWaits: undefined, version: 0 }).toEqual({ ...volume, attachWaits: undefined, version: 0 });
   });
 
   it('a Look or Failed step without its execution\'s name acts on no wait (superseded, nothing read)', async () => {
