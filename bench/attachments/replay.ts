@@ -11,12 +11,12 @@
  * a cycle takes. Every request keeps its condition, so a replay that drifted from what the API did
  * fails at once rather than measure something else.
  *
- * Three shapes are replayed:
- * - `as-is`: exactly what the API sent;
- * - `minimum`: the least the house rules allow. The update's intent is written alone (one
- *   UpdateItem, without the check of the volume's version that proves the remembered record
- *   current): four transactions (create, connect, complete, delete, each changing the attachment
- *   and its volume together), the intent before the connection and the fence after the terminate.
+ * Two shapes are replayed:
+ * - `as-is`: exactly what the API sent. Since connect intents live on the volume item, this is
+ *   also the least the house rules allow with the attachment item kept as it is (the `minimum`
+ *   shape replayed before, the update's intent written alone, is the API's own now): the intent
+ *   one UpdateItem, four transactions (create, connect, complete, delete, each changing the
+ *   attachment and its volume together), the fence after the terminate.
  * - `in-volume`: the same writes with the attachment's state kept in its volume item
  *   (in-volume-shape.ts): the intent, the connect and the complete each one UpdateItem of the
  *   volume; what a change of Ferry's data model would allow, measured before making it.
@@ -45,7 +45,7 @@ export interface RecordedCycle {
   ids: { volume: string; attachment: string; instance: string; host: string };
 }
 
-export type ReplayShape = 'as-is' | 'minimum' | 'in-volume';
+export type ReplayShape = 'as-is' | 'in-volume';
 
 const SENDABLE = new Set(['TransactWriteItemsCommand', 'UpdateItemCommand', 'PutItemCommand', 'GetItemCommand']);
 const MIDDLEWARE = 'benchRecordRequests';
@@ -80,15 +80,7 @@ export async function recordCycle(ids: Omit<RecordedCycle['ids'], 'attachment'>,
 export function shapeOf(cycle: RecordedCycle, shape: ReplayShape): { requests: RecordedRequest[]; versionStep: number; volumeItem: Record<string, any> } {
   const { versionStep, volumeItem } = cycle;
   if (shape === 'as-is') return { requests: cycle.requests, versionStep, volumeItem };
-  if (shape === 'in-volume') return { requests: inVolumeShape(cycle), versionStep, volumeItem: inVolumeItem(cycle) };
-  const requests = cycle.requests.map((r): RecordedRequest => {
-    const items = r.input.TransactItems as Record<string, any>[] | undefined;
-    // The update's intent: [Update of the attachment, ConditionCheck of the volume] -> the Update alone.
-    if (items?.length === 2 && items[0]!.Update && items[1]!.ConditionCheck) return { command: 'UpdateItemCommand', input: items[0]!.Update };
-    return r;
-  });
-  if (requests.every((r, i) => r === cycle.requests[i])) throw new Error('bench replay: the cycle has no intent with a version check to write alone');
-  return { requests, versionStep, volumeItem };
+  return { requests: inVolumeShape(cycle), versionStep, volumeItem: inVolumeItem(cycle) };
 }
 
 /**

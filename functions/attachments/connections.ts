@@ -2,7 +2,7 @@
  * Host connections of attachments (reference §3.6, seed 004): the backend connection of (volume,
  * connector host) is shared by every attachment of the volume on that host and refcounted in the
  * volume item's `connections[host]`. Ordering, so a failure at any point leaks nothing:
- * - connect: the connect intent (model.ts `pendingConnect`), then driver.initializeConnection
+ * - connect: the connect intent (on the volume: model.ts `connectIntents`), then driver.initializeConnection
  *   (idempotent), then the transaction that records the attachment as connected and clears the
  *   intent; if the connect finally fails and no attachment uses the host, the connection is
  *   terminated again and the intent cleared. A process that dies in between leaves the intent,
@@ -18,7 +18,7 @@ import type { Connector, VolumeDriver } from '../drivers/volume/driver.js';
 import { driverForHost } from '../volumes/backends.js';
 import type { Volume } from '../volumes/model.js';
 import { startAttachWait, withAttachWait } from './attach-wait.js';
-import type { Attachment, ConnectIntent } from './model.js';
+import { connectIntentsOf, type Attachment, type ConnectIntent } from './model.js';
 import { clearConnectIntent, fenceHost, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeVersioned, type LoadedVolume } from './repo.js';
 import { AttachmentNotListed, writeConnectFromVolume } from './repo-from-volume.js';
 import { assertAttachmentLive, checkConnect, connect, type ConnectOptions } from './transitions.js';
@@ -54,7 +54,7 @@ export async function loadVolumeOf(attachment: Attachment): Promise<LoadedVolume
   return loaded;
 }
 
-/** A connect about to start: the attachment as its intent write returned it (intent included), and the volume if already read. */
+/** A connect about to start: the attachment, its intent (written), and the volume if already read (the intent write returns it). */
 export interface ConnectStart {
   attachment: Attachment;
   intent: ConnectIntent;
@@ -89,12 +89,13 @@ export async function connectAttachment(attachmentId: string, connector: Connect
   try {
     return await withRetries(async () => {
       if (!state) {
-        let attachment = await getAttachmentRecord(attachmentId);
+        const attachment = await getAttachmentRecord(attachmentId);
         assertAttachmentLive(attachment, attachmentId);
-        // Only a recovery pass that took this call for a dead one removes its intent: write it again.
-        if (!attachment.pendingConnect?.[intent.id]) attachment = await writeConnectIntent(attachmentId, intent);
-        assertAttachmentLive(attachment, attachmentId);
-        state = { attachment, intent };
+        let volume: LoadedVolume | undefined = await loadVolumeOf(attachment);
+        // Only a recovery pass that took this call for a dead one removes its intent: write it again (a fresh read shows it).
+        if (!connectIntentsOf(volume.volume)[intent.id]) volume = await writeConnectIntent(attachment, intent);
+        assertAttachmentLive(volume ? attachment : undefined, attachmentId);
+        state = { attachment, intent, volume };
       }
       const { attachment, listedProjectId } = state;
       const volume = state.volume ?? (await loadVolumeOf(attachment));
@@ -105,7 +106,7 @@ export async function connectAttachment(attachmentId: string, connector: Connect
       const connection = await driver.initializeConnection(volume.volume.backendName, connector);
       const fromSummary = listedProjectId !== undefined;
       // A connection the backend has not finished gets its wait recorded on the volume in the same write, named from the version it writes (attach-wait.ts).
-      const result = withAttachWait(connect(volume.volume, attachment, { connector, connection, now: now(), intentId: intent.id }, options), connection, now());
+      const result = withAttachWait(connect(volume.volume, attachment, { connector, connection, now: now() }, options), connection, now());
       const left = result.releasedHost;
       try {
         if (left) await driver.terminateConnection(volume.volume.backendName, left.connector);
@@ -122,7 +123,7 @@ export async function connectAttachment(attachmentId: string, connector: Connect
       return result.attachment;
     }, RETRY);
   } catch (e) {
-    await undoFailedConnect(attachmentId, connector, connectedVolume, keepIntent ? undefined : intent);
+    await undoFailedConnect(attachmentId, first.attachment.volumeId, connector, connectedVolume, keepIntent ? undefined : intent);
     throw e;
   }
 }
@@ -146,7 +147,7 @@ export async function restoreLeftHost(attachmentId: string, volume: Volume, left
  * uses the host, then its intent (none: the intent is kept, as it is when the connection could not
  * be removed, so that a recovery pass, recoverPendingConnects, finishes the cleanup later).
  */
-async function undoFailedConnect(attachmentId: string, connector: Connector, connectedVolume: Volume | undefined, intent: ConnectIntent | undefined): Promise<void> {
+async function undoFailedConnect(attachmentId: string, volumeId: string, connector: Connector, connectedVolume: Volume | undefined, intent: ConnectIntent | undefined): Promise<void> {
   if (connectedVolume) {
     try {
       await releaseHost(connectedVolume, { host: connector.host, connector }, { knownUnused: false });
@@ -162,7 +163,7 @@ async function undoFailedConnect(attachmentId: string, connector: Connector, con
   }
   if (!intent) return;
   try {
-    await clearConnectIntent(attachmentId, intent.id);
+    await clearConnectIntent(volumeId, intent.id);
   } catch (e) {
     logger.error('could not clear the intent of a failed connect; a recovery pass clears it', { attachmentId, host: connector.host, error: e as Error });
   }

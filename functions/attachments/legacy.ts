@@ -93,7 +93,7 @@ async function reserveRoute(req: ApiRequest, v: Volume): Promise<ApiResponse> {
     const expected = volume.multiattach ? ['available', 'in-use'] : ['available'];
     if (!expected.includes(volume.status)) throw new InvalidVolume(`Volume status must be ${expected.join(' or ')} to reserve, but the status is ${volume.status}.`);
     // An empty intents map, as every reserve of the service writes: a later connect adds its intent to it in one update.
-    const result = reserve(volume, { attachmentId: randomUUID(), instanceUuid: null, now: now(), pendingConnect: {} });
+    const result = reserve(volume, { attachmentId: randomUUID(), instanceUuid: null, now: now() });
     // One versioned write of the volume read (its version is the condition): upstream shows `attaching`.
     await writeReserve({ volume, hasMaps: false }, { ...result, volume: { ...result.volume, status: 'attaching' } });
   }, RETRY);
@@ -199,7 +199,7 @@ async function reserveAndAttach(req: ApiRequest, volume: LoadedVolume, input: Le
     authorize(req.auth, ATTACHMENT_POLICIES.create, { projectId: loaded.volume.projectId });
     if (needsMultiattachBootablePolicy(loaded.volume)) authorize(req.auth, ATTACHMENT_POLICIES.multiattachBootable, { projectId: loaded.volume.projectId });
     const at = now();
-    const reserved = reserve(loaded.volume, { attachmentId, instanceUuid: input.instanceUuid, now: at, pendingConnect: {} });
+    const reserved = reserve(loaded.volume, { attachmentId, instanceUuid: input.instanceUuid, now: at });
     const attached = legacyAttach(reserved.volume, reserved.attachment, { ...input, now: at });
     // The attached volume computed from the record read: a versioned write of the whole aggregate.
     await writeReserve({ volume: loaded.volume, hasMaps: false }, { path: reserved.path, volume: attached.volume, attachment: attached.attachment });

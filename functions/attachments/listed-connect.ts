@@ -1,15 +1,15 @@
 /**
  * PUT /attachments/{id} from the volume's record, when this process knows the attachment's volume
- * and project (volume-records.ts knownAttachment) and remembers the volume (knownVolume): TWO
- * requests in the API's cycle (was 3: the connect intent returning the attachment, the volume
- * read, the transaction).
+ * and project (volume-records.ts knownAttachment) and remembers the volume (knownVolume), or the
+ * caller read the volume (os-initialize_connection's route): TWO requests in the API's cycle (was
+ * 3: the attachment read, the connect intent returning the volume, the transaction).
  *
  * The connect decides on the remembered volume and on its summary of the attachment (what
  * `connect` reads of the attachment: its mode, host and connector are in the summary), and the
  * decision comes before an effect outside DynamoDB (initializeConnection). So the intent is
- * recorded in ONE transaction with a check that the volume is still at the remembered version
- * (repo-intents.ts writeConnectIntentAtVersion): the record the decision used is proven current
- * at that moment, as a read would prove it. A volume moved since: the check's refusal returns the
+ * recorded on the volume in ONE UpdateItem conditioned on the volume still being at the remembered
+ * version (repo-intents.ts writeConnectIntentAtVersion): the record the decision used is proven
+ * current at that moment, as a read would prove it. A volume moved since: the check's refusal returns the
  * current record, and the decision is taken again on it (no read). The connect's transaction then
  * writes the attachment's connect fields under the volume's version (repo-from-volume.ts
  * writeConnectFromVolume), as os-complete and the delete do from the record.
@@ -29,7 +29,7 @@ import { newConnectIntent } from './model.js';
 import { ATTACHMENT_POLICIES } from './removal.js';
 import { writeConnectIntentAtVersion } from './repo-intents.js';
 import { checkConnect } from './transitions.js';
-import { knownVolume } from './volume-records.js';
+import { knownVolume, type LoadedVolume } from './volume-records.js';
 
 export interface ListedConnectInput {
   auth: AuthContext;
@@ -39,16 +39,18 @@ export interface ListedConnectInput {
   volumeId: string;
   /** The attachment's project as this process knows it: the policy is checked against it and the intent's write conditioned on it. */
   projectId: string;
+  /** The volume as the caller read it in this request (a pre-3.27 action's route), else the one this process remembers. */
+  record?: LoadedVolume;
 }
 
-/** Volume records moved under the check before the connect goes by id (each costs the one transaction). */
+/** Volume records moved under the check before the connect goes by id (each costs the one intent write). */
 const ATTEMPTS = 3;
 
 /** The connect's start with its intent recorded, or undefined: the caller connects by id. */
 export async function startConnectListed(input: ListedConnectInput): Promise<ConnectStart | undefined> {
   const { auth, attachmentId, connector, projectId } = input;
   const intent = newConnectIntent(attachmentId, connector, now(), input.callId);
-  let loaded = knownVolume(input.volumeId);
+  let loaded = input.record ?? knownVolume(input.volumeId);
   for (let attempt = 0; loaded && attempt < ATTEMPTS; attempt++) {
     const volume = loaded.volume;
     const summary = volume.attachments[attachmentId];

@@ -12,12 +12,19 @@
  * backend connection: a delete retried after a crash finds the tombstone and finishes the
  * disconnect. Tombstones expire through the table's TTL.
  *
- * `pendingConnect` holds the connect INTENTS of the synchronous connect (PUT /attachments/{id},
- * create with a connector), one per call: written before the driver's
- * initializeConnection and removed by the transaction that records the connection (or by the
- * failed connect's cleanup), so a process that dies in between leaves an intent, never an export
- * nothing knows about; recovery.ts undoes such intents. A tombstone keeps the intents of connects
- * that were in flight when it was deleted, for the same reason.
+ * Connect INTENTS of the synchronous connect (PUT /attachments/{id}, create with a connector) live
+ * on the VOLUME item, in its top-level map `connectIntents` (by intent id, each naming its
+ * attachment), one per call: written before the driver's initializeConnection and removed by the
+ * write that records the connection (or by the failed connect's cleanup), so a process that dies
+ * in between leaves an intent, never an export nothing knows about; recovery.ts undoes such
+ * intents. Top-level, not inside `attachments.<id>`: a versioned write sets a summary whole and
+ * would erase an intent written after its read. Intent writes leave the volume's version alone
+ * (concurrent connects do not make each other retry), so a remembered volume record
+ * (volume-records.ts knownVolume) may not show them: only recovery and a connect's retry decide on
+ * them, from a fresh read. A volume deleted while it holds one is refused (volumes/repo.ts
+ * removeVolumeRecord), and an attachment's delete leaves its intents to recovery.
+ * `pendingConnect` on attachment items is where intents were written before; recovery still
+ * honours what is left there.
  *
  * `pendingDisconnect` holds the disconnect INTENTS of deletes by id (service.ts deleteById), one
  * per call: written by the update that also reads the attachment, before the terminate of its
@@ -60,7 +67,7 @@ export interface Attachment {
   deleted?: boolean;
   /** Tombstone only: the host connection this delete must remove (it was the last user). */
   disconnect?: { host: string; connector: Connector } | null;
-  /** Connects in flight (or abandoned by a crash), by intent id. Absent on items written before intents existed. */
+  /** Connects in flight written on the item before intents moved to the volume (`connectIntents`); read by recovery only. */
   pendingConnect?: Record<string, ConnectIntent>;
   /** Deletes in flight (or abandoned by a crash) that may terminate the attachment's host connection, by intent id. Absent until the first. */
   pendingDisconnect?: Record<string, DisconnectIntent>;
@@ -77,8 +84,10 @@ export type { AttachWait };
 
 /** A connect's intent: the backend connection it is about to make, and since when. */
 export interface ConnectIntent {
-  /** The intent's own key in `pendingConnect` (connectIntentId: one per connect call; two calls for one host each have theirs). Names no effect. */
+  /** The intent's own key in the volume's `connectIntents` (connectIntentId: one per connect call; two calls for one host each have theirs). Names no effect. */
   id: string;
+  /** The attachment connecting (intents written on attachment items before they moved to the volume lack it: the item names it). */
+  attachmentId: string;
   /** The connector's host: the backend connection is that of (volume, host). */
   host: string;
   connector: Connector;
@@ -102,6 +111,14 @@ export interface DisconnectIntent {
   expiresAt: string;
 }
 
+/** The volume item's map of connect intents, by intent id. */
+export const CONNECT_INTENTS = 'connectIntents';
+
+/** The connect intents a volume item (or a record read from one) holds; a record remembered may be behind (they leave the version alone). */
+export function connectIntentsOf(volume: object): Record<string, ConnectIntent> {
+  return (volume as { connectIntents?: Record<string, ConnectIntent> }).connectIntents ?? {};
+}
+
 /** Longer than any synchronous API call may run (API Gateway answers by 29 s, the API Lambda stops at its timeout). */
 export const CONNECT_INTENT_TIMEOUT_MS = 5 * 60_000;
 
@@ -119,6 +136,7 @@ export const connectIntentId = (attachmentId: string, host: string, callId = 'no
 export function newConnectIntent(attachmentId: string, connector: Connector, now: string, callId?: string): ConnectIntent {
   return {
     id: connectIntentId(attachmentId, connector.host, callId),
+    attachmentId,
     host: connector.host,
     connector,
     startedAt: now,

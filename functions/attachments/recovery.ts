@@ -21,8 +21,9 @@ import type { BackendConnection, Connector } from '../drivers/volume/driver.js';
 import type { Volume } from '../volumes/model.js';
 import { driverForVolume, releaseHost, restoreHost, type ReleaseOutcome } from './connections.js';
 import type { Attachment, DisconnectIntent } from './model.js';
-import { clearConnectIntent, clearDisconnectIntent, getVolumeRecord } from './repo.js';
-import { markDisconnectDone, scanConnectIntents, scanPendingDisconnects } from './repo-recovery.js';
+import { clearConnectIntent, clearDisconnectIntent, getAttachmentRecord, getVolumeRecord } from './repo.js';
+import { clearItemConnectIntent } from './repo-intents.js';
+import { markDisconnectDone, scanConnectIntents, scanPendingDisconnects, type FoundConnectIntent } from './repo-recovery.js';
 
 /** One repair: its kind (an audit finding's kind where there is one), what it was about, what it saw, what it did. */
 export type AttachmentRepair = { kind: string; resource: string; saw: string; did: string };
@@ -50,23 +51,37 @@ const RELEASED: Record<ReleaseOutcome, string> = {
 export async function recoverPendingConnects(options: { before: Date }): Promise<AttachmentRepair[]> {
   const before = options.before.getTime();
   const repairs: AttachmentRepair[] = [];
-  for (const attachment of await scanConnectIntents()) {
-    for (const intent of Object.values(attachment.pendingConnect ?? {})) {
-      if (Date.parse(intent.startedAt) >= before) continue;
-      const host = intent.host;
-      const resource = `attachment ${attachment.id}`;
-      const saw = `${attachment.deleted ? 'deleted' : attachment.attachStatus} attachment of volume ${attachment.volumeId} with a connect intent to host ${host} from ${intent.startedAt}`;
-      try {
-        const restored = await restoreMovedFrom(attachment, host);
-        const released = await releaseIfUnused(attachment.volumeId, host, intent.connector);
-        const cleared = await clearConnectIntent(attachment.id, intent.id);
-        repairs.push(logged({ kind: 'pending-connect', resource, saw, did: `${restored}${RELEASED[released]}; ${cleared === 'cleared' ? 'cleared the intent' : 'the intent was already gone'}` }));
-      } catch (e) {
-        repairs.push(logged({ kind: 'pending-connect', resource, saw, did: `failed: ${reasonOf(e)}` }));
-      }
+  for (const found of await scanConnectIntents()) {
+    const { intent, volumeId } = found;
+    if (Date.parse(intent.startedAt) >= before) continue;
+    const host = intent.host;
+    const resource = `attachment ${intent.attachmentId}`;
+    let saw = `attachment of volume ${volumeId} with a connect intent to host ${host} from ${intent.startedAt}`;
+    try {
+      const attachment = await attachmentOfIntent(found);
+      const status = attachment ? (attachment.deleted ? 'deleted' : attachment.attachStatus) : 'item' in found ? 'deleted' : (found.summary?.status ?? 'deleted');
+      saw = `${status} ${saw}`;
+      const restored = attachment ? await restoreMovedFrom(attachment, host) : '';
+      const released = await releaseIfUnused(volumeId, host, intent.connector);
+      const cleared = 'item' in found ? await clearItemConnectIntent(found.item.id, intent.id) : await clearConnectIntent(volumeId, intent.id);
+      repairs.push(logged({ kind: 'pending-connect', resource, saw, did: `${restored}${RELEASED[released]}; ${cleared === 'cleared' ? 'cleared the intent' : 'the intent was already gone'}` }));
+    } catch (e) {
+      repairs.push(logged({ kind: 'pending-connect', resource, saw, did: `failed: ${reasonOf(e)}` }));
     }
   }
   return repairs;
+}
+
+/**
+ * The attachment a dead connect intent is of, as restoreMovedFrom needs it (its recorded host,
+ * connector and connection): the item it was found on, else, when its volume still lists it on
+ * another host than the intent's (a move), its item read; undefined when there is nothing to
+ * restore (deleted: the volume no longer lists it; or listed on the intent's own host).
+ */
+async function attachmentOfIntent(found: FoundConnectIntent): Promise<Attachment | undefined> {
+  if ('item' in found) return found.item;
+  if (!found.summary || found.summary.host === found.intent.host) return undefined;
+  return getAttachmentRecord(found.intent.attachmentId);
 }
 
 /**

@@ -13,6 +13,7 @@ import { tableName } from '../core/tables.js';
 import type { Volume } from '../volumes/model.js';
 import { attachmentKey, attachmentToItem, type Attachment } from './model.js';
 import { ATTACHMENT_EXISTS, ATTACHMENT_IN_PROJECT, ATTACHMENT_LIVE, writeWithVolume, type TransactItem } from './repo.js';
+import { connectIntentEnd } from './repo-intents.js';
 import { forgetAttachment, rememberAttachment } from './volume-records.js';
 
 /** The fields a delete changes on the attachment's item (transitions.ts remove), besides its version and GSI keys. */
@@ -58,9 +59,9 @@ async function writeFieldsFromVolume(
   const removes = options.removeGsiKeys ? ['#g1', '#g2'] : [];
   let condition = `${ATTACHMENT_EXISTS} AND ${ATTACHMENT_LIVE} AND #vid = :vid${options.projectId === undefined ? '' : ` AND ${ATTACHMENT_IN_PROJECT}`}`;
   if (options.endConnectIntent !== undefined) {
-    Object.assign(names, { '#pc': 'pendingConnect', '#intent': options.endConnectIntent, '#aw': 'attachWait', '#aws': 'status', '#awd': 'detachPending' });
+    Object.assign(names, { '#aw': 'attachWait', '#aws': 'status', '#awd': 'detachPending' });
     Object.assign(values, { ':attached': 'attached', ':failed': 'failed' });
-    removes.push('#pc.#intent', '#aw');
+    removes.push('#aw');
     condition += ` AND ${NO_LIVE_ITEM_WAIT}`;
   }
   fields.forEach((field, i) => {
@@ -78,7 +79,9 @@ async function writeFieldsFromVolume(
     },
   };
   try {
-    await writeWithVolume(update, before, after, options.conditions ?? []);
+    // The connect's intent is on the volume (model.ts `connectIntents`): its versioned update ends it.
+    const endConnect = options.endConnectIntent === undefined ? undefined : connectIntentEnd(options.endConnectIntent);
+    await writeWithVolume(update, before, after, options.conditions ?? [], endConnect);
   } catch (e) {
     const [attachmentCode, volumeCode] = cancellationCodes(e);
     if (attachmentCode === 'ConditionalCheckFailed' && volumeCode === 'None') throw new AttachmentNotListed(attachment.id, e);
@@ -99,8 +102,8 @@ export async function writeCompleteFromVolume(before: Volume, after: Volume, com
 
 /**
  * A connect from the volume's record (listed-connect.ts): ONE transaction, the attachment's connect
- * fields with its intent ended (and a wait an older item held removed), and the volume's new
- * summary and connections, with the wait of a pending connection in its `attachWaits`.
+ * fields (and a wait an older item held removed), and the volume's new summary and connections
+ * with the connect's intent ended, and the wait of a pending connection in its `attachWaits`.
  */
 export async function writeConnectFromVolume(before: Volume, after: Volume, connected: Attachment, intentId: string, projectId: string): Promise<void> {
   await writeFieldsFromVolume(before, after, connected, CONNECT_FIELDS, { projectId, endConnectIntent: intentId });

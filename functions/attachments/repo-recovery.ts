@@ -1,27 +1,46 @@
 /**
- * The attachment records recovery passes read and mark (recovery.ts): connect intents and
- * pending disconnects. Apart from repo.ts, whose writes are the operations' own.
+ * The records recovery passes read and mark (recovery.ts): connect intents (on volumes) and
+ * pending disconnects (on attachment items). Apart from repo.ts, whose writes are the operations' own.
  */
 import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { db, isConditionFailure, scanAll } from '../core/db.js';
 import { tableName } from '../core/tables.js';
-import { ATTACHMENT_SK, attachmentFromItem, attachmentKey, type Attachment } from './model.js';
+import { volumeKey, type AttachmentSummary } from '../volumes/model.js';
+import { ATTACHMENT_SK, attachmentFromItem, attachmentKey, CONNECT_INTENTS, connectIntentsOf, type Attachment, type ConnectIntent } from './model.js';
 
 const table = () => tableName('volume');
 
 /**
- * Every attachment item (live or tombstone) holding a connect intent. A Scan with a filter: the
- * volume table's only index (gsi1) keys the project listings, and intents are rare (only
- * connects in flight or abandoned by a crash), so recovery passes pay one table read each.
+ * A connect intent a recovery pass found: on its volume (with the volume's summary of the
+ * attachment, absent once the attachment is deleted), or on an attachment item (`item`: written
+ * there before intents moved to the volume).
  */
-export async function scanConnectIntents(): Promise<Attachment[]> {
+export type FoundConnectIntent = { volumeId: string; intent: ConnectIntent } & ({ summary: AttachmentSummary | undefined } | { item: Attachment });
+
+/**
+ * Every connect intent: on volume items, and on attachment items (live or tombstone) from before
+ * intents moved to the volume. A Scan with a filter: the volume table's only index (gsi1) keys
+ * the project listings, and intents are rare (only connects in flight or abandoned by a crash),
+ * so recovery passes pay one table read each. The attachment items' half stays until no item
+ * holds such an intent (the local stack keeps its data across upgrades; the audit's
+ * pending-connect finding names any left).
+ */
+export async function scanConnectIntents(): Promise<FoundConnectIntent[]> {
   const items = await scanAll({
     TableName: table(),
-    FilterExpression: 'sk = :sk AND size(pendingConnect) > :zero',
-    ExpressionAttributeValues: { ':sk': ATTACHMENT_SK, ':zero': 0 },
+    FilterExpression: '(sk = :vol AND size(#ci) > :zero) OR (sk = :att AND size(pendingConnect) > :zero)',
+    ExpressionAttributeNames: { '#ci': CONNECT_INTENTS },
+    ExpressionAttributeValues: { ':vol': volumeKey('').sk, ':att': ATTACHMENT_SK, ':zero': 0 },
     ConsistentRead: true,
   });
-  return items.map(attachmentFromItem);
+  return items.flatMap((item): FoundConnectIntent[] => {
+    if (item.sk === ATTACHMENT_SK) {
+      const attachment = attachmentFromItem(item);
+      return Object.values(attachment.pendingConnect ?? {}).map((intent) => ({ volumeId: attachment.volumeId, intent: { ...intent, attachmentId: attachment.id }, item: attachment }));
+    }
+    const attachments = (item.attachments ?? {}) as Record<string, AttachmentSummary>;
+    return Object.values(connectIntentsOf(item)).map((intent) => ({ volumeId: item.id as string, intent, summary: attachments[intent.attachmentId] }));
+  });
 }
 
 /**

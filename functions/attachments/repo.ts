@@ -27,7 +27,8 @@ import {
 import { failedItem, forgetVolume, loadedVolume, rememberAttachment, rememberVolume, type LoadedVolume } from './volume-records.js';
 import { MULTIATTACH_RESERVE_FROM, RESERVE_FROM, SAME_INSTANCE_RESERVE_FROM, type ReserveResult } from './transitions.js';
 
-import { isNamed } from './repo-intents.js';
+import { connectIntentEnd, connectIntentSet, isNamed, noConnectIntents, type VolumeUpdatePart } from './repo-intents.js';
+import type { ConnectIntent } from './model.js';
 
 export { getVolumeRecord, type LoadedVolume } from './volume-records.js';
 export { ATTACHMENT_EXISTS, ATTACHMENT_IN_PROJECT, ATTACHMENT_LIVE, clearConnectIntent, clearDisconnectIntent, writeConnectIntent, writeDisconnectIntent } from './repo-intents.js';
@@ -62,11 +63,11 @@ const AGGREGATE_MAPS = ['attachments', 'instances', 'connections'] as const;
  * may be missing from the item (written before the maps), so it is set whole, even when empty: the
  * record remembered after the write (writeWithVolume) says the item has its maps.
  */
-function versionedVolumeUpdate(before: Volume, after: Volume): TransactItem {
-  const names: Record<string, string> = {};
-  const values: Record<string, unknown> = { ':now': after.updatedAt, ':next': before.version + 1, ':version': before.version };
-  const sets = ['updatedAt = :now', 'version = :next'];
-  const removes: string[] = [];
+function versionedVolumeUpdate(before: Volume, after: Volume, part?: VolumeUpdatePart): TransactItem {
+  const names: Record<string, string> = { ...part?.names };
+  const values: Record<string, unknown> = { ':now': after.updatedAt, ':next': before.version + 1, ':version': before.version, ...part?.values };
+  const sets = ['updatedAt = :now', 'version = :next', ...(part?.sets ?? [])];
+  const removes: string[] = [...(part?.removes ?? [])];
   if (after.status !== before.status) {
     names['#status'] = 'status';
     values[':status'] = after.status;
@@ -102,7 +103,7 @@ function versionedVolumeUpdate(before: Volume, after: Volume): TransactItem {
       TableName: table(),
       Key: volumeKey(before.id),
       UpdateExpression: `SET ${sets.join(', ')}${removes.length ? ` REMOVE ${removes.join(', ')}` : ''}`,
-      ConditionExpression: 'version = :version',
+      ConditionExpression: ['version = :version', ...(part?.conditions ?? [])].join(' AND '),
       ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       ...(Object.keys(names).length ? { ExpressionAttributeNames: names } : {}),
       ExpressionAttributeValues: values,
@@ -120,21 +121,26 @@ function versionedVolumeUpdate(before: Volume, after: Volume): TransactItem {
  * decision (visibility, policy, reserve rule) was taken on the stored volume, and the volume as
  * stored after is known and remembered. Refused, the transaction's reason carries the volume as it
  * found it (ALL_OLD: volume-records.ts failedItem), for the retry to start from.
+ *
+ * `connectIntent`: a create with a connector records its connect's intent in the volume update
+ * (model.ts `connectIntents`), the map whole when the record shows none (connectIntentSet: a map
+ * written meanwhile refuses the transaction, whose retry starts from the item it found).
  */
-export async function writeReserve(before: LoadedVolume, result: ReserveResult, options: { versioned?: boolean } = {}): Promise<void> {
+export async function writeReserve(before: LoadedVolume, result: ReserveResult, options: { versioned?: boolean; connectIntent?: ConnectIntent } = {}): Promise<void> {
   // An additive update: what it leaves stored depends on concurrent reserves, so it is not remembered.
   forgetVolume(before.volume.id);
   const put: TransactItem = {
     Put: { TableName: table(), Item: attachmentToItem(result.attachment), ConditionExpression: ATTACHMENT_ID_FREE, ReturnValuesOnConditionCheckFailure: 'ALL_OLD' },
   };
+  const intent = options.connectIntent ? connectIntentSet(options.connectIntent, noConnectIntents(before.volume)) : undefined;
   if (!before.hasMaps) {
-    await sendReserve([put, versionedVolumeUpdate(before.volume, result.volume)]);
+    await sendReserve([put, versionedVolumeUpdate(before.volume, result.volume, intent)]);
     return rememberAttachment(result.attachment);
   }
   const a = result.attachment;
-  const names: Record<string, string> = { '#status': 'status', '#atts': 'attachments', '#aid': a.id };
-  const values: Record<string, unknown> = { ':summary': result.volume.attachments[a.id], ':now': a.createdAt, ':one': 1 };
-  const sets = ['#atts.#aid = :summary', 'updatedAt = :now'];
+  const names: Record<string, string> = { '#status': 'status', '#atts': 'attachments', '#aid': a.id, ...intent?.names };
+  const values: Record<string, unknown> = { ':summary': result.volume.attachments[a.id], ':now': a.createdAt, ':one': 1, ...intent?.values };
+  const sets = ['#atts.#aid = :summary', 'updatedAt = :now', ...(intent?.sets ?? [])];
   if (a.instanceUuid) {
     names['#insts'] = 'instances';
     names['#inst'] = a.instanceUuid;
@@ -161,6 +167,7 @@ export async function writeReserve(before: LoadedVolume, result: ReserveResult, 
       condition += ' AND multiattach = :true';
     }
   }
+  for (const clause of intent?.conditions ?? []) condition += ` AND ${clause}`;
   const update: TransactItem = {
     Update: {
       TableName: table(),
@@ -195,7 +202,7 @@ async function sendReserve(items: TransactItem[]): Promise<void> {
 /**
  * The attachment's side of a versioned write: every field of `after` that differs from `before` set, the fields it dropped
  * removed (a tombstone's GSI keys), conditioned on the version read. The intents are left
- * alone but for the one this write ends: intents of concurrent calls, written after the read,
+ * alone but for the delete's this write ends: intents of concurrent calls, written after the read,
  * survive it (their writes do not move the version, so they never make this one retry).
  */
 function versionedAttachmentUpdate(before: Attachment, after: Attachment, intents: EndedIntents): TransactItem {
@@ -219,11 +226,6 @@ function versionedAttachmentUpdate(before: Attachment, after: Attachment, intent
     names[`#r${i}`] = field;
     removes.push(`#r${i}`);
   });
-  if (intents.endIntent !== undefined) {
-    names['#pc'] = 'pendingConnect';
-    names['#intent'] = intents.endIntent;
-    removes.push('#pc.#intent');
-  }
   if (intents.endDisconnectIntent !== undefined) {
     names['#pd'] = 'pendingDisconnect';
     names['#dintent'] = intents.endDisconnectIntent;
@@ -241,7 +243,7 @@ function versionedAttachmentUpdate(before: Attachment, after: Attachment, intent
   };
 }
 
-/** The intent a versioned write ends: a connect's (`pendingConnect`), a delete's (`pendingDisconnect`). */
+/** The intent a versioned write ends: a connect's (on the volume, `connectIntents`), a delete's (the item's `pendingDisconnect`). */
 export interface EndedIntents {
   endIntent?: string;
   endDisconnectIntent?: string;
@@ -275,13 +277,14 @@ export async function writeVersioned(
   intents: EndedIntents = {},
   conditions: readonly TransactItem[] = [],
 ): Promise<void> {
-  await writeWithVolume(versionedAttachmentUpdate(before.attachment, after.attachment, intents), before.volume, after.volume, conditions);
+  const endConnect = intents.endIntent === undefined ? undefined : connectIntentEnd(intents.endIntent);
+  await writeWithVolume(versionedAttachmentUpdate(before.attachment, after.attachment, intents), before.volume, after.volume, conditions, endConnect);
   rememberAttachment(after.attachment);
 }
 
-/** One attachment write and the volume's versioned update in a transaction, with `conditions`; the volume as stored after is remembered. */
-export async function writeWithVolume(attachmentWrite: TransactItem, before: Volume, after: Volume, conditions: readonly TransactItem[]): Promise<void> {
-  const items = [attachmentWrite, versionedVolumeUpdate(before, after)];
+/** One attachment write and the volume's versioned update (with `volumePart`: a connect intent ended) in a transaction, with `conditions`; the volume as stored after is remembered. */
+export async function writeWithVolume(attachmentWrite: TransactItem, before: Volume, after: Volume, conditions: readonly TransactItem[], volumePart?: VolumeUpdatePart): Promise<void> {
+  const items = [attachmentWrite, versionedVolumeUpdate(before, after, volumePart)];
   try {
     await db().send(new TransactWriteCommand({ TransactItems: [...items, ...conditions] }));
   } catch (e) {

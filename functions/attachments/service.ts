@@ -48,7 +48,7 @@ import { logger } from '../core/logger.js';
 import { authorize } from '../core/policy.js';
 import type { Connector } from '../drivers/volume/driver.js';
 import type { AttachmentSummary } from '../volumes/model.js';
-import { AttachmentIdTaken, newConnectIntent, type Attachment, type ConnectIntent } from './model.js';
+import { AttachmentIdTaken, newConnectIntent, type Attachment } from './model.js';
 import { failedItem, knownAttachment, knownVolume, loadedVolume, type AttachmentIdentity } from './volume-records.js';
 import { completeListed } from './listed-complete.js';
 import { startConnectListed } from './listed-connect.js';
@@ -141,7 +141,7 @@ export async function createAttachment(input: CreateAttachmentInput): Promise<At
   }
 }
 
-/** The reservation (with the connect intent when a connector is given, in the same put): what the connect starts from. */
+/** The reservation (with the connect intent on the volume when a connector is given, in the same transaction): what the connect starts from. */
 async function reserveAttachment(input: CreateAttachmentInput): Promise<ConnectStart | Attachment> {
   const { auth, volumeId, instanceUuid, connector } = input;
   const attachmentId = input.attachmentId ?? randomUUID();
@@ -158,8 +158,7 @@ async function reserveAttachment(input: CreateAttachmentInput): Promise<ConnectS
     if (!auth.isAdmin && volume.projectId !== auth.projectId) throw volumeNotFound(volumeId);
     authorize(auth, ATTACHMENT_POLICIES.create, { projectId: volume.projectId });
     if (needsMultiattachBootablePolicy(volume)) authorize(auth, ATTACHMENT_POLICIES.multiattachBootable, { projectId: volume.projectId });
-    const pendingConnect: Record<string, ConnectIntent> = intent ? { [intent.id]: intent } : {};
-    return reserve(volume, { attachmentId, instanceUuid, mode: input.mode, now: now(), pendingConnect });
+    return reserve(volume, { attachmentId, instanceUuid, mode: input.mode, now: now() });
   };
   const reserved: ReserveResult = await withRetries(async () => {
     const [given, fromMemory] = [first, remembered];
@@ -171,7 +170,7 @@ async function reserveAttachment(input: CreateAttachmentInput): Promise<ConnectS
       start = { loaded, result: decide(loaded) };
     }
     try {
-      await writeReserve(start.loaded, start.result, { versioned: start.loaded === fromMemory });
+      await writeReserve(start.loaded, start.result, { versioned: start.loaded === fromMemory, connectIntent: intent });
     } catch (e) {
       const current = failedItem(e, 1);
       if (current) first = loadedVolume(current);
@@ -203,16 +202,16 @@ async function adoptExisting(input: CreateAttachmentInput, existing: Attachment)
   const connector = input.connector;
   if (!connector || (existing.attachedHost === connector.host && existing.connectionInfo !== null)) return existing;
   const intent = newConnectIntent(existing.id, connector, now(), input.callId);
-  const attachment = await writeConnectIntent(existing.id, intent);
-  assertAttachmentLive(attachment, existing.id);
-  return { attachment, intent };
+  const volume = await writeConnectIntent(existing, intent);
+  assertAttachmentLive(volume ? existing : undefined, existing.id);
+  return { attachment: existing, intent, volume };
 }
 
 export interface UpdateAttachmentInput {
   auth: AuthContext;
   attachmentId: string;
   connector: Connector;
-  /** The attachment's volume as the caller read it in this request, for the connect's first attempt (see CreateAttachmentInput.volume). */
+  /** The attachment's volume as the caller read it in this request: the connect starts from its summary of the attachment (listed-connect.ts). */
   volume?: LoadedVolume;
   /** The call's own id (see CreateAttachmentInput.callId). */
   callId?: string;
@@ -221,11 +220,13 @@ export interface UpdateAttachmentInput {
 /** PUT /attachments/{id}: connect the attachment to the connector's host. */
 export async function updateAttachment(input: UpdateAttachmentInput): Promise<Attachment> {
   assertConnectorHost(input.connector);
-  // From the volume's record when this process knows the attachment and its volume (listed-connect.ts: 2 requests), else by id.
-  const known = input.volume ? undefined : knownToCaller(input);
-  const listed = known && (await startConnectListed({ ...input, ...known }));
-  const started = listed || (await startConnect(input.auth, input.attachmentId, input.connector, input.callId));
-  const start: ConnectStart = input.volume?.volume.id === started.attachment.volumeId ? { ...started, volume: input.volume } : started;
+  // From the volume's record when this process knows the attachment and its volume, or the caller
+  // read the volume and it lists the attachment (listed-connect.ts: 2 requests), else by id.
+  const listing = input.volume?.volume.attachments[input.attachmentId] ? { volumeId: input.volume.volume.id, projectId: input.volume.volume.projectId } : undefined;
+  const known = input.volume ? listing : knownToCaller(input);
+  const listed = known && (await startConnectListed({ ...input, ...known, record: input.volume }));
+  // Either start carries the volume as its intent write found it (listed: the record proven current; by id: ALL_NEW).
+  const start: ConnectStart = listed || (await startConnect(input.auth, input.attachmentId, input.connector, input.callId));
   try {
     return await connectAttachment(input.attachmentId, input.connector, { checkDuplicates: true }, start);
   } catch (e) {
@@ -235,10 +236,11 @@ export async function updateAttachment(input: UpdateAttachmentInput): Promise<At
 }
 
 /**
- * The connect intent, written by the one conditional update that also reads the attachment (no
- * separate GetItem). Visibility is its condition (live, and the caller's project unless admin),
- * so answers stay as a read-first update gives them: 404 for what the caller cannot see, then the
- * policy's 403.
+ * The attachment read (its identity: volume, project), then the connect intent written on its
+ * volume by the one conditional update that also reads the volume (ALL_NEW: no separate GetItem).
+ * Visibility is checked on the item read and again in the write's condition (listed on the
+ * volume, and the caller's project unless admin), so answers stay as a read-first update gives
+ * them: 404 for what the caller cannot see, then the policy's 403.
  */
 async function startConnect(auth: AuthContext, attachmentId: string, connector: Connector, callId: string | undefined): Promise<ConnectStart> {
   const action = ATTACHMENT_POLICIES.update;
@@ -252,18 +254,22 @@ async function startConnect(auth: AuthContext, attachmentId: string, connector: 
       throw e;
     }
   }
+  const projectId = auth.isAdmin ? undefined : auth.projectId;
+  const item = await getAttachmentRecord(attachmentId);
+  const visible = item && !item.deleted && (projectId === undefined || item.projectId === projectId) ? item : undefined;
   const intent = newConnectIntent(attachmentId, connector, now(), callId);
-  const attachment = await writeConnectIntent(attachmentId, intent, auth.isAdmin ? undefined : auth.projectId);
+  const volume = visible && (await writeConnectIntent(visible, intent, projectId));
+  const attachment = volume ? visible : undefined;
   assertAttachmentLive(attachment, attachmentId);
   if (auth.isAdmin) {
     try {
       authorize(auth, action, { projectId: attachment.projectId });
     } catch (e) {
-      await clearConnectIntent(attachmentId, intent.id);
+      await clearConnectIntent(attachment.volumeId, intent.id);
       throw e;
     }
   }
-  return { attachment, intent };
+  return { attachment, intent, volume };
 }
 
 /** Rollback of a create whose connect failed: delete the reservation (its own connection, if any, was released already). */

@@ -7,7 +7,7 @@
 import { BadRequest, Conflict, InvalidVolume, NotFound } from '../core/errors.js';
 import type { ConnectionProperties, Connector } from '../drivers/volume/driver.js';
 import { ERROR_STATUSES, type AttachMode, type AttachmentSummary, type Volume, type VolumeAttachStatus, type VolumeStatus } from '../volumes/model.js';
-import type { Attachment, ConnectIntent } from './model.js';
+import type { Attachment } from './model.js';
 
 /** Statuses a non-multiattach volume can be reserved from (upstream `_attachment_reserve`). */
 export const RESERVE_FROM: readonly VolumeStatus[] = ['available', 'downloading'];
@@ -65,8 +65,6 @@ export interface ReserveInput {
   /** From 3.54; undefined means upstream's 'null'. */
   mode?: 'rw' | 'ro';
   now: string;
-  /** The new item's connect intents: the create's own when it connects at once, else none. */
-  pendingConnect?: Record<string, ConnectIntent>;
 }
 
 export interface ReserveResult {
@@ -109,7 +107,6 @@ export function reserve(volume: Volume, input: ReserveInput): ReserveResult {
     createdAt: input.now,
     updatedAt: input.now,
     version: 1,
-    ...(input.pendingConnect ? { pendingConnect: input.pendingConnect } : {}),
   };
   const instances = { ...volume.instances };
   if (input.instanceUuid) instances[input.instanceUuid] = (instances[input.instanceUuid] ?? 0) + 1;
@@ -194,8 +191,6 @@ export interface ConnectInput {
   connector: Connector;
   connection: ConnectionProperties;
   now: string;
-  /** The connect intent this connect ends (model.ts `pendingConnect`). */
-  intentId?: string;
 }
 
 export interface ConnectResult {
@@ -231,11 +226,6 @@ export function connect(volume: Volume, attachment: Attachment, input: ConnectIn
     updatedAt: input.now,
     version: attachment.version + 1,
   };
-  if (attachment.pendingConnect && input.intentId !== undefined) {
-    // Recording the connection is what this connect's intent waited for; other calls' intents stay theirs.
-    const { [input.intentId]: _done, ...others } = attachment.pendingConnect;
-    next.pendingConnect = others;
-  }
 
   const connections = { ...volume.connections };
   let releasedHost: ConnectResult['releasedHost'] = null;

@@ -4,7 +4,6 @@
  * version condition of their transaction guards it; repo.ts writeVersioned).
  */
 import { GetCommand, TransactGetCommand } from '@aws-sdk/lib-dynamodb';
-import { unmarshall } from '@aws-sdk/util-dynamodb';
 import { db } from '../core/db.js';
 import { tableName } from '../core/tables.js';
 import { volumeKey, type Volume } from '../volumes/model.js';
@@ -94,13 +93,7 @@ export function knownVolume(id: string): LoadedVolume | undefined {
   return undefined;
 }
 
-/** A cancelled transaction's item `index`, as it was when its condition failed (ALL_OLD), or undefined. */
-export function failedItem(e: unknown, index: number): Record<string, unknown> | undefined {
-  const reason = (e as { CancellationReasons?: { Code?: string; Item?: Record<string, unknown> }[] }).CancellationReasons?.[index];
-  if (reason?.Code !== 'ConditionalCheckFailed' || !reason.Item) return undefined;
-  // Errors are not translated by the document client: the old item comes in the wire format.
-  return unmarshall(reason.Item as Parameters<typeof unmarshall>[0]);
-}
+export { failedItem } from '../core/db.js';
 
 /**
  * Which volume (and project) each attachment this process read or wrote belongs to: fixed for an

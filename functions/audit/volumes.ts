@@ -4,7 +4,7 @@
  * attachments against their volumes, and replication operations and drills.
  */
 import { ATTACH_WAIT_MACHINE, liveItemWait, liveWait } from '../attachments/attach-wait.js';
-import { attachmentFromItem, type Attachment } from '../attachments/model.js';
+import { attachmentFromItem, connectIntentsOf, type Attachment } from '../attachments/model.js';
 import { MACHINE_WORST_CASE_SECONDS } from '../core/machine-bounds.js';
 import { scanAll } from '../core/db.js';
 import { tableName } from '../core/tables.js';
@@ -250,14 +250,17 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
     }
   }
 
-  // Connect intents (attachments/model.ts): one past its expiry belongs to a call that died.
+  // Connect intents (attachments/model.ts): one past its expiry belongs to a call that died. On
+  // the volume's `connectIntents`; on attachment items' `pendingConnect` if written before they moved.
   const connecting = new Set<string>();
-  for (const a of attachmentItems) {
-    for (const intent of Object.values(a.pendingConnect ?? {})) {
-      connecting.add(`${a.volumeId} ${intent.host}`);
-      if (Date.parse(intent.expiresAt) < now) {
-        find('pending-connect', `attachment ${a.id}`, `a connect to host ${intent.host} begun ${intent.startedAt} never finished (its intent expired ${intent.expiresAt})`, { attachmentId: a.id, volumeId: a.volumeId, host: intent.host });
-      }
+  const intents = [
+    ...volumes.flatMap((v) => Object.values(connectIntentsOf(v)).map((intent) => ({ volumeId: v.id, attachmentId: intent.attachmentId, intent }))),
+    ...attachmentItems.flatMap((a) => Object.values(a.pendingConnect ?? {}).map((intent) => ({ volumeId: a.volumeId, attachmentId: a.id, intent }))),
+  ];
+  for (const { volumeId, attachmentId, intent } of intents) {
+    connecting.add(`${volumeId} ${intent.host}`);
+    if (Date.parse(intent.expiresAt) < now) {
+      find('pending-connect', `attachment ${attachmentId}`, `a connect to host ${intent.host} begun ${intent.startedAt} never finished (its intent expired ${intent.expiresAt})`, { attachmentId, volumeId, host: intent.host });
     }
   }
 

@@ -8,6 +8,7 @@
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { DependencyError } from './errors.js';
 import { BatchGetCommand, DynamoDBDocumentClient, QueryCommand, ScanCommand, type QueryCommandInput, type ScanCommandInput } from '@aws-sdk/lib-dynamodb';
+import { unmarshall } from '@aws-sdk/util-dynamodb';
 
 let documentClient: DynamoDBDocumentClient | undefined;
 let requestCount = 0;
@@ -87,6 +88,14 @@ export function resetDynamoRequests(): void {
 /** The code of each item of a cancelled transaction, in order ([] for any other error). */
 export function cancellationCodes(e: unknown): (string | undefined)[] {
   return ((e as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? []).map((r) => r.Code);
+}
+
+/** A cancelled transaction's item `index`, as it was when its condition failed (ALL_OLD), or undefined. */
+export function failedItem(e: unknown, index: number): Record<string, unknown> | undefined {
+  const reason = (e as { CancellationReasons?: { Code?: string; Item?: Record<string, unknown> }[] }).CancellationReasons?.[index];
+  if (reason?.Code !== 'ConditionalCheckFailed' || !reason.Item) return undefined;
+  // Errors are not translated by the document client: the old item comes in the wire format.
+  return unmarshall(reason.Item as Parameters<typeof unmarshall>[0]);
 }
 
 /** True when a DynamoDB error means a condition did not hold (plain or inside a transaction). */

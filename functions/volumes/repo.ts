@@ -11,7 +11,7 @@
  */
 import { GetCommand, TransactWriteCommand, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
 import type { AuthContext } from '../core/auth.js';
-import { cancellationCodes, db, isConditionFailure, listKind, queryAll, versionedUpdate, withRetries, type ExtraCondition } from '../core/db.js';
+import { cancellationCodes, db, failedItem, isConditionFailure, listKind, queryAll, versionedUpdate, withRetries, type ExtraCondition } from '../core/db.js';
 import { BadRequest, ConcurrentModification, Conflict, FerryError, NotFound } from '../core/errors.js';
 import { tableName } from '../core/tables.js';
 import { backendOf } from './backends.js';
@@ -233,9 +233,28 @@ export async function listClaims(backend: string): Promise<Map<string, string>> 
 }
 
 /**
+ * The volume holds no connect intent (attachments/model.ts `connectIntents`: a connect in flight,
+ * or one that died, whose backend connection recovery undoes from it). Intent writes leave the
+ * version alone, so the version condition does not see them.
+ */
+const NO_CONNECT_INTENTS = '(attribute_not_exists(#connectIntents) OR size(#connectIntents) = :noIntents)';
+
+/**
+ * The volume's record was not removed: it holds connect intents (NO_CONNECT_INTENTS). A live
+ * connect ends its own within seconds; a dead one's is undone by the attachments' recovery pass
+ * (the reconciler's), after which the delete may be tried again.
+ */
+export class VolumeConnectsPending extends Conflict {
+  constructor(volumeId: string, intents: number) {
+    super(`Volume ${volumeId} still has ${intents} connect(s) in flight or awaiting recovery; it can be deleted once they are undone.`, { volumeId });
+  }
+}
+
+/**
  * Removes a volume's record with everything it holds — capacity, backend-object claim, type count —
  * in one transaction, conditional on the version read (so the state the caller validated is the
- * state removed). Removing a volume that is already gone succeeds (idempotent delete step).
+ * state removed) and on no connect intent being left (VolumeConnectsPending). Removing a volume
+ * that is already gone succeeds (idempotent delete step).
  */
 export async function removeVolumeRecord(before: Volume, condition?: ExtraCondition, options: { unmanaged?: boolean } = {}): Promise<void> {
   const items: TransactItem[] = [
@@ -243,9 +262,10 @@ export async function removeVolumeRecord(before: Volume, condition?: ExtraCondit
       Delete: {
         TableName: tableName('volume'),
         Key: volumeKey(before.id),
-        ConditionExpression: `#version = :expected${condition ? ` AND (${condition.expression})` : ''}`,
-        ExpressionAttributeNames: { '#version': 'version', ...(condition?.names ?? {}) },
-        ExpressionAttributeValues: { ':expected': before.version, ...(condition?.values ?? {}) },
+        ConditionExpression: `#version = :expected AND ${NO_CONNECT_INTENTS}${condition ? ` AND (${condition.expression})` : ''}`,
+        ExpressionAttributeNames: { '#version': 'version', '#connectIntents': 'connectIntents', ...(condition?.names ?? {}) },
+        ExpressionAttributeValues: { ':expected': before.version, ':noIntents': 0, ...(condition?.values ?? {}) },
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       },
     },
     {
@@ -270,7 +290,15 @@ export async function removeVolumeRecord(before: Volume, condition?: ExtraCondit
   if (options.unmanaged && before.host) {
     items.push({ Put: { TableName: tableName('volume'), Item: { ...unmanagedKey(before.host, before.backendName), volumeId: before.id, at: new Date().toISOString() } } });
   }
-  await db().send(new TransactWriteCommand({ TransactItems: items }));
+  try {
+    await db().send(new TransactWriteCommand({ TransactItems: items }));
+  } catch (e) {
+    // At the version read, only the intents can have refused it (a moved version is the caller's retry).
+    const found = failedItem(e, 0);
+    const intents = found?.version === before.version ? Object.keys((found.connectIntents as object | undefined) ?? {}).length : 0;
+    if (intents > 0) throw new VolumeConnectsPending(before.id, intents);
+    throw e;
+  }
 }
 
 /** Every volume of a project, or of all projects (admin `all_tenants`). Filtering and paging happen in routes.ts. */

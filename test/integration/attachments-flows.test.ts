@@ -263,8 +263,11 @@ describe('host connections (§3.6)', () => {
     await expect(update).rejects.toThrow(DriverError);
     await expect(update).rejects.toThrow(/^Unable to update attachment\.\(/);
     expect((await getAttachment({ auth, attachmentId: att.id })).attachStatus).toBe('reserved');
-    // Only the version moves: the rollback's fence write (see service.ts releaseHost).
-    expect({ ...(await readVolume(volume.id)), version: before.version }).toEqual(before);
+    // Only the version moves (the rollback's fence write: see service.ts releaseHost), and the
+    // connect's intent, written then cleared, leaves its map empty.
+    const { connectIntents, ...after } = await readVolume(volume.id);
+    expect(connectIntents).toEqual({});
+    expect({ ...after, version: before.version }).toEqual(before);
     expect(await backendConnections(volume)).toEqual([]);
   });
 

@@ -16,7 +16,7 @@ import { clearFaultCalls, clearFaults, crashedCalls, faultCalls, injectFault } f
 import { intentId } from '../../functions/core/intents.js';
 import { driverForHost } from '../../functions/volumes/backends.js';
 import { eventually } from '../support/poll.js';
-import { attachmentItems, BACKEND, backendConnections, connector, DEMO_AUTH, failTransactions, liveAttachmentItems, putVolume, readVolume, useAttachmentEnv, VOLUME_HOST, writesVolume } from './attachments-support.js';
+import { attachmentItems, BACKEND, backendConnections, connectIntentsOn, connector, DEMO_AUTH, failTransactions, liveAttachmentItems, putVolume, readVolume, useAttachmentEnv, VOLUME_HOST, writesVolume } from './attachments-support.js';
 
 useAttachmentEnv();
 
@@ -40,7 +40,8 @@ describe('createAttachment with the caller’s id', () => {
     // A re-run with the connector connects the reservation the first run left; a third finds it connected.
     const connected = await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id });
     const third = await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id });
-    expect(connected).toMatchObject({ id, attachStatus: 'attaching', attachedHost: 'cmp1', pendingConnect: {} });
+    expect(connected).toMatchObject({ id, attachStatus: 'attaching', attachedHost: 'cmp1' });
+    expect(await connectIntentsOn(volume.id)).toEqual({});
     expect(third).toEqual(connected);
     expect((await liveAttachmentItems(volume.id)).map((i) => i.id)).toEqual([id]);
     expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [id] });
@@ -99,7 +100,7 @@ describe('createAttachment with the caller’s id', () => {
     expect(after.instances).toEqual({ [instance]: 1 });
     expect(after.connections).toEqual({ cmp1: [id] });
     expect(await backendConnections(volume)).toEqual(['cmp1']);
-    expect((await getAttachmentRecord(id))!.pendingConnect).toEqual({});
+    expect(await connectIntentsOn(volume.id)).toEqual({});
   });
 
   test('a failed connect keeps the reservation of an id-given create; the re-run connects it', async () => {
@@ -109,7 +110,8 @@ describe('createAttachment with the caller’s id', () => {
     injectFault({ kind: 'volume', backend: BACKEND, method: 'initializeConnection', mode: 'fail', times: 1 });
 
     await expect(createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id })).rejects.toThrow(DriverError);
-    expect(await getAttachmentRecord(id)).toMatchObject({ attachStatus: 'reserved', pendingConnect: {} });
+    expect(await getAttachmentRecord(id)).toMatchObject({ attachStatus: 'reserved' });
+    expect(await connectIntentsOn(volume.id)).toEqual({});
     expect(await backendConnections(volume)).toEqual([]);
 
     const rerun = await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id });
@@ -125,12 +127,12 @@ describe('createAttachment with the caller’s id', () => {
     injectFault({ kind: 'volume', backend: BACKEND, method: 'initializeConnection', mode: 'crash-after', times: 1 });
     void createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id });
     await crashed('initializeConnection');
-    expect(Object.keys((await getAttachmentRecord(id))!.pendingConnect ?? {})).toEqual([connectIntentId(id, 'cmp1')]);
+    expect(Object.keys(await connectIntentsOn(volume.id))).toEqual([connectIntentId(id, 'cmp1')]);
     // Act: the step runs again
     const rerun = await createAttachment({ auth, volumeId: volume.id, instanceUuid: instance, connector: connector('cmp1'), attachmentId: id });
     // Assess: its transaction ended the intent the first run left: nothing for a recovery pass
     expect(rerun).toMatchObject({ id, attachStatus: 'attaching', attachedHost: 'cmp1' });
-    expect((await getAttachmentRecord(id))!.pendingConnect).toEqual({});
+    expect(await connectIntentsOn(volume.id)).toEqual({});
     expect(await recoverPendingConnects({ before: later() })).toEqual([]);
     expect(await backendConnections(volume)).toEqual(['cmp1']);
     // Two API calls have their own intents; so have two hosts
@@ -147,8 +149,8 @@ describe('recoverPendingConnects', () => {
     void updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp2') });
     await crashed('initializeConnection');
     expect(await backendConnections(volume)).toEqual(['cmp2']);
-    const [intent] = Object.values((await getAttachmentRecord(att.id))!.pendingConnect!);
-    expect(intent).toMatchObject({ host: 'cmp2' });
+    const [intent] = Object.values(await connectIntentsOn(volume.id));
+    expect(intent).toMatchObject({ host: 'cmp2', attachmentId: att.id });
 
     // A pass that counts the crashed call as live leaves it alone.
     expect(await recoverPendingConnects({ before: new Date(intent!.startedAt) })).toEqual([]);
@@ -156,7 +158,8 @@ describe('recoverPendingConnects', () => {
 
     expect(repairs).toEqual([{ kind: 'pending-connect', resource: `attachment ${att.id}`, saw: expect.stringContaining('host cmp2'), did: 'terminated the backend connection; cleared the intent' }]);
     expect(await backendConnections(volume)).toEqual([]);
-    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachStatus: 'reserved', pendingConnect: {} });
+    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachStatus: 'reserved' });
+    expect(await connectIntentsOn(volume.id)).toEqual({});
     expect(await recoverPendingConnects({ before: later() })).toEqual([]);
     // The attachment still works.
     await updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp2') });
@@ -185,7 +188,8 @@ describe('recoverPendingConnects', () => {
     ]);
     expect(await backendConnections(volume)).toEqual(['cmp1']);
     expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [att.id] });
-    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachedHost: 'cmp1', pendingConnect: {} });
+    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachedHost: 'cmp1' });
+    expect(await connectIntentsOn(volume.id)).toEqual({});
   });
 
   test("a move whose transaction fails after the old host's terminate: the old host's connection is made again, the new one removed, the intent cleared", async () => {
@@ -212,7 +216,8 @@ describe('recoverPendingConnects', () => {
     expect(driverCalls).toEqual(['initializeConnection', 'terminateConnection', 'initializeConnection', 'terminateConnection']);
     expect(await backendConnections(volume)).toEqual(['cmp1']);
     expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [att.id] });
-    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachedHost: 'cmp1', pendingConnect: {} });
+    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachedHost: 'cmp1' });
+    expect(await connectIntentsOn(volume.id)).toEqual({});
   });
 
   test("a move whose transaction loses its race to a connect on the old host: the old host's connection is made again, then the retry moves without terminating it", async () => {
@@ -230,7 +235,8 @@ describe('recoverPendingConnects', () => {
     const moved = await move;
     // Assess: the move's transaction failed on the version the connect moved; restoreHost made cmp1 again, and the
     // retry, reading cmp1 in use, kept it
-    expect(moved).toMatchObject({ attachedHost: 'cmp2', pendingConnect: {} });
+    expect(moved).toMatchObject({ attachedHost: 'cmp2' });
+    expect(await connectIntentsOn(volume.id)).toEqual({});
     expect(await backendConnections(volume)).toEqual(['cmp1', 'cmp2']);
     expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [joining.id], cmp2: [moving.id] });
     const driverCalls = faultCalls().map((c) => c.method).filter((m) => m.endsWith('Connection'));
@@ -244,7 +250,7 @@ describe('recoverPendingConnects', () => {
     const user = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmpH') });
     await completeAttachment({ auth, attachmentId: user.id });
     const planted = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
-    expect(await writeConnectIntent(planted.id, newConnectIntent(planted.id, connector('cmpH'), new Date().toISOString(), 'planted'))).toBeDefined();
+    expect(await writeConnectIntent(planted, newConnectIntent(planted.id, connector('cmpH'), new Date().toISOString(), 'planted'))).toBeDefined();
     clearFaultCalls();
 
     const repairs = await recoverPendingConnects({ before: later() });
@@ -256,7 +262,7 @@ describe('recoverPendingConnects', () => {
     ]);
     expect(await backendConnections(volume)).toEqual(['cmpH']);
     expect((await readVolume(volume.id)).connections).toEqual({ cmpH: [user.id] });
-    expect((await getAttachmentRecord(planted.id))!.pendingConnect).toEqual({});
+    expect(await connectIntentsOn(volume.id)).toEqual({});
   });
 
   test('a pass that takes a live connect for a dead one does not break it: the connect retries and records its connection', async () => {
@@ -270,7 +276,8 @@ describe('recoverPendingConnects', () => {
     clearFaults(); // releases the held call (a hang, not a crash)
 
     expect(repairs.map((r) => r.did)).toEqual(['terminated the backend connection; cleared the intent']);
-    expect(await live).toMatchObject({ attachStatus: 'attaching', attachedHost: 'cmp1', pendingConnect: {} });
+    expect(await live).toMatchObject({ attachStatus: 'attaching', attachedHost: 'cmp1' });
+    expect(await connectIntentsOn(volume.id)).toEqual({});
     expect(await backendConnections(volume)).toEqual(['cmp1']);
     expect((await readVolume(volume.id)).connections).toEqual({ cmp1: [att.id] });
   });

@@ -16,7 +16,7 @@ import { attachmentKey } from '../../functions/attachments/model.js';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
 import { volumeKey } from '../../functions/volumes/model.js';
-import { ADMIN_AUTH, backendConnections, connector, DEMO_AUTH, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
+import { ADMIN_AUTH, backendConnections, connectIntentsOn, connector, DEMO_AUTH, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
 
 useAttachmentEnv();
 
@@ -215,7 +215,7 @@ describe('an update (connect) from the remembered volume', () => {
     return volume;
   }
 
-  test("2 requests: the intent under the volume's version, the transaction; the attachment as the item stores it", async () => {
+  test("2 requests: the intent on the volume under its version (one UpdateItem), the transaction; the attachment as the item stores it", async () => {
     // Prepare
     const volume = await rememberedVolume();
     const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
@@ -223,9 +223,10 @@ describe('an update (connect) from the remembered volume', () => {
     // Act
     const updated = await updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp1') });
     // Assess
-    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 2 });
+    expect(dynamoRequests().byCommand).toEqual({ UpdateItemCommand: 1, TransactWriteItemsCommand: 1 });
     const item = (await getAttachmentRecord(att.id))!;
-    expect(item).toMatchObject({ attachStatus: 'attaching', attachedHost: 'cmp1', connector: connector('cmp1'), pendingConnect: {}, version: att.version + 1 });
+    expect(item).toMatchObject({ attachStatus: 'attaching', attachedHost: 'cmp1', connector: connector('cmp1'), version: att.version + 1 });
+    expect(await connectIntentsOn(volume.id)).toEqual({});
     expect(updated).toMatchObject({ id: att.id, attachStatus: item.attachStatus, attachTime: item.attachTime, attachMode: item.attachMode, connectionInfo: item.connectionInfo, instanceUuid: att.instanceUuid });
     expect(await readVolume(volume.id)).toMatchObject({ status: 'attaching', connections: { cmp1: [att.id] }, version: knownVolume(volume.id)!.volume.version });
     expect(await backendConnections(volume)).toEqual(['cmp1']);
@@ -243,7 +244,7 @@ describe('an update (connect) from the remembered volume', () => {
     // Act
     await updateAttachment({ auth, attachmentId: att1.id, connector: connector('cmp1') });
     // Assess: the refused intent, the intent from the returned record, the transaction
-    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 3 });
+    expect(dynamoRequests().byCommand).toEqual({ UpdateItemCommand: 2, TransactWriteItemsCommand: 1 });
     expect(await readVolume(volume.id)).toMatchObject({ connections: { cmp1: [att2.id, att1.id] } });
     expect(await backendConnections(volume)).toEqual(['cmp1']);
     await deleteAttachment({ auth, attachmentId: att1.id });
@@ -266,7 +267,8 @@ describe('an update (connect) from the remembered volume', () => {
     // Assess
     await expect(refused).rejects.toThrow(Conflict);
     expect(faultCalls().map((c) => c.method)).not.toContain('initializeConnection');
-    expect(await getAttachmentRecord(att1.id)).toMatchObject({ attachStatus: 'reserved', pendingConnect: {} });
+    expect(await getAttachmentRecord(att1.id)).toMatchObject({ attachStatus: 'reserved' });
+    expect(await connectIntentsOn(volume.id)).toEqual({});
     expect(await backendConnections(volume)).toEqual(['cmp1']);
     await deleteAttachment({ auth, attachmentId: att1.id });
     await deleteAttachment({ auth, attachmentId: att2.id });
@@ -282,10 +284,11 @@ describe('an update (connect) from the remembered volume', () => {
     // Act
     await updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp2') });
     // Assess: the intent, the refused transaction (cmp1's terminate before it undone: restoreHost's fence),
-    // then by the item (its read, the volume's, the transaction after cmp1's terminate)
-    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 3, UpdateItemCommand: 1, GetItemCommand: 2 });
+    // then by the item (its read, the volume's, which still holds the intent, the transaction after cmp1's terminate)
+    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 2, UpdateItemCommand: 2, GetItemCommand: 2 });
     const item = (await getAttachmentRecord(att.id))!;
-    expect(item).toMatchObject({ attachedHost: 'cmp2', pendingConnect: {}, version: att.version + 2 });
+    expect(item).toMatchObject({ attachedHost: 'cmp2', version: att.version + 2 });
+    expect(await connectIntentsOn(volume.id)).toEqual({});
     expect(item.attachWait).toBeUndefined();
     expect(await backendConnections(volume)).toEqual(['cmp2']);
     await deleteAttachment({ auth, attachmentId: att.id });
@@ -347,7 +350,7 @@ describe('an update (connect) from the remembered volume', () => {
     // Assess
     await expect(refused).rejects.toThrow(NotFound);
     expect(await readVolume(volume.id)).toEqual(before);
-    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachStatus: 'reserved', pendingConnect: {}, version: att.version });
+    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachStatus: 'reserved', version: att.version });
     expect(await backendConnections(volume)).toEqual([]);
     await deleteAttachment({ auth: ADMIN_AUTH, attachmentId: att.id });
   });

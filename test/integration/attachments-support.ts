@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import type { AuthContext } from '../../functions/core/auth.js';
+import { connectIntentsOf, type ConnectIntent } from '../../functions/attachments/model.js';
 import { runAudit } from '../../functions/audit/audit.js';
 import { db, scanAll } from '../../functions/core/db.js';
 import { clearFaultCalls, clearFaults } from '../../functions/core/faults.js';
@@ -108,6 +109,11 @@ export async function putVolume(overrides: Partial<Volume> = {}): Promise<Volume
 export async function readVolume(id: string): Promise<Volume & Record<string, unknown>> {
   const out = await db().send(new GetCommand({ TableName: tableName('volume'), Key: volumeKey(id), ConsistentRead: true }));
   return out.Item as Volume & Record<string, unknown>;
+}
+
+/** The connect intents the volume item holds (attachments/model.ts `connectIntents`), by intent id. */
+export async function connectIntentsOn(volumeId: string): Promise<Record<string, ConnectIntent>> {
+  return connectIntentsOf(await readVolume(volumeId));
 }
 
 /** Every attachment item of a volume, tombstones included (`deleted: true`). */

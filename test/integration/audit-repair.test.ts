@@ -13,7 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { main } from '../../bin/ferry.js';
 import { attachmentKey, newConnectIntent } from '../../functions/attachments/model.js';
-import { writeConnectIntent } from '../../functions/attachments/repo.js';
+import { getAttachmentRecord, writeConnectIntent } from '../../functions/attachments/repo.js';
 import { runAudit, type AuditFinding } from '../../functions/audit/audit.js';
 import { repairFinding } from '../../functions/audit/repair.js';
 import { clearFaults, injectFault } from '../../functions/core/faults.js';
@@ -96,7 +96,7 @@ describe('ferry audit --repair', () => {
     const connecting = await reserve(v4, null);
     const { v: vol4, driver: driver4 } = await driverOfVolume(v4);
     await driver4.initializeConnection(vol4.backendName, { host: 'cmp7' });
-    expect(await writeConnectIntent(connecting, newConnectIntent(connecting, { host: 'cmp7' }, LONG_AGO(), 'planted'))).toBeDefined();
+    expect(await writeConnectIntent((await getAttachmentRecord(connecting))!, newConnectIntent(connecting, { host: 'cmp7' }, LONG_AGO(), 'planted'))).toBeDefined();
     // (4) a stop of s2 whose machine never started (the API died between its write and StartExecution).
     const s2Cell = (await findServer(s2))!.cell;
     const planted = `req-${randomUUID()}`;

@@ -120,7 +120,7 @@ describe('ferry audit', () => {
   test('a connect intent in flight covers the export it is making; once expired it is a pending-connect', async () => {
     const { volume, attachment } = await consistentVolume();
     await driverFor(backend).initializeConnection(volume.backendName, { host: 'cmp7' });
-    expect(await writeConnectIntent(attachment.id, newConnectIntent(attachment.id, { host: 'cmp7' }, new Date().toISOString(), 'planted'))).toBeDefined();
+    expect(await writeConnectIntent(attachment, newConnectIntent(attachment.id, { host: 'cmp7' }, new Date().toISOString(), 'planted'))).toBeDefined();
     expect(await kinds()).toEqual([]);
     const report = await runAudit({ now: new Date(Date.now() + CONNECT_INTENT_TIMEOUT_MS + 1000) });
     expect(report.findings).toEqual([expect.objectContaining({ kind: 'pending-connect', resource: `attachment ${attachment.id}`, ref: { attachmentId: attachment.id, volumeId: volume.id, host: 'cmp7' } })]);
