@@ -8,9 +8,9 @@
  * DynamoDB requests: create 1 from the volume as this process last saw it stored (the reserve
  * under its version) or 2 (get volume, transaction), create with connector 1 or 2 more, update 2
  * from the volume's record when this process knows the attachment and remembers its volume (the
- * connect intent in one transaction with a check of the volume's version, then the transaction:
- * listed-connect.ts) or 3 by id (connect-intent update returning the attachment, get volume,
- * transaction); also when it moves the attachment off a host nobody else uses (that host's
+ * connect intent in one update of the volume under its version, then the transaction:
+ * listed-connect.ts) or 3 by id (get attachment, the connect-intent update of its volume returning
+ * the volume, transaction); also when it moves the attachment off a host nobody else uses (that host's
  * terminate comes before the transaction, which is its fence: connections.ts connectAttachment), complete
  * 1 (the transaction, from the volume's record when this process read or wrote the attachment;
  * +1 get attachment when it did not), delete 1 (the transaction, from the volume's record when this
@@ -28,8 +28,8 @@
  * Host connections (reference §3.6, seed 004): the backend connection of (volume, connector host)
  * is shared by every attachment of the volume on that host and refcounted in the volume item's
  * `connections[host]`. Ordering, so a failure at any point leaks nothing and loses nothing:
- * - connect: the connect intent on the attachment (written by the reserve for a create with a
- *   connector, by the update that also reads the attachment for PUT), driver.initializeConnection
+ * - connect: the connect intent on the volume (model.ts `connectIntents`: written by the reserve
+ *   for a create with a connector, by the update that also reads the volume for PUT), driver.initializeConnection
  *   (idempotent), then the transaction that records the attachment as connected and clears the
  *   intent; if the connect finally fails and no attachment uses the host, the connection is
  *   terminated again and the intent cleared. A process death in between leaves the intent, which
