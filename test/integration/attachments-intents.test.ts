@@ -12,18 +12,15 @@ import { getAttachmentRecord, writeConnectIntent } from '../../functions/attachm
 import { completeAttachment, createAttachment, deleteAttachment, updateAttachment } from '../../functions/attachments/service.js';
 import { runAudit } from '../../functions/audit/audit.js';
 import { DriverError } from '../../functions/core/errors.js';
-import { clearFaultCalls, clearFaults, crashedCalls, faultCalls, injectFault } from '../../functions/core/faults.js';
+import { clearFaultCalls, clearFaults, faultCalls, injectFault } from '../../functions/core/faults.js';
 import { intentId } from '../../functions/core/intents.js';
 import { driverForHost } from '../../functions/volumes/backends.js';
 import { eventually } from '../support/poll.js';
-import { attachmentItems, BACKEND, backendConnections, connectIntentsOn, connector, DEMO_AUTH, failTransactions, liveAttachmentItems, putVolume, readVolume, useAttachmentEnv, VOLUME_HOST, writesVolume } from './attachments-support.js';
+import { attachmentItems, BACKEND, backendConnections, connectIntentsOn, connector, crashed, DEMO_AUTH, failTransactions, liveAttachmentItems, later, putVolume, readVolume, useAttachmentEnv, VOLUME_HOST, writesVolume } from './attachments-support.js';
 
 useAttachmentEnv();
 
 const auth = DEMO_AUTH;
-/** After every call of this test: a recovery pass treats every intent as abandoned. */
-const later = () => new Date(Date.now() + 1000);
-const crashed = (method: string) => eventually(() => crashedCalls().some((c) => c.method === method), `a crashed ${method}`);
 
 describe('createAttachment with the caller’s id', () => {
   test('twice: one attachment, the same id; with a connector the second call connects nothing new', async () => {

@@ -13,7 +13,7 @@ import type { AuthContext } from '../../functions/core/auth.js';
 import { connectIntentsOf, type ConnectIntent } from '../../functions/attachments/model.js';
 import { runAudit } from '../../functions/audit/audit.js';
 import { db, scanAll } from '../../functions/core/db.js';
-import { clearFaultCalls, clearFaults } from '../../functions/core/faults.js';
+import { clearFaultCalls, clearFaults, crashedCalls } from '../../functions/core/faults.js';
 import { tableName } from '../../functions/core/tables.js';
 import type { BackendConfig, Connector } from '../../functions/drivers/volume/driver.js';
 import { clearDriverCache } from '../../functions/drivers/volume/registry.js';
@@ -23,6 +23,7 @@ import { volumeGsi1, volumeKey, type Volume } from '../../functions/volumes/mode
 import { claimKey } from '../../functions/volumes/repo.js';
 import { connectorFor, registerServerAttachmentUsers, volumeFixture } from '../support/attachment-fixtures.js';
 import { useLocalDynamo } from '../support/dynamo.js';
+import { eventually } from '../support/poll.js';
 
 export const BACKEND = 'ferry@lvm-a';
 export const VOLUME_HOST = `${BACKEND}#pool0`;
@@ -110,6 +111,12 @@ export async function readVolume(id: string): Promise<Volume & Record<string, un
   const out = await db().send(new GetCommand({ TableName: tableName('volume'), Key: volumeKey(id), ConsistentRead: true }));
   return out.Item as Volume & Record<string, unknown>;
 }
+
+/** A moment after every call so far: a recovery pass run with it treats every intent as abandoned. */
+export const later = () => new Date(Date.now() + 1000);
+
+/** Waits until a call to the driver's `method` has crashed (a crash-after fault: the process "died" there). */
+export const crashed = (method: string) => eventually(() => crashedCalls().some((c) => c.method === method), `a crashed ${method}`);
 
 /** The connect intents the volume item holds (attachments/model.ts `connectIntents`), by intent id. */
 export async function connectIntentsOn(volumeId: string): Promise<Record<string, ConnectIntent>> {

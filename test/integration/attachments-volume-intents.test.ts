@@ -15,21 +15,17 @@ import { writeConnectIntentAtVersion } from '../../functions/attachments/repo-in
 import { createAttachment, deleteAttachment, updateAttachment } from '../../functions/attachments/service.js';
 import { runAudit } from '../../functions/audit/audit.js';
 import { db } from '../../functions/core/db.js';
-import { crashedCalls, injectFault } from '../../functions/core/faults.js';
+import { injectFault } from '../../functions/core/faults.js';
 import { tableName } from '../../functions/core/tables.js';
 import { driverForHost } from '../../functions/volumes/backends.js';
 import { removeVolumeRecord, VolumeConnectsPending } from '../../functions/volumes/repo.js';
 import { volumeTypeKey } from '../../functions/volumes/types.js';
-import { eventually } from '../support/poll.js';
-import { BACKEND, backendConnections, connectIntentsOn, connector, DEMO_AUTH, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
+import { BACKEND, backendConnections, connectIntentsOn, connector, crashed, DEMO_AUTH, later, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
 
 // Some tests leave on purpose what the audit reports (an intent, a removed volume's backend object).
 useAttachmentEnv({ audit: false });
 
 const auth = DEMO_AUTH;
-/** After every call of this test: a recovery pass treats every intent as abandoned. */
-const later = () => new Date(Date.now() + 1000);
-const crashed = (method: string) => eventually(() => crashedCalls().some((c) => c.method === method), `a crashed ${method}`);
 
 describe('connect intents on the volume item', () => {
   test('a crash between the intent and the connect: the intent is on the volume (not the item); recovery terminates the export and clears it, also once the attachment is deleted', async () => {
