@@ -140,6 +140,9 @@ export function connectIntentEnd(intentId: string): VolumeUpdatePart {
 /** Whether a volume record shows no connect intent: the map is then written whole first (connectIntentSet). */
 export const noConnectIntents = (volume: object) => Object.keys(connectIntentsOf(volume)).length === 0;
 
+/** Requests a volume intent write may take: the map's other form once, a conflicting transaction waited out. */
+const ATTEMPTS = 3;
+
 /** What a volume intent write did: written (the volume as stored after, when asked for), or refused (the volume it found, if any). */
 type VolumeIntentWrite = { written: LoadedVolume | undefined } | { refused: Record<string, unknown> | undefined };
 
@@ -156,8 +159,7 @@ async function writeVolumeIntent(
   options: { wholeFirst: boolean; returnVolume: boolean },
 ): Promise<VolumeIntentWrite> {
   let whole = options.wholeFirst;
-  let refused: Record<string, unknown> | undefined;
-  for (let attempt = 0; attempt < 3; attempt++) {
+  for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
     const part = connectIntentSet(intent, whole);
     try {
       const out = await db().send(
@@ -176,13 +178,15 @@ async function writeVolumeIntent(
     } catch (e) {
       // The document client does not translate errors: the old item comes in the wire format.
       const old = (e as { Item?: Parameters<typeof unmarshall>[0] }).Item;
-      refused = old ? unmarshall(old) : undefined;
-      if (isNamed(e, 'TransactionConflictException')) continue;
-      if (!whole && isNamed(e, 'ValidationException')) {
+      const refused = old ? unmarshall(old) : undefined;
+      // The last attempt answers what it found: a refusal, or the error itself (a conflict is not a "no").
+      const again = attempt < ATTEMPTS - 1;
+      if (again && isNamed(e, 'TransactionConflictException')) continue;
+      if (again && !whole && isNamed(e, 'ValidationException')) {
         whole = true;
         continue;
       }
-      if (whole && isNamed(e, 'ConditionalCheckFailedException') && refused && !noConnectIntents(refused)) {
+      if (again && whole && isNamed(e, 'ConditionalCheckFailedException') && refused && !noConnectIntents(refused)) {
         whole = false;
         continue;
       }
@@ -190,7 +194,7 @@ async function writeVolumeIntent(
       throw e;
     }
   }
-  return { refused };
+  throw new Error('unreachable: the last attempt returns or throws');
 }
 
 /**
