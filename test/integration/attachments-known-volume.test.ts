@@ -331,8 +331,8 @@ describe('an update (connect) from the remembered volume', () => {
     resetDynamoRequests();
     // Act
     await updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp2') });
-    // Assess: the intent under the volume's version, the transaction; no item read, no retry
-    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 2 });
+    // Assess: the intent under the volume's version (one UpdateItem of the volume), the transaction; no item read, no retry
+    expect(dynamoRequests().byCommand).toEqual({ UpdateItemCommand: 1, TransactWriteItemsCommand: 1 });
     const stored = await readVolume(volume.id);
     expect([stored.attachWaits, stored.connections]).toEqual([{}, { cmp2: [att.id] }]);
     expect(await backendConnections(volume)).toEqual(['cmp2']);
