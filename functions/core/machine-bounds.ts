@@ -8,7 +8,7 @@ import type { StateMachineName } from './machines.js';
 
 export const MACHINE_WORST_CASE_SECONDS: Readonly<Record<StateMachineName, number>> = {
   'volume-create': 56235,
-  'volume-delete': 29108,
+  'volume-delete': 56108,
   'volume-attach-wait': 13654,
   'volume-failover': 875392,
   'snapshot-create': 55581,

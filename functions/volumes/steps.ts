@@ -22,7 +22,7 @@ import { openImageObject, releaseSource } from './sources.js';
 import { driverForHost, poolOf } from './backends.js';
 import { isReplicatedVolume } from './capabilities.js';
 import type { Volume } from './model.js';
-import { claimKey, getVolume, getVolumeOrThrow, removeVolumeRecord, updateVolume } from './repo.js';
+import { claimKey, getVolume, getVolumeOrThrow, removeVolumeRecord, updateVolume, VolumeConnectsPending } from './repo.js';
 import { parseCreateBody, recordNewVolume } from './create.js';
 import { releaseCapacity, scheduleVolume } from './scheduler.js';
 import { recordMessage } from '../messages/store.js';
@@ -257,16 +257,26 @@ export async function deleteOnBackend(volumeId: string): Promise<void> {
   await driver.deleteVolume(v.backendName);
 }
 
-/** Releases capacity, the claim and the type count, and removes the record — one transaction. */
+/**
+ * Releases capacity, the claim and the type count, and removes the record — one transaction. A
+ * volume still holding connect intents (a connect that died: the only record of the connection it
+ * may have made) is not removed: the step answers BackendNotReady, which the machine waits out
+ * (infra/asl/policy.ts, BACKEND_WAIT) while the reconciler's recovery pass undoes the intents.
+ */
 export async function finishDelete(volumeId: string): Promise<void> {
-  await withRetries(
-    async () => {
-      const v = await getVolume(volumeId);
-      if (!v) return;
-      await removeVolumeRecord(v, { expression: '#status = :deleting', names: { '#status': 'status' }, values: { ':deleting': 'deleting' } });
-    },
-    { retryable: isConditionFailure, attempts: 10 },
-  );
+  try {
+    await withRetries(
+      async () => {
+        const v = await getVolume(volumeId);
+        if (!v) return;
+        await removeVolumeRecord(v, { expression: '#status = :deleting', names: { '#status': 'status' }, values: { ':deleting': 'deleting' } });
+      },
+      { retryable: isConditionFailure, attempts: 10 },
+    );
+  } catch (e) {
+    if (e instanceof VolumeConnectsPending) throw new BackendNotReady(e.message, { cause: e, context: { volumeId } });
+    throw e;
+  }
 }
 
 /** The delete machine's Catch: deleting -> error_deleting. Nothing else changes (backend object, capacity). */

@@ -195,7 +195,12 @@ export const MIGRATION_DRIVER_POLLS = 2000;
 export const MACHINE_POLICIES: Readonly<Record<StateMachineName, MachinePolicy>> = {
   /** Creating (and, in the rollback, deleting) the backend volume waits for the backend. */
   'volume-create': { ...storageFlow, waits: ['CreateOnBackend', 'Rollback'] },
-  'volume-delete': { ...storageFlow, waits: ['DeleteOnBackend'] },
+  /**
+   * FinishDelete waits (BACKEND_WAIT, up to an hour) while the volume holds connect intents of a
+   * connect that died: the reconciler's recovery pass, every FERRY_RECONCILE_INTERVAL (300 s by
+   * default), undoes them (functions/volumes/steps.ts finishDelete).
+   */
+  'volume-delete': { ...storageFlow, waits: ['DeleteOnBackend', 'FinishDelete'] },
   /**
    * Look waits for EC2's attachment (ATTACH_WAIT; a throttled look is BackendNotReady too). Failed
    * removes what EC2 holds: the transient and driver errors again, then the execution fails with the

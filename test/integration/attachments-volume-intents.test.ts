@@ -15,10 +15,13 @@ import { writeConnectIntentAtVersion } from '../../functions/attachments/repo-in
 import { createAttachment, deleteAttachment, updateAttachment } from '../../functions/attachments/service.js';
 import { runAudit } from '../../functions/audit/audit.js';
 import { db } from '../../functions/core/db.js';
+import { BackendNotReady } from '../../functions/core/errors.js';
 import { injectFault } from '../../functions/core/faults.js';
 import { tableName } from '../../functions/core/tables.js';
 import { driverForHost } from '../../functions/volumes/backends.js';
+import { volumeKey } from '../../functions/volumes/model.js';
 import { removeVolumeRecord, VolumeConnectsPending } from '../../functions/volumes/repo.js';
+import { finishDelete } from '../../functions/volumes/steps.js';
 import { volumeTypeKey } from '../../functions/volumes/types.js';
 import { BACKEND, backendConnections, connectIntentsOn, connector, crashed, DEMO_AUTH, later, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
 
@@ -92,6 +95,26 @@ describe('connect intents on the volume item', () => {
     await removeVolumeRecord((await getVolumeRecord(volume.id))!.volume);
     expect(await readVolume(volume.id)).toBeUndefined();
     expect((await runAudit()).findings).toEqual([]);
+  });
+
+  test("the delete machine's FinishDelete waits (BackendNotReady, which its Retry waits out) while the volume holds a dead connect's intent, and removes the record once recovery undid it", async () => {
+    // Prepare: a volume being deleted (its backend object gone) that still holds a dead connect's intent
+    const volume = await putVolume();
+    await db().send(new UpdateCommand({ TableName: tableName('volume'), Key: volumeTypeKey(volume.volumeTypeId), UpdateExpression: 'ADD volumeCount :one', ExpressionAttributeValues: { ':one': 1 } }));
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    expect(await writeConnectIntent(att, newConnectIntent(att.id, connector('cmp1'), new Date().toISOString(), 'dead'))).toBeDefined();
+    await deleteAttachment({ auth, attachmentId: att.id });
+    await db().send(new UpdateCommand({ TableName: tableName('volume'), Key: volumeKey(volume.id), UpdateExpression: 'SET #s = :deleting ADD version :one', ExpressionAttributeNames: { '#s': 'status' }, ExpressionAttributeValues: { ':deleting': 'deleting', ':one': 1 } }));
+    await (await driverForHost(volume.host!)).deleteVolume(volume.backendName);
+    // Act + Assess: the step waits, typed as the machine's Retry expects, and removes nothing
+    const waiting = finishDelete(volume.id);
+    await expect(waiting).rejects.toThrow(BackendNotReady);
+    await expect(waiting).rejects.toMatchObject({ cause: expect.any(VolumeConnectsPending) });
+    expect(await readVolume(volume.id)).toMatchObject({ status: 'deleting' });
+    // Recovery undoes the intent (the backend object is gone already); the step then removes the record
+    expect((await recoverPendingConnects({ before: later() })).map((r) => r.did)).toEqual(['terminated the backend connection; cleared the intent']);
+    await finishDelete(volume.id);
+    expect(await readVolume(volume.id)).toBeUndefined();
   });
 
   test("an intent written on an attachment item before intents moved to the volume is still found, undone and cleared", async () => {
