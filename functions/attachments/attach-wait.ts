@@ -123,14 +123,17 @@ export function failAttach(volume: Volume, attachment: Attachment, reason: strin
   if (users.length > 0) connections[wait.host] = users;
   else delete connections[wait.host];
   const previous = volume.attachments[attachment.id];
-  // The summary keeps its host and connector (unlike summaryOf's, which has a connector only while
-  // connected), harmlessly: the host's connection count is connections[host], which it just left;
+  // The summary keeps its host and connector (as summaryOf's does once a connector was given),
+  // harmlessly: the host's connection count is connections[host], which it just left;
   // a delete from the summary (listed-removal.ts) terminates only a host whose connections list
   // the attachment (transitions.ts remove), and so does a connect moving it (connect's
   // releasedHost); the audit, the duplicate-connector guard and os-initialize_connection's pick go
   // by `connected`, and os-terminate_connection takes a connected attachment of the host before it
   // (legacy.ts attachmentToTerminate). The detach still pending reads the item's connector, not this.
-  const attachments = previous ? { ...volume.attachments, [attachment.id]: { ...previous, status: 'error_attaching' as const, connected: false } } : volume.attachments;
+  // A full-state summary (attachmentOf's authority) also drops the connection info and is dated; an
+  // older one stays as it was written (the item, also written, is then the authority).
+  const full = previous?.updatedAt !== undefined ? { connectionInfo: null, updatedAt: now } : {};
+  const attachments = previous ? { ...volume.attachments, [attachment.id]: { ...previous, status: 'error_attaching' as const, connected: false, ...full } } : volume.attachments;
   const deciding = Object.values(attachments).filter((s) => !s.status.startsWith('error'));
   return {
     volume: { ...volume, ...volumeStateAfterDetach(volume, deciding), attachments, connections, ...(attachWaits ? { attachWaits } : {}), updatedAt: now, version: volume.version + 1 },

@@ -41,8 +41,9 @@ export async function completeListed(input: ListedCompleteInput): Promise<boolea
       const loaded = knownVolume(volumeId) ?? (await getVolumeRecord(volumeId));
       const summary = loaded?.volume.attachments[attachmentId];
       // Not listed (or no volume): the attachment read answers. A summary from before volumes kept
-      // the mountpoint cannot give the one the item holds: by id too.
-      if (!loaded || !summary || summary.mountpoint === undefined) return false;
+      // the attachment's full state (`updatedAt`: its connection info, its mountpoint) cannot give
+      // what the item holds: by id too, whose write upgrades the summary.
+      if (!loaded || !summary || summary.updatedAt === undefined) return false;
       authorize(auth, ATTACHMENT_POLICIES.complete, { projectId });
       const result = complete(loaded.volume, attachmentOfSummary(loaded.volume, attachmentId, summary, projectId), now());
       await writeCompleteFromVolume(loaded.volume, result.volume, result.attachment, projectId);

@@ -49,10 +49,11 @@ export function attachmentOfSummary(volume: Volume, id: string, s: AttachmentSum
     mountpoint: s.mountpoint ?? null,
     attachTime: s.attachedAt,
     detachTime: null,
-    // Not stored from here: only whether there is one matters (the in-use question).
-    connectionInfo: s.connected ? {} : null,
+    // A summary written before it carried the connection info: only whether there is one matters
+    // to a delete (the in-use question); a complete from it goes by id (listed-complete.ts).
+    connectionInfo: s.connectionInfo !== undefined ? s.connectionInfo : s.connected ? {} : null,
     createdAt: s.attachedAt ?? '',
-    updatedAt: s.attachedAt ?? '',
+    updatedAt: s.updatedAt ?? s.attachedAt ?? '',
     version: 0,
   };
 }

@@ -35,7 +35,7 @@
 import { Conflict } from '../core/errors.js';
 import { intentId } from '../core/intents.js';
 import type { Connector } from '../drivers/volume/driver.js';
-import type { AttachMode, AttachWait } from '../volumes/model.js';
+import type { AttachmentSummary, AttachMode, AttachWait } from '../volumes/model.js';
 
 /** C/objects/fields.py VolumeAttachStatus. */
 export type AttachStatus = 'attached' | 'attaching' | 'detached' | 'reserved' | 'error_attaching' | 'error_detaching' | 'deleted';
@@ -189,4 +189,29 @@ export function attachmentFromItem(item: Record<string, unknown>): Attachment {
   const out = { ...item };
   for (const f of ITEM_ONLY_FIELDS) delete out[f];
   return out as unknown as Attachment;
+}
+
+/**
+ * An attachment's state from its item and its volume's summary of it. A summary that carries the
+ * full mutable state (it has `updatedAt`: volumes/model.ts) is the authority for status, instance,
+ * host, mode, attach time, mountpoint, connector, connection info and updatedAt; the item keeps the
+ * identity (volume, project, created, volume host), its intents and the tombstone. A summary
+ * written before (no `updatedAt`), a volume that no longer lists the attachment, or a tombstone:
+ * the item as it is.
+ */
+export function attachmentOf(item: Attachment, summary: AttachmentSummary | undefined): Attachment {
+  if (item.deleted || !summary || summary.updatedAt === undefined) return item;
+  return {
+    ...item,
+    // A volume status ('detaching') may stand in a summary: the API shows it as the attachment's.
+    attachStatus: summary.status as AttachStatus,
+    instanceUuid: summary.instanceUuid,
+    attachedHost: summary.host,
+    attachMode: summary.mode,
+    attachTime: summary.attachedAt,
+    mountpoint: summary.mountpoint ?? null,
+    connector: summary.connector ?? null,
+    connectionInfo: summary.connectionInfo ?? null,
+    updatedAt: summary.updatedAt,
+  };
 }

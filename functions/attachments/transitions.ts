@@ -73,7 +73,8 @@ export interface ReserveResult {
   attachment: Attachment;
 }
 
-function summaryOf(a: Attachment): AttachmentSummary {
+/** The volume's summary of `a`: its whole mutable state (attachments/model.ts attachmentOf reads it back). */
+export function summaryOf(a: Attachment): AttachmentSummary {
   return {
     status: a.attachStatus as VolumeAttachStatus,
     instanceUuid: a.instanceUuid,
@@ -82,8 +83,11 @@ function summaryOf(a: Attachment): AttachmentSummary {
     attachedAt: a.attachTime,
     connected: a.connectionInfo !== null,
     mountpoint: a.mountpoint,
-    // What a delete from the volume's record alone needs to terminate the host's connection.
-    ...(a.connectionInfo !== null && a.connector ? { connector: a.connector } : {}),
+    // What a delete from the volume's record alone needs to terminate the host's connection; kept
+    // once given (a failed attach's pending detach needs it too): `connected` says whether it is in use.
+    ...(a.connector ? { connector: a.connector } : {}),
+    connectionInfo: a.connectionInfo,
+    updatedAt: a.updatedAt,
   };
 }
 

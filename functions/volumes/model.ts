@@ -38,7 +38,7 @@ export type VolumeAttachStatus = 'attached' | 'attaching' | 'detached' | 'reserv
 
 export type AttachMode = 'rw' | 'ro' | 'null';
 
-/** What the volume item keeps of each of its attachments. The full record is the attachment item. */
+/** What the volume item keeps of each of its attachments: since `updatedAt` is kept, its whole mutable state (the attachment item keeps its identity). */
 export interface AttachmentSummary {
   status: VolumeAttachStatus;
   instanceUuid: string | null;
@@ -51,11 +51,22 @@ export interface AttachmentSummary {
   /** connector.mountpoint, shown as `device` in the volume view (optional: added by volumes). */
   mountpoint?: string | null;
   /**
-   * The connector of a connected attachment (absent on summaries written before it was kept):
+   * The attachment's connector, once one was given (absent on summaries written before it was kept;
+   * on summaries written before `updatedAt`, only while connected):
    * the pre-3.27 detach actions delete from the volume's record with no read of the attachment
    * (attachments/listed-removal.ts), and terminate the host's connection with it.
    */
   connector?: Connector;
+  /**
+   * The attachment's connection_info (flattened, reference §3.5), null until connected. With
+   * `updatedAt`, absent from summaries written before they carried the attachment's full state.
+   */
+  connectionInfo?: Record<string, unknown> | null;
+  /**
+   * ISO-8601: when the attachment's state last changed. Its presence marks a summary that carries
+   * the full mutable state, which attachments/model.ts attachmentOf then takes over the item's.
+   */
+  updatedAt?: string;
 }
 
 /**
