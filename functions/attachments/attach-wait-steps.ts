@@ -29,7 +29,7 @@ import { volumeKey, type AttachWait, type Volume } from '../volumes/model.js';
 import { driverForVolume, loadVolumeOf, now, releaseHost, RETRY } from './connections.js';
 import { failAttach, liveItemWait, liveWait } from './attach-wait.js';
 import { attachmentKey, type Attachment } from './model.js';
-import { getAttachmentRecord, getVolumeRecord, writeVersioned, type LoadedVolume } from './repo.js';
+import { getVolumeRecord, readAttachment, writeVersioned, type LoadedVolume } from './repo.js';
 import { forgetVolume, loadedVolume, rememberVolume } from './volume-records.js';
 
 /** The backend holds no connection of the volume to the host any more: the attach did not take. */
@@ -109,10 +109,12 @@ export interface WaitRead {
  * volume's map), else in its volume's `attachWaits`; undefined when neither holds that execution's.
  */
 export async function readWait(attachmentId: string, execution: string): Promise<WaitRead | undefined> {
-  const attachment = await getAttachmentRecord(attachmentId);
-  if (!attachment) return undefined;
+  const read = await readAttachment(attachmentId);
+  if (!read) return undefined;
+  const { attachment } = read;
   if (attachment.attachWait?.execution === execution) return { attachment, wait: attachment.attachWait, place: 'item' };
-  const volume = await getVolumeRecord(attachment.volumeId);
+  // A tombstone read cold comes without its volume, which may still hold the wait (a failed attach's detach pending).
+  const volume = read.volume ?? (await getVolumeRecord(attachment.volumeId));
   const wait = volume?.volume.attachWaits?.[attachmentId];
   return wait?.execution === execution ? { attachment, wait, place: { volumeId: attachment.volumeId }, volume } : undefined;
 }

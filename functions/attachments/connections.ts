@@ -19,7 +19,7 @@ import { driverForHost } from '../volumes/backends.js';
 import type { Volume } from '../volumes/model.js';
 import { startAttachWait, withAttachWait } from './attach-wait.js';
 import { connectIntentsOf, type Attachment, type ConnectIntent } from './model.js';
-import { clearConnectIntent, fenceHost, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeVersioned, type LoadedVolume } from './repo.js';
+import { clearConnectIntent, fenceHost, getAttachmentRecord, getVolumeRecord, readAttachment, writeConnectIntent, writeVersioned, type LoadedVolume } from './repo.js';
 import { AttachmentNotListed, writeConnectFromVolume } from './repo-from-volume.js';
 import { assertAttachmentLive, checkConnect, connect, type ConnectOptions } from './transitions.js';
 
@@ -89,9 +89,10 @@ export async function connectAttachment(attachmentId: string, connector: Connect
   try {
     return await withRetries(async () => {
       if (!state) {
-        const attachment = await getAttachmentRecord(attachmentId);
+        const read = await readAttachment(attachmentId);
+        const attachment = read?.attachment;
         assertAttachmentLive(attachment, attachmentId);
-        let volume: LoadedVolume | undefined = await loadVolumeOf(attachment);
+        let volume: LoadedVolume | undefined = read?.volume ?? (await loadVolumeOf(attachment));
         // Only a recovery pass that took this call for a dead one removes its intent: write it again (a fresh read shows it).
         if (!connectIntentsOf(volume.volume)[intent.id]) volume = await writeConnectIntent(attachment, intent);
         assertAttachmentLive(volume ? attachment : undefined, attachmentId);
@@ -188,8 +189,10 @@ export async function releaseHost(volume: Volume, target: { host: string; connec
   if ((await fenceHost(volume.id, target.host)) === 'in-use') {
     const latest = await getVolumeRecord(volume.id);
     const userId = latest?.volume.connections[target.host]?.[0];
-    const user = userId ? await getAttachmentRecord(userId) : undefined;
-    await driver.initializeConnection(volume.backendName, user?.connector ?? target.connector);
+    // The user's connector from its summary; one written before summaries kept it: from its read.
+    const listed = userId ? latest?.volume.attachments[userId]?.connector : undefined;
+    const user = userId && !listed ? await getAttachmentRecord(userId) : undefined;
+    await driver.initializeConnection(volume.backendName, listed ?? user?.connector ?? target.connector);
     return 'in-use';
   }
   return 'terminated';

@@ -30,9 +30,10 @@ import { BadRequest, InvalidVolume } from '../core/errors.js';
 import { authorize, registerPolicies } from '../core/policy.js';
 import type { Connector } from '../drivers/volume/driver.js';
 import type { AttachmentSummary, Volume } from '../volumes/model.js';
+import { attachmentOf } from './model.js';
 import { invalidField, isObject, isUuidLike, pyRepr } from '../volumes/validation.js';
 import { loadVolumeOf, now, RETRY, volumeNotFound } from './connections.js';
-import { getAttachmentRecord, getVolumeRecord, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
+import { getAttachmentItem, getVolumeRecord, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
 import { ATTACHMENT_POLICIES, createAttachment, deleteListedAttachment, updateAttachment } from './service.js';
 import { assertAttachmentLive, checkLegacyAttach, legacyAttach, needsMultiattachBootablePolicy, reserve } from './transitions.js';
 import { rememberVolume } from './volume-records.js';
@@ -173,11 +174,13 @@ type LegacyAttachArgs = { instanceUuid: string | null; hostName: string | null; 
 async function attachWith(id: string, input: LegacyAttachArgs, volume: LoadedVolume): Promise<void> {
   let first: LoadedVolume | undefined = volume;
   await withRetries(async () => {
-    const found = await getAttachmentRecord(id);
-    const attachment = found?.deleted ? undefined : found;
-    assertAttachmentLive(attachment, id);
-    const loaded = first?.volume.id === attachment.volumeId ? first : await loadVolumeOf(attachment);
+    // The item for its identity; its state from the volume it is attached on (the route's, first).
+    const found = await getAttachmentItem(id);
+    const item = found?.deleted ? undefined : found;
+    assertAttachmentLive(item, id);
+    const loaded = first?.volume.id === item.volumeId ? first : await loadVolumeOf(item);
     first = undefined;
+    const attachment = attachmentOf(item, loaded.volume.attachments[id]);
     const result = legacyAttach(loaded.volume, attachment, { ...input, now: now() });
     await writeVersioned({ volume: loaded.volume, attachment }, result);
   }, RETRY);

@@ -31,6 +31,7 @@ import { connectIntentEnd, connectIntentSet, isNamed, noConnectIntents, type Vol
 import type { ConnectIntent } from './model.js';
 
 export { getVolumeRecord, type LoadedVolume } from './volume-records.js';
+export { getAttachmentItem, getAttachmentRecord, queryProjectAttachments, readAttachment, scanAllAttachments } from './attachment-reads.js';
 export { ATTACHMENT_EXISTS, ATTACHMENT_IN_PROJECT, ATTACHMENT_LIVE, clearConnectIntent, clearDisconnectIntent, writeConnectIntent, writeDisconnectIntent } from './repo-intents.js';
 
 export type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
@@ -39,13 +40,6 @@ const table = () => tableName('volume');
 
 /** Named condition clauses (Powertools' persistence layer builds its conditional put the same way). */
 const ATTACHMENT_ID_FREE = 'attribute_not_exists(pk)';
-
-export async function getAttachmentRecord(id: string): Promise<Attachment | undefined> {
-  const out = await db().send(new GetCommand({ TableName: table(), Key: attachmentKey(id), ConsistentRead: true }));
-  const attachment = out.Item ? attachmentFromItem(out.Item) : undefined;
-  if (attachment) rememberAttachment(attachment);
-  return attachment;
-}
 
 function valueList(prefix: string, values: readonly string[]): { expr: string; values: Record<string, string> } {
   const vals: Record<string, string> = {};
@@ -333,16 +327,4 @@ export async function fenceHost(volumeId: string, host: string, options: { while
     if (!(e as { Item?: unknown }).Item) return 'gone';
     return options.whileUsed ? 'unused' : 'in-use';
   }
-}
-
-/** Every live attachment of a project (the GSI), oldest first. */
-export async function queryProjectAttachments(projectId: string): Promise<Attachment[]> {
-  const items = await queryAll({ TableName: table(), IndexName: GSI1, KeyConditionExpression: 'gsi1pk = :p', ExpressionAttributeValues: { ':p': projectAttachmentsGsi1pk(projectId) } });
-  return items.map(attachmentFromItem);
-}
-
-/** Every live attachment of every project (admin `all_tenants`). */
-export async function scanAllAttachments(): Promise<Attachment[]> {
-  const items = await scanAll({ TableName: table(), FilterExpression: 'sk = :sk AND attribute_not_exists(deleted)', ExpressionAttributeValues: { ':sk': ATTACHMENT_SK } });
-  return items.map(attachmentFromItem);
 }

@@ -48,14 +48,14 @@ import { logger } from '../core/logger.js';
 import { authorize } from '../core/policy.js';
 import type { Connector } from '../drivers/volume/driver.js';
 import type { AttachmentSummary } from '../volumes/model.js';
-import { AttachmentIdTaken, newConnectIntent, type Attachment } from './model.js';
+import { AttachmentIdTaken, attachmentOf, newConnectIntent, type Attachment } from './model.js';
 import { failedItem, knownAttachment, knownVolume, loadedVolume, type AttachmentIdentity } from './volume-records.js';
 import { completeListed } from './listed-complete.js';
 import { startConnectListed } from './listed-connect.js';
 import { removeListed, type ListedRemovalInput } from './listed-removal.js';
 import { ATTACHMENT_POLICIES, finishDisconnect } from './removal.js';
 import { removeById } from './removal-by-id.js';
-import { clearConnectIntent, getAttachmentRecord, getVolumeRecord, writeConnectIntent, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
+import { clearConnectIntent, getAttachmentItem, getAttachmentRecord, getVolumeRecord, readAttachment, writeConnectIntent, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
 import { assertAttachmentLive, complete, needsMultiattachBootablePolicy, remove, reserve, type RemoveResult, type ReserveResult } from './transitions.js';
 
 import { connectAttachment, loadVolumeOf, now, RETRY, volumeNotFound, type ConnectStart } from './connections.js';
@@ -122,7 +122,9 @@ export async function createAttachment(input: CreateAttachmentInput): Promise<At
     if (input.attachmentId === undefined) throw e;
     // The id may be taken by the first run of this create; an InvalidVolume may be that run's
     // attachment holding the volume (only then is the read worth it).
-    const existing = e instanceof AttachmentIdTaken ? e.existing : e instanceof InvalidVolume ? await getAttachmentRecord(input.attachmentId) : undefined;
+    // The put's refusal returns the item alone: a live one's state is read with its volume's summary.
+    const taken = e instanceof AttachmentIdTaken ? e.existing : undefined;
+    const existing = taken?.deleted ? taken : taken || e instanceof InvalidVolume ? ((await getAttachmentRecord(input.attachmentId)) ?? taken) : undefined;
     if (!existing) throw e;
     start = await adoptExisting(input, existing);
   }
@@ -255,11 +257,12 @@ async function startConnect(auth: AuthContext, attachmentId: string, connector: 
     }
   }
   const projectId = auth.isAdmin ? undefined : auth.projectId;
-  const item = await getAttachmentRecord(attachmentId);
+  // The item for the attachment's identity; its state from the volume the intent's write returns.
+  const item = await getAttachmentItem(attachmentId);
   const visible = item && !item.deleted && (projectId === undefined || item.projectId === projectId) ? item : undefined;
   const intent = newConnectIntent(attachmentId, connector, now(), callId);
   const volume = visible && (await writeConnectIntent(visible, intent, projectId));
-  const attachment = volume ? visible : undefined;
+  const attachment = volume ? attachmentOf(visible, volume.volume.attachments[attachmentId]) : undefined;
   assertAttachmentLive(attachment, attachmentId);
   if (auth.isAdmin) {
     try {
@@ -276,9 +279,10 @@ async function startConnect(auth: AuthContext, attachmentId: string, connector: 
 async function removeQuietly(attachmentId: string): Promise<void> {
   try {
     await withRetries(async () => {
-      const attachment = await getAttachmentRecord(attachmentId);
+      const read = await readAttachment(attachmentId);
+      const attachment = read?.attachment;
       if (!attachment || attachment.deleted) return;
-      const volume = await loadVolumeOf(attachment);
+      const volume = read.volume ?? (await loadVolumeOf(attachment));
       const result = remove(volume.volume, attachment, now());
       await writeVersioned({ volume: volume.volume, attachment }, { volume: result.volume, attachment: result.tombstone });
     }, RETRY);

@@ -4,7 +4,7 @@
  * attachments against their volumes, and replication operations and drills.
  */
 import { ATTACH_WAIT_MACHINE, liveItemWait, liveWait } from '../attachments/attach-wait.js';
-import { attachmentFromItem, connectIntentsOf, type Attachment } from '../attachments/model.js';
+import { attachmentFromItem, attachmentOf, connectIntentsOf, type Attachment } from '../attachments/model.js';
 import { MACHINE_WORST_CASE_SECONDS } from '../core/machine-bounds.js';
 import { scanAll } from '../core/db.js';
 import { tableName } from '../core/tables.js';
@@ -44,9 +44,11 @@ export async function auditVolumes(now: number, stuckMs: number, find: Find): Pr
 
   const items = await scanAll({ TableName: tableName('volume'), ConsistentRead: true });
   const volumes = items.filter((i) => i.sk === 'VOL').map((i) => stripKeys<Volume>(i));
-  const attachmentItems = items.filter((i) => i.sk === 'ATT').map((i) => attachmentFromItem(i));
-  const liveAttachments = new Map<string, Attachment>(attachmentItems.filter((a) => !a.deleted).map((a) => [a.id, a]));
   const volumesById = new Map(volumes.map((v) => [v.id, v]));
+  // Each attachment's state as readers see it (its volume's full-state summary over the item), from
+  // the same Scan; an item its volume does not list stays as it is (the orphan check finds it).
+  const attachmentItems = items.filter((i) => i.sk === 'ATT').map((i) => attachmentFromItem(i)).map((a) => attachmentOf(a, volumesById.get(a.volumeId)?.attachments?.[a.id]));
+  const liveAttachments = new Map<string, Attachment>(attachmentItems.filter((a) => !a.deleted).map((a) => [a.id, a]));
   const unmanagedMarkers = new Set(items.filter((i) => String(i.pk).startsWith('UNMANAGED#')).map((i) => `${String(i.pk).slice('UNMANAGED#'.length)} ${String(i.sk)}`));
 
   // Pool capacity: each pool's allocation is exactly what its volumes hold.

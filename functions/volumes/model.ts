@@ -203,7 +203,8 @@ export const REPLICATION = {
   failedOver: 'failed-over',
 } as const;
 
-export const volumeKey = (id: string) => ({ pk: `VOL#${id}`, sk: 'VOL' });
+export const VOLUME_SK = 'VOL';
+export const volumeKey = (id: string) => ({ pk: `VOL#${id}`, sk: VOLUME_SK });
 /** GSI1 entry for listing a project's volumes, newest last. */
 export const volumeGsi1 = (v: Pick<Volume, 'projectId' | 'createdAt' | 'id'>) => ({ gsi1pk: `PROJ#${v.projectId}#VOL`, gsi1sk: `${v.createdAt}#${v.id}` });
 

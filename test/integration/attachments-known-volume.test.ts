@@ -284,8 +284,9 @@ describe('an update (connect) from the remembered volume', () => {
     // Act
     await updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp2') });
     // Assess: the intent, the refused transaction (cmp1's terminate before it undone: restoreHost's fence),
-    // then by the item (its read, the volume's, which still holds the intent, the transaction after cmp1's terminate)
-    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 2, UpdateItemCommand: 2, GetItemCommand: 2 });
+    // then by the item (the item and its volume, which still holds the intent, in one BatchGetItem: the process knows
+    // the attachment's volume; the transaction after cmp1's terminate)
+    expect(dynamoRequests().byCommand).toEqual({ TransactWriteItemsCommand: 2, UpdateItemCommand: 2, BatchGetItemCommand: 1 });
     const item = (await getAttachmentRecord(att.id))!;
     expect(item).toMatchObject({ attachedHost: 'cmp2', version: att.version + 2 });
     expect(await connectIntentsOn(volume.id)).toEqual({});

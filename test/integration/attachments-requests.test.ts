@@ -284,8 +284,9 @@ describe('every attachment call from a process that remembers nothing: at most 3
       createConnected: createConnected.requests,
       removeConnected: removeConnected.requests,
       // A delete by id (removal-by-id.ts): the disconnect intent returning the attachment, the volume
-      // with the in-use records, the transaction after the terminate (its fence).
-    }).toEqual({ create: 2, update: 3, move: 3, complete: 3, show: 1, remove: 3, createConnected: 3, removeConnected: 3 });
+      // with the in-use records, the transaction after the terminate (its fence). The show: the
+      // attachment, then its volume (its summary holds the state; attachment-reads.ts).
+    }).toEqual({ create: 2, update: 3, move: 3, complete: 3, show: 2, remove: 3, createConnected: 3, removeConnected: 3 });
     expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
     expect(await backendConnections(volume)).toEqual([]);
   });

@@ -23,6 +23,7 @@ import { findServer, updateServer } from '../../functions/servers/repo.js';
 import '../../functions/servers/flows/live-migration/api.js';
 import { driverForHost } from '../../functions/volumes/backends.js';
 import { getVolume, poolKey } from '../../functions/volumes/repo.js';
+import { volumeKey } from '../../functions/volumes/model.js';
 import { action, assertCleanAudit, bootServer, cinderClient, createVolume, novaClient, serverState, settled, type Cinder, type Nova } from '../support/nova.js';
 import { eventually } from '../support/poll.js';
 import { useLocalStack, type TestLocalStack } from '../support/stack.js';
@@ -62,8 +63,15 @@ async function reserve(volumeId: string, instanceUuid: string | null): Promise<s
   return res.body.attachment.id as string;
 }
 
-const backdate = (attachmentId: string) =>
+/** The attachment's item dated long ago (the item's own dates only: its volume's summary is the authority for updatedAt). */
+const backdateItem = (attachmentId: string) =>
   db().send(new UpdateCommand({ TableName: T(), Key: attachmentKey(attachmentId), UpdateExpression: 'SET updatedAt = :t, createdAt = :t', ExpressionAttributeValues: { ':t': LONG_AGO() } }));
+
+/** The attachment unchanged since long ago: its item and its volume's summary of it. */
+async function backdate(attachmentId: string, volumeId: string): Promise<void> {
+  await backdateItem(attachmentId);
+  await db().send(new UpdateCommand({ TableName: T(), Key: volumeKey(volumeId), UpdateExpression: 'SET attachments.#a.updatedAt = :t', ExpressionAttributeNames: { '#a': attachmentId }, ExpressionAttributeValues: { ':t': LONG_AGO() } }));
+}
 
 async function driverOfVolume(volumeId: string) {
   const v = (await getVolume(volumeId))!;
@@ -91,7 +99,7 @@ describe('ferry audit --repair', () => {
     await driver1.initializeConnection(vol1.backendName, { host: 'cmp9' });
     // (2) an attachment of s1 that no BDM uses, unchanged for an hour (the issue's leaked reservation).
     const leaked = await reserve(v2, s1);
-    await backdate(leaked);
+    await backdate(leaked, v2);
     // (3) the connect intent of a PUT /attachments that died after initializeConnection.
     const connecting = await reserve(v4, null);
     const { v: vol4, driver: driver4 } = await driverOfVolume(v4);
@@ -126,7 +134,7 @@ describe('ferry audit --repair', () => {
       return running && all.size === 2 && onlyHeld.length === 1 ? { held: onlyHeld[0]!, destination: Object.values(holds!.newAttachments!)[0]! } : undefined;
     }, 'the live migration of s3 to hold two attachments of v5 in the copy, one named by no BDM');
     const migrating = held;
-    await backdate(migrating);
+    await backdate(migrating, v5);
 
     const before = (await runAudit()).findings;
     expect(before.map((f) => f.kind).sort()).toEqual(['attachment-without-bdm', 'attachment-without-bdm', 'capacity-mismatch', 'orphan-backend-volume', 'orphan-host-connection', 'pending-connect']);
@@ -180,4 +188,21 @@ describe('ferry audit --repair', () => {
     expect(clean.out.join('\n')).toContain('audit clean');
     await assertCleanAudit();
   }, 400_000);
+
+  test('the grace ages the state its volume holds: an attachment connected just now is left alone, though its item is dated long ago', async () => {
+    const server = await bootServer(nova, { name: 'rp-grace', host: 'cmp1' });
+    const volumeId = await createVolume(cinder, 1, 'rp-grace');
+    const id = await reserve(volumeId, server);
+    await backdate(id, volumeId);
+    const connected = await cinder('PUT', `/attachments/${id}`, { attachment: { connector: { host: 'cmp1', initiator: 'iqn.grace', ip: '10.0.0.9', platform: 'x86_64', os_type: 'linux2', multipath: false } } });
+    expect(connected.status, JSON.stringify(connected.body)).toBe(200);
+    // The connect's state is its volume's summary: an item not written by it keeps the reserve's date.
+    await backdateItem(id);
+    const finding: AuditFinding = { kind: 'attachment-without-bdm', resource: `attachment ${id}`, detail: 'planted', ref: { attachmentId: id, volumeId, instanceUuid: server } };
+    const record = await repairFinding(finding, { before: new Date(Date.now() - Number(GRACE) * 1000) });
+    expect(record?.outcome).toBe('left');
+    expect(record?.saw).toMatch(/within the grace period/);
+    expect(await attachmentOf(id)).toBe(200);
+    expect((await cinder('DELETE', `/attachments/${id}`)).status).toBe(200);
+  }, 300_000);
 });
