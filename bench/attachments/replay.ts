@@ -11,22 +11,18 @@
  * a cycle takes. Every request keeps its condition, so a replay that drifted from what the API did
  * fails at once rather than measure something else.
  *
- * Two shapes are replayed:
- * - `as-is`: exactly what the API sent. Since connect intents live on the volume item, this is
- *   also the least the house rules allow with the attachment item kept as it is (the `minimum`
- *   shape replayed before, the update's intent written alone, is the API's own now): the intent
- *   one UpdateItem, four transactions (create, connect, complete, delete, each changing the
- *   attachment and its volume together), the fence after the terminate.
- * - `in-volume`: the same writes with the attachment's state kept in its volume item
- *   (in-volume-shape.ts): the intent, the connect and the complete each one UpdateItem of the
- *   volume; what a change of Ferry's data model would allow, measured before making it.
+ * The shape replayed is `as-is`: exactly what the API sent. Since an attachment's state lives in
+ * its volume item (docs/attachments-in-volume.md), that is the `in-volume` shape replayed before
+ * the change, as measured then: the intent, the connect and the complete one UpdateItem of the
+ * volume each, two transactions (the create and the delete, each changing the attachment item
+ * and its volume together), the fence after the terminate. (The `minimum` shape before it, the
+ * update's intent written alone, became the API's own when connect intents moved to the volume.)
  * The API over `as-is` is then Ferry's own cost (HTTP, handlers, SDK, drivers); `as-is` over the
  * ceiling is what the cycle's writes cost against the ceiling's.
  */
 import { GetCommand, PutCommand, TransactWriteCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { db } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
-import { inVolumeItem, inVolumeShape } from './in-volume-shape.js';
 
 /** One request as the DocumentClient received it. */
 export interface RecordedRequest {
@@ -45,7 +41,7 @@ export interface RecordedCycle {
   ids: { volume: string; attachment: string; instance: string; host: string };
 }
 
-export type ReplayShape = 'as-is' | 'in-volume';
+export type ReplayShape = 'as-is';
 
 const SENDABLE = new Set(['TransactWriteItemsCommand', 'UpdateItemCommand', 'PutItemCommand', 'GetItemCommand']);
 const MIDDLEWARE = 'benchRecordRequests';
@@ -79,8 +75,7 @@ export async function recordCycle(ids: Omit<RecordedCycle['ids'], 'attachment'>,
 /** The requests of `shape` (see the module's comment), and the volume versions one cycle of them takes. */
 export function shapeOf(cycle: RecordedCycle, shape: ReplayShape): { requests: RecordedRequest[]; versionStep: number; volumeItem: Record<string, any> } {
   const { versionStep, volumeItem } = cycle;
-  if (shape === 'as-is') return { requests: cycle.requests, versionStep, volumeItem };
-  return { requests: inVolumeShape(cycle), versionStep, volumeItem: inVolumeItem(cycle) };
+  return { requests: cycle.requests, versionStep, volumeItem };
 }
 
 /**

@@ -13,10 +13,9 @@
  * printed per round and its median is the figure.
  *
  * After each 32-client round, the DynamoDB requests of one recorded API cycle are sent again from
- * bare loops (replay.ts), as the API sent them (the house rules' minimum with the attachment item
- * as it is), and as they would be with the attachment's state kept in its volume item
- * (in-volume-shape.ts): what the request
- * shape alone reaches against the same ceiling, and the API against its own requests.
+ * bare loops (replay.ts), as the API sent them (with the attachment's state in its volume item:
+ * the intent, the connect and the complete one UpdateItem each): what the request shape alone
+ * reaches against the same ceiling, and the API against its own requests.
  *
  * Each round also prints the CPU milliseconds per call of this node process (client, front door,
  * handlers, SDK) and of the DynamoDB Local JVM, in the ceiling's loops and in the API calls: where
@@ -190,7 +189,7 @@ function median(values: number[]): number {
 }
 
 /** The shapes replayed after each 32-client round (replay.ts). */
-const REPLAY_SHAPES: readonly ReplayShape[] = ['as-is', 'in-volume'];
+const REPLAY_SHAPES: readonly ReplayShape[] = ['as-is'];
 
 /** One API cycle on the spare volume, recorded for the replays (its requests, in order). */
 async function recordApiCycle(base: string, volumeId: string): Promise<RecordedCycle> {

@@ -30,6 +30,7 @@ import { driverForVolume, loadVolumeOf, now, releaseHost, RETRY } from './connec
 import { failAttach, liveItemWait, liveWait } from './attach-wait.js';
 import { attachmentKey, type Attachment } from './model.js';
 import { getVolumeRecord, readAttachment, writeVersioned, type LoadedVolume } from './repo.js';
+import { writeAttachmentState } from './repo-from-volume.js';
 import { forgetVolume, loadedVolume, rememberVolume } from './volume-records.js';
 
 /** The backend holds no connection of the volume to the host any more: the attach did not take. */
@@ -199,7 +200,9 @@ export async function attachWaitFailed(attachmentId: string, error: CaughtError 
     if (!isLive(read)) return undefined;
     const volume = read.volume ?? (await loadVolumeOf(read.attachment));
     const result = failAttach(volume.volume, read.attachment, reason, now());
-    await writeVersioned({ volume: volume.volume, attachment: read.attachment }, result);
+    // A wait on an item written before the volume's map is recorded failed there: the transaction with the item.
+    if (read.place === 'item') await writeVersioned({ volume: volume.volume, attachment: read.attachment }, result);
+    else await writeAttachmentState({ volume: volume.volume, attachment: read.attachment }, result);
     const wait = read.place === 'item' ? result.attachment.attachWait! : result.volume.attachWaits![attachmentId]!;
     return { ...read, attachment: result.attachment, wait };
   }, RETRY);

@@ -115,7 +115,6 @@ export function failAttach(volume: Volume, attachment: Attachment, reason: strin
     connectionInfo: null,
     ...(onVolume ? {} : { attachWait: failed }),
     updatedAt: now,
-    version: attachment.version + 1,
   };
   const attachWaits = onVolume ? { ...volume.attachWaits, [attachment.id]: failed } : volume.attachWaits;
   const connections = { ...volume.connections };

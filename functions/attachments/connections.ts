@@ -19,8 +19,8 @@ import { driverForHost } from '../volumes/backends.js';
 import type { Volume } from '../volumes/model.js';
 import { startAttachWait, withAttachWait } from './attach-wait.js';
 import { connectIntentsOf, type Attachment, type ConnectIntent } from './model.js';
-import { clearConnectIntent, fenceHost, getAttachmentRecord, getVolumeRecord, readAttachment, writeConnectIntent, writeVersioned, type LoadedVolume } from './repo.js';
-import { AttachmentNotListed, writeConnectFromVolume } from './repo-from-volume.js';
+import { clearConnectIntent, fenceHost, getAttachmentRecord, getVolumeRecord, readAttachment, writeConnectIntent, type LoadedVolume } from './repo.js';
+import { AttachmentNotListed, writeAttachmentState, writeConnectFromVolume } from './repo-from-volume.js';
 import { assertAttachmentLive, checkConnect, connect, type ConnectOptions } from './transitions.js';
 
 /** Lost races (a reserve rule or version no longer holding, or a concurrent transaction) re-read and re-apply. */
@@ -112,7 +112,7 @@ export async function connectAttachment(attachmentId: string, connector: Connect
       try {
         if (left) await driver.terminateConnection(volume.volume.backendName, left.connector);
         if (fromSummary) await writeConnectFromVolume(volume.volume, result.volume, result.attachment, intent.id, listedProjectId);
-        else await writeVersioned({ volume: volume.volume, attachment }, result, { endIntent: intent.id });
+        else await writeAttachmentState({ volume: volume.volume, attachment }, result, { endIntent: intent.id });
       } catch (e) {
         // Compensation of the terminate: the old host's connection again, while an attachment records it.
         if (left) keepIntent = !(await restoreLeftHost(attachmentId, volume.volume, left));

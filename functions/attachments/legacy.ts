@@ -33,7 +33,8 @@ import type { AttachmentSummary, Volume } from '../volumes/model.js';
 import { attachmentOf } from './model.js';
 import { invalidField, isObject, isUuidLike, pyRepr } from '../volumes/validation.js';
 import { loadVolumeOf, now, RETRY, volumeNotFound } from './connections.js';
-import { getAttachmentItem, getVolumeRecord, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
+import { getAttachmentItem, getVolumeRecord, writeReserve, type LoadedVolume } from './repo.js';
+import { writeAttachmentState } from './repo-from-volume.js';
 import { ATTACHMENT_POLICIES, createAttachment, deleteListedAttachment, updateAttachment } from './service.js';
 import { assertAttachmentLive, checkLegacyAttach, legacyAttach, needsMultiattachBootablePolicy, reserve } from './transitions.js';
 import { rememberVolume } from './volume-records.js';
@@ -182,7 +183,7 @@ async function attachWith(id: string, input: LegacyAttachArgs, volume: LoadedVol
     first = undefined;
     const attachment = attachmentOf(item, loaded.volume.attachments[id]);
     const result = legacyAttach(loaded.volume, attachment, { ...input, now: now() });
-    await writeVersioned({ volume: loaded.volume, attachment }, result);
+    await writeAttachmentState({ volume: loaded.volume, attachment }, result);
   }, RETRY);
 }
 

@@ -5,7 +5,15 @@
  *   gsi1pk `PROJ#<project>#ATT`, gsi1sk `<created>#<id>`   a project's attachments, oldest first
  *
  * The project is the volume's project (attachments have no owner of their own upstream; they are
- * visible to whoever sees the volume), copied here so GET and list need no volume read.
+ * visible to whoever sees the volume), copied here for the listing's index and the policy checks.
+ *
+ * The item is the attachment's identity (volume, project, created, volume host), its disconnect
+ * intents and, once deleted, its tombstone: only the create and the delete write it (each in one
+ * transaction with its volume), and a tombstone copies the last state. The attachment's mutable
+ * state (status, instance, host, mode, connector, connection info...) is its volume's summary of
+ * it (volumes/model.ts AttachmentSummary), which connect, complete and os-attach write alone;
+ * readers merge the two (attachmentOf, attachment-reads.ts). Items and summaries written before
+ * (a summary without `updatedAt`) keep the state on the item until their next write.
  *
  * A deleted attachment stays as a tombstone (upstream soft-deletes too) without GSI keys, so it
  * drops out of listings, and with `disconnect` when the delete was the last user of a host's

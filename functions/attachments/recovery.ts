@@ -20,7 +20,7 @@ import { logger } from '../core/logger.js';
 import type { BackendConnection, Connector } from '../drivers/volume/driver.js';
 import type { Volume } from '../volumes/model.js';
 import { driverForVolume, releaseHost, restoreHost, type ReleaseOutcome } from './connections.js';
-import type { Attachment, DisconnectIntent } from './model.js';
+import { attachmentOf, type Attachment, type DisconnectIntent } from './model.js';
 import { clearConnectIntent, clearDisconnectIntent, getAttachmentRecord, getVolumeRecord } from './repo.js';
 import { clearItemConnectIntent } from './repo-intents.js';
 import { markDisconnectDone, scanConnectIntents, scanPendingDisconnects, type FoundConnectIntent } from './repo-recovery.js';
@@ -112,7 +112,9 @@ async function restoreRecordedHost(attachment: Attachment, which: string): Promi
  * removed unless an attachment uses the host (a tombstone's: a restore of the failed delete may
  * have made it), then the intent is cleared. Kind `pending-disconnect`.
  */
-async function recoverDisconnectIntent(attachment: Attachment, intent: DisconnectIntent): Promise<AttachmentRepair> {
+async function recoverDisconnectIntent(item: Attachment, intent: DisconnectIntent): Promise<AttachmentRepair> {
+  // A live attachment's host and connector as its volume's summary holds them (attachmentOf).
+  const attachment = item.deleted ? item : attachmentOf(item, (await getVolumeRecord(item.volumeId))?.volume.attachments[item.id]);
   const host = attachment.attachedHost;
   const resource = `attachment ${attachment.id}`;
   const saw = `${attachment.deleted ? 'deleted' : attachment.attachStatus} attachment of volume ${attachment.volumeId} on host ${host ?? 'None'} with a delete's disconnect intent from ${intent.startedAt}`;

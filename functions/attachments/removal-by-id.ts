@@ -27,7 +27,7 @@ import { intentId } from '../core/intents.js';
 import { logger } from '../core/logger.js';
 import { authorize } from '../core/policy.js';
 import { driverForVolume, now, releaseHost, restoreLeftHost, RETRY, volumeNotFound } from './connections.js';
-import { newDisconnectIntent, type Attachment } from './model.js';
+import { attachmentOf, newDisconnectIntent, type Attachment } from './model.js';
 import type { TransactCondition } from './ports.js';
 import { ATTACHMENT_POLICIES, readVolumeForRemoval, writeRemoval } from './removal.js';
 import { clearDisconnectIntent, getVolumeRecord, writeDisconnectIntent, writeVersioned } from './repo.js';
@@ -67,10 +67,12 @@ export async function removeById(input: RemovalByIdInput): Promise<RemoveResult>
         throw attachmentNotFound(attachmentId);
       }
       written = true;
-      const attachment = write.written;
-      authorize(auth, ATTACHMENT_POLICIES.delete, { projectId: attachment.projectId });
-      const loaded = await readVolumeForRemoval(auth, attachment);
-      if (!loaded) throw volumeNotFound(attachment.volumeId);
+      const item = write.written;
+      authorize(auth, ATTACHMENT_POLICIES.delete, { projectId: item.projectId });
+      const loaded = await readVolumeForRemoval(auth, item);
+      if (!loaded) throw volumeNotFound(item.volumeId);
+      // Its state (host, connector, connected) as its volume's summary holds it.
+      const attachment = attachmentOf(item, loaded.volume.attachments[attachmentId]);
       const removed = remove(loaded.volume, attachment, now());
       // The terminate comes before the transaction: the tombstone has no disconnect left to finish.
       const tombstone = { ...removed.tombstone, disconnect: null };

@@ -8,7 +8,7 @@ import type { AuthContext } from '../core/auth.js';
 import { Conflict, DriverError, FerryError } from '../core/errors.js';
 import { registerPolicies } from '../core/policy.js';
 import { releaseHost } from './connections.js';
-import type { Attachment } from './model.js';
+import { attachmentOf, type Attachment } from './model.js';
 import { getAttachmentUsers, type TransactCondition } from './ports.js';
 import { ExtraConditionFailed, getVolumeRecord, type LoadedVolume } from './repo.js';
 import { getVolumeRecordWith } from './volume-records.js';
@@ -54,13 +54,17 @@ const IN_USE_READS = 3;
  * uses the attachment is the 409 before anything is cut. The transaction still carries the
  * conditions (writeRemoval), for a server that attaches after this read.
  */
-export async function readVolumeForRemoval(auth: AuthContext, attachment: RemovedAttachment): Promise<LoadedVolume | undefined> {
-  if (!asksInUse(auth, attachment)) return getVolumeRecord(attachment.volumeId);
+export async function readVolumeForRemoval(auth: AuthContext, item: Attachment): Promise<LoadedVolume | undefined> {
+  // Whether it is connected is its volume's summary's to say (attachmentOf): read the in-use
+  // records whenever the question may be asked (the same one request), answer it on the merge.
+  if (auth.roles.includes('service') || !item.instanceUuid) return getVolumeRecord(item.volumeId);
   const users = getAttachmentUsers();
-  const reads = users.notInUseReads(attachment.instanceUuid);
+  const reads = users.notInUseReads(item.instanceUuid);
   for (let n = 1; ; n++) {
-    const { loaded, others } = await getVolumeRecordWith(attachment.volumeId, reads);
-    const failed = others.findIndex((item) => !users.holdsNotInUse(item, attachment.volumeId, attachment.id));
+    const { loaded, others } = await getVolumeRecordWith(item.volumeId, reads);
+    const attachment = attachmentOf(item, loaded?.volume.attachments[item.id]);
+    if (!asksInUse(auth, attachment)) return loaded;
+    const failed = others.findIndex((record) => !users.holdsNotInUse(record, attachment.volumeId, attachment.id));
     if (failed < 0 || n >= IN_USE_READS) return loaded;
     // 'retry': a record written before servers recorded their attachments in use, recorded now.
     if ((await users.whyRefused(attachment.instanceUuid, attachment.volumeId, attachment.id, failed, others[failed])) === 'in-use') throw inUse(attachment.instanceUuid);

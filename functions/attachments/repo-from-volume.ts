@@ -1,26 +1,36 @@
 /**
  * The attachment writes computed from the volume's record alone (its summary of the attachment),
- * with no read of the attachment: the delete (listed-removal.ts) and the complete
- * (listed-complete.ts). Each sets on the attachment's item only the fields its transition changes
- * and bumps its version, on condition that the item is a live attachment of this volume (and of
- * `projectId` when given: the project a caller took it for); the volume goes under its version,
- * which every write of what the summary shows moves (repo.ts writeWithVolume). The attachment's
+ * with no read of the attachment: the connect (listed-connect.ts), the complete
+ * (listed-complete.ts) and the delete (listed-removal.ts).
+ *
+ * The connect and the complete from a summary that carries the attachment's full state (it has
+ * `updatedAt`: attachments/model.ts attachmentOf) write the volume alone: ONE UpdateItem under
+ * the volume's version, on condition that the volume lists the attachment (and is of `projectId`
+ * when given: the project the caller was authorized against). The attachment item is not written:
+ * the summary is the attachment's state. What the item's condition held before moves to the
+ * volume: every write of what a summary shows moves the version (the attach waits' included),
+ * and "listed on the volume" is "a live attachment of it" (the create and the delete change both
+ * in one transaction). A summary written before (no `updatedAt`) takes the transaction with the
+ * item once, whose new summary has it.
+ *
+ * The delete (and that older connect) set on the item the fields their transition changes and
+ * bump its version, on condition that the item is a live attachment of this volume (and of
+ * `projectId`); the volume goes under its version (repo.ts writeWithVolume). The attachment's
  * condition failing while the volume's held is AttachmentNotListed (records that disagree: the
  * caller goes by id, reading the attachment). Apart from repo.ts, which is at its size.
  */
-import { cancellationCodes } from '../core/db.js';
+import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { unmarshall } from '@aws-sdk/util-dynamodb';
+import { cancellationCodes, db } from '../core/db.js';
 import { tableName } from '../core/tables.js';
 import type { Volume } from '../volumes/model.js';
 import { attachmentKey, attachmentToItem, type Attachment } from './model.js';
-import { ATTACHMENT_EXISTS, ATTACHMENT_IN_PROJECT, ATTACHMENT_LIVE, writeWithVolume, type TransactItem } from './repo.js';
-import { connectIntentEnd } from './repo-intents.js';
-import { forgetAttachment, rememberAttachment } from './volume-records.js';
+import { ATTACHMENT_EXISTS, ATTACHMENT_IN_PROJECT, ATTACHMENT_LIVE, rememberVersionedWrite, TOMBSTONE_STATE_FIELDS, versionedVolumeUpdate, writeVersioned, writeWithVolume, type EndedIntents, type TransactItem } from './repo.js';
+import { connectIntentEnd, isNamed, type VolumeUpdatePart } from './repo-intents.js';
+import { forgetAttachment, forgetVolume, loadedVolume, rememberAttachment, rememberVolume } from './volume-records.js';
 
 /** The fields a delete changes on the attachment's item (transitions.ts remove), besides its version and GSI keys. */
 const TOMBSTONE_FIELDS = ['attachStatus', 'detachTime', 'deleted', 'disconnect', 'updatedAt', 'expiresAt'] as const;
-
-/** The fields a complete changes on the attachment's item (transitions.ts complete), besides its version. */
-const COMPLETE_FIELDS = ['attachStatus', 'updatedAt'] as const;
 
 /** The fields a connect changes on the attachment's item (transitions.ts connect), besides its version, its intent and its wait. */
 const CONNECT_FIELDS = ['attachStatus', 'connector', 'attachedHost', 'mountpoint', 'attachTime', 'attachMode', 'connectionInfo', 'updatedAt'] as const;
@@ -35,7 +45,7 @@ const CONNECT_FIELDS = ['attachStatus', 'connector', 'attachedHost', 'mountpoint
  */
 const NO_LIVE_ITEM_WAIT = '(attribute_not_exists(#aw) OR #aw.#aws = :attached OR (#aw.#aws = :failed AND attribute_not_exists(#aw.#awd)))';
 
-/** The volume lists an attachment whose item is not a live attachment of it (writeFieldsFromVolume). */
+/** The volume lists an attachment whose item is not a live attachment of it (writeFieldsFromVolume), or no longer lists it, or is of another project than the caller took it for (writeVolumeOnly). */
 export class AttachmentNotListed extends Error {
   constructor(
     readonly attachmentId: string,
@@ -89,23 +99,83 @@ async function writeFieldsFromVolume(
   }
 }
 
-/** A delete from the volume's record: the item becomes the tombstone (`conditions`: the in-use checks riding along). */
+/**
+ * A delete from the volume's record: the item becomes the tombstone (`conditions`: the in-use
+ * checks riding along), with the last state a full-state summary held copied onto it.
+ */
 export async function writeTombstoneFromVolume(before: Volume, after: Volume, tombstone: Attachment, conditions: readonly TransactItem[] = [], projectId?: string): Promise<void> {
-  await writeFieldsFromVolume(before, after, tombstone, TOMBSTONE_FIELDS, { projectId, removeGsiKeys: true, conditions });
+  const full = before.attachments[tombstone.id]?.updatedAt !== undefined;
+  await writeFieldsFromVolume(before, after, tombstone, full ? [...TOMBSTONE_FIELDS, ...TOMBSTONE_STATE_FIELDS] : TOMBSTONE_FIELDS, { projectId, removeGsiKeys: true, conditions });
   forgetAttachment(tombstone.id);
 }
 
-/** A complete from the volume's record: ONE transaction, the attachment `attached` and the volume's summary with it. */
+/** Whether the volume's summary of the attachment carries its full state: then a connect or complete writes the volume alone. */
+const fullState = (volume: Volume, attachmentId: string) => volume.attachments[attachmentId]?.updatedAt !== undefined;
+
+/**
+ * The volume's versioned update alone, as ONE UpdateItem, on condition that it lists the attachment
+ * (and is of `projectId`). Refused: the error (a condition failure, which RETRY retries from a read).
+ */
+async function writeVolumeOnly(before: Volume, after: Volume, attachmentId: string, projectId: string | undefined, part?: VolumeUpdatePart): Promise<void> {
+  const listed: VolumeUpdatePart = {
+    sets: [...(part?.sets ?? [])],
+    removes: [...(part?.removes ?? [])],
+    conditions: [...(part?.conditions ?? []), 'attribute_exists(attachments.#listed)', ...(projectId === undefined ? [] : ['projectId = :listedProject'])],
+    names: { ...part?.names, '#listed': attachmentId },
+    values: { ...part?.values, ...(projectId === undefined ? {} : { ':listedProject': projectId }) },
+  };
+  const { Update } = versionedVolumeUpdate(before, after, listed);
+  try {
+    await db().send(new UpdateCommand(Update!));
+  } catch (e) {
+    // The volume as the refusal found it: at the version read, it does not list the attachment (or
+    // is of another project): the caller goes by id; else the retry starts from it.
+    const found = isNamed(e, 'ConditionalCheckFailedException') ? (e as { Item?: Parameters<typeof unmarshall>[0] }).Item : undefined;
+    const current = found ? loadedVolume(unmarshall(found)) : undefined;
+    if (current) rememberVolume(current);
+    else forgetVolume(before.id);
+    if (current?.volume.version === before.version) throw new AttachmentNotListed(attachmentId, e);
+    throw e;
+  }
+  rememberVersionedWrite(before, after);
+}
+
+/** A complete from the volume's record, whose summary carries the full state (listed-complete.ts asks for it): ONE UpdateItem of the volume. */
 export async function writeCompleteFromVolume(before: Volume, after: Volume, completed: Attachment, projectId?: string): Promise<void> {
-  await writeFieldsFromVolume(before, after, completed, COMPLETE_FIELDS, { projectId });
+  await writeVolumeOnly(before, after, completed.id, projectId);
 }
 
 /**
- * A connect from the volume's record (listed-connect.ts): ONE transaction, the attachment's connect
- * fields (and a wait an older item held removed), and the volume's new summary and connections
- * with the connect's intent ended, and the wait of a pending connection in its `attachWaits`.
+ * A connect from the volume's record (listed-connect.ts): the volume's new summary and
+ * connections with the connect's intent ended, and the wait of a pending connection in its
+ * `attachWaits`: ONE UpdateItem of the volume when the summary carries the full state, else ONE
+ * transaction that also writes the attachment's connect fields (and removes a wait an older item
+ * held), whose summary then does.
  */
 export async function writeConnectFromVolume(before: Volume, after: Volume, connected: Attachment, intentId: string, projectId: string): Promise<void> {
-  await writeFieldsFromVolume(before, after, connected, CONNECT_FIELDS, { projectId, endConnectIntent: intentId });
+  if (fullState(before, connected.id)) await writeVolumeOnly(before, after, connected.id, projectId, connectIntentEnd(intentId));
+  else await writeFieldsFromVolume(before, after, connected, CONNECT_FIELDS, { projectId, endConnectIntent: intentId });
   rememberAttachment(connected);
+}
+
+/**
+ * A connect, complete, os-attach or failed attach decided from the attachment as read (by id):
+ * the volume alone when its summary carries the full state (ONE UpdateItem, on condition that the
+ * volume is at the version read and lists the attachment, of the attachment's project), else the
+ * transaction with the item (repo.ts writeVersioned), whose new summary then carries it. A volume
+ * that no longer lists the attachment is the condition failure a retry reads again (then 404).
+ */
+export async function writeAttachmentState(
+  before: { volume: Volume; attachment: Attachment },
+  after: { volume: Volume; attachment: Attachment },
+  intents: Pick<EndedIntents, 'endIntent'> = {},
+): Promise<void> {
+  if (!fullState(before.volume, before.attachment.id)) return writeVersioned(before, after, intents);
+  try {
+    await writeVolumeOnly(before.volume, after.volume, before.attachment.id, before.attachment.projectId, intents.endIntent === undefined ? undefined : connectIntentEnd(intents.endIntent));
+  } catch (e) {
+    if (e instanceof AttachmentNotListed) throw e.cause;
+    throw e;
+  }
+  rememberAttachment(after.attachment);
 }

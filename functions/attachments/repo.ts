@@ -36,6 +36,9 @@ export { ATTACHMENT_EXISTS, ATTACHMENT_IN_PROJECT, ATTACHMENT_LIVE, clearConnect
 
 export type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
 
+/** The state a tombstone copies from its attachment's summary (the fields attachmentOf takes from it). */
+export const TOMBSTONE_STATE_FIELDS = ['instanceUuid', 'attachedHost', 'attachMode', 'attachTime', 'mountpoint', 'connector', 'connectionInfo'] as const;
+
 const table = () => tableName('volume');
 
 /** Named condition clauses (Powertools' persistence layer builds its conditional put the same way). */
@@ -57,7 +60,7 @@ const AGGREGATE_MAPS = ['attachments', 'instances', 'connections'] as const;
  * may be missing from the item (written before the maps), so it is set whole, even when empty: the
  * record remembered after the write (writeWithVolume) says the item has its maps.
  */
-function versionedVolumeUpdate(before: Volume, after: Volume, part?: VolumeUpdatePart): TransactItem {
+export function versionedVolumeUpdate(before: Volume, after: Volume, part?: VolumeUpdatePart): TransactItem {
   const names: Record<string, string> = { ...part?.names };
   const values: Record<string, unknown> = { ':now': after.updatedAt, ':next': before.version + 1, ':version': before.version, ...part?.values };
   const sets = ['updatedAt = :now', 'version = :next', ...(part?.sets ?? [])];
@@ -203,6 +206,9 @@ function versionedAttachmentUpdate(before: Attachment, after: Attachment, intent
   const item = attachmentToItem(after);
   const previous = attachmentToItem(before);
   const untouched = new Set(['pk', 'sk', 'pendingConnect', 'pendingDisconnect']);
+  // A tombstone keeps the attachment's last state, which its volume's summary held (calls from the
+  // summary leave the item as the reserve wrote it): copied whole, whatever `before` says.
+  const copied = new Set<string>(after.deleted ? TOMBSTONE_STATE_FIELDS : []);
   const names: Record<string, string> = {};
   const values: Record<string, unknown> = { ':version': before.version };
   const sets: string[] = [];
@@ -210,7 +216,7 @@ function versionedAttachmentUpdate(before: Attachment, after: Attachment, intent
   Object.entries(item).forEach(([field, value], i) => {
     // Only what changed: the version condition makes `before` the stored item (intents aside), and
     // DynamoDB Local's cost grows with the values an update carries (a connect's was all 18).
-    if (untouched.has(field) || value === undefined || isDeepStrictEqual(value, previous[field])) return;
+    if (untouched.has(field) || value === undefined || (!copied.has(field) && isDeepStrictEqual(value, previous[field]))) return;
     names[`#s${i}`] = field;
     values[`:s${i}`] = value;
     sets.push(`#s${i} = :s${i}`);
@@ -291,7 +297,11 @@ export async function writeWithVolume(attachmentWrite: TransactItem, before: Vol
     if (!isNamed(e, 'TransactionCanceledException') || failed < 0) throw e;
     throw new ExtraConditionFailed(failed - items.length, failedItem(e, failed), e);
   }
-  // Stored now: the record read with what versionedVolumeUpdate set.
+  rememberVersionedWrite(before, after);
+}
+
+/** After a versioned volume update: the stored volume is the record read with what versionedVolumeUpdate set. */
+export function rememberVersionedWrite(before: Volume, after: Volume): void {
   const written = { status: after.status, attachStatus: after.attachStatus, attachments: after.attachments, instances: after.instances, connections: after.connections, attachWaits: after.attachWaits, updatedAt: after.updatedAt };
   rememberVolume({ volume: { ...before, ...written, version: before.version + 1 }, hasMaps: true });
 }

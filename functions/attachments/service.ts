@@ -56,6 +56,7 @@ import { removeListed, type ListedRemovalInput } from './listed-removal.js';
 import { ATTACHMENT_POLICIES, finishDisconnect } from './removal.js';
 import { removeById } from './removal-by-id.js';
 import { clearConnectIntent, getAttachmentItem, getAttachmentRecord, getVolumeRecord, readAttachment, writeConnectIntent, writeReserve, writeVersioned, type LoadedVolume } from './repo.js';
+import { writeAttachmentState } from './repo-from-volume.js';
 import { assertAttachmentLive, complete, needsMultiattachBootablePolicy, remove, reserve, type RemoveResult, type ReserveResult } from './transitions.js';
 
 import { connectAttachment, loadVolumeOf, now, RETRY, volumeNotFound, type ConnectStart } from './connections.js';
@@ -323,7 +324,7 @@ export async function completeAttachment(input: AttachmentRef): Promise<void> {
     const attachment = await loadAttachment(input.auth, input.attachmentId, ATTACHMENT_POLICIES.complete);
     const volume = await startingVolumeOf(attachment);
     const result = complete(volume.volume, attachment, now());
-    await writeVersioned({ volume: volume.volume, attachment }, result);
+    await writeAttachmentState({ volume: volume.volume, attachment }, result);
   }, RETRY);
 }
 

@@ -1,6 +1,7 @@
 /**
  * The attachment state transitions (reference §3.3, §3.4) as pure functions over the volume
- * aggregate and one attachment. Each returns the new volume and attachment, or throws the typed
+ * aggregate and one attachment. The attachment's state goes to the volume's summary of it
+ * (summaryOf); its item's version moves only with the item (the reserve, the tombstone). Each returns the new volume and attachment, or throws the typed
  * error the API answers with; nothing here reads or writes storage, so each rule is tested alone
  * and the repository re-applies them after a lost race.
  */
@@ -87,8 +88,17 @@ export function summaryOf(a: Attachment): AttachmentSummary {
     // once given (a failed attach's pending detach needs it too): `connected` says whether it is in use.
     ...(a.connector ? { connector: a.connector } : {}),
     connectionInfo: a.connectionInfo,
-    updatedAt: a.updatedAt,
+    // Not while the item holds a wait still unfinished (written before the volume's attachWaits):
+    // its writes leave the volume's version alone, so a write from the summary alone could not
+    // see it; without updatedAt such writes take the transaction conditioned on the item.
+    ...(unfinishedItemWait(a) ? {} : { updatedAt: a.updatedAt }),
   };
+}
+
+/** A wait on the attachment item (attach-wait.ts, items written before the volume's map) still watched, or failed with its detach pending. */
+function unfinishedItemWait(a: Attachment): boolean {
+  const wait = a.attachWait;
+  return !!wait && (wait.status === 'waiting' || (wait.status === 'failed' && !!wait.detachPending));
 }
 
 /** Create without connector: a new `reserved` attachment; the volume goes `reserved` (unless the same instance already holds it). */
@@ -228,7 +238,6 @@ export function connect(volume: Volume, attachment: Attachment, input: ConnectIn
       format: volume.adminMetadata?.format,
     }),
     updatedAt: input.now,
-    version: attachment.version + 1,
   };
 
   const connections = { ...volume.connections };
@@ -261,7 +270,7 @@ export function connect(volume: Volume, attachment: Attachment, input: ConnectIn
 /** os-complete: no state check upstream; the attachment is `attached`, the volume `in-use`/`attached`. */
 export function complete(volume: Volume, attachment: Attachment, now: string): { volume: Volume; attachment: Attachment } {
   if (!volume.attachments[attachment.id]) assertAttachmentLive(undefined, attachment.id);
-  const next: Attachment = { ...attachment, attachStatus: 'attached', updatedAt: now, version: attachment.version + 1 };
+  const next: Attachment = { ...attachment, attachStatus: 'attached', updatedAt: now };
   return {
     volume: {
       ...volume,
@@ -378,7 +387,6 @@ export function legacyAttach(volume: Volume, attachment: Attachment, input: Lega
     mountpoint: input.mountpoint,
     attachTime: input.now,
     updatedAt: input.now,
-    version: attachment.version + 1,
   };
   const instances = { ...volume.instances };
   if (instanceUuid && !attachment.instanceUuid) instances[instanceUuid] = (instances[instanceUuid] ?? 0) + 1;

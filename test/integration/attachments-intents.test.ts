@@ -16,7 +16,7 @@ import { clearFaultCalls, clearFaults, faultCalls, injectFault } from '../../fun
 import { intentId } from '../../functions/core/intents.js';
 import { driverForHost } from '../../functions/volumes/backends.js';
 import { eventually } from '../support/poll.js';
-import { attachmentItems, BACKEND, backendConnections, connectIntentsOn, connector, crashed, DEMO_AUTH, failTransactions, liveAttachmentItems, later, putVolume, readVolume, useAttachmentEnv, VOLUME_HOST, writesVolume } from './attachments-support.js';
+import { attachmentItems, BACKEND, backendConnections, connectIntentsOn, connector, crashed, DEMO_AUTH, failVolumeWrites, liveAttachmentItems, later, putVolume, readVolume, useAttachmentEnv, VOLUME_HOST } from './attachments-support.js';
 
 useAttachmentEnv();
 
@@ -194,8 +194,8 @@ describe('recoverPendingConnects', () => {
     const volume = await putVolume();
     const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: connector('cmp1') });
     const lost = Object.assign(new Error('the transaction failed'), { name: 'InternalServerError' });
-    // The connect's transaction fails (its intent's, which only checks the volume's version, does not)
-    const restoreTransactions = failTransactions(lost, writesVolume);
+    // The connect's write of the volume fails (its intent's, which only checks the volume's version, does not)
+    const restoreTransactions = failVolumeWrites(lost);
     clearFaultCalls();
     // Act
     let failure: unknown;

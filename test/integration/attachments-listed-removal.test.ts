@@ -21,7 +21,7 @@ import { registerVolumeActions } from '../../functions/volumes/actions.js';
 import { volumeKey } from '../../functions/volumes/model.js';
 import { volumeRoutes } from '../../functions/volumes/routes.js';
 import { call, cinder, DEMO } from '../support/events.js';
-import { attachmentItems, BACKEND, backendConnections, connector, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
+import { asWrittenBeforeFullSummaries, attachmentItems, BACKEND, backendConnections, connector, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
 
 const handler = createApiHandler({ service: VOLUME_VERSIONS, rootPath: '/volume', versionPath: '/v3', routes: [...volumeRoutes, ...attachmentRoutes], unversioned: [] });
 
@@ -59,12 +59,10 @@ describe('os-detach from the volume record', () => {
   });
 
   test('a summary written before summaries kept the connector: the delete reads the attachment (one request more) and removes the connection all the same', async () => {
-    // Prepare: the summary as an older Ferry wrote it
+    // Prepare: the records as an older Ferry wrote them (the summary without the connector, nor the full state)
     const volume = await putVolume();
     const id = await attachedOnCmp1(volume.id);
-    await db().send(
-      new UpdateCommand({ TableName: tableName('volume'), Key: volumeKey(volume.id), UpdateExpression: 'REMOVE attachments.#id.connector', ExpressionAttributeNames: { '#id': id } }),
-    );
+    await asWrittenBeforeFullSummaries(volume.id, id, ['connector']);
     // Act
     const detach = await action(volume.id, { 'os-detach': null });
     // Assess

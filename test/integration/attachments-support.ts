@@ -8,9 +8,9 @@ import { afterAll, afterEach, beforeAll, beforeEach, expect } from 'vitest';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import type { AuthContext } from '../../functions/core/auth.js';
-import { connectIntentsOf, type ConnectIntent } from '../../functions/attachments/model.js';
+import { attachmentKey, connectIntentsOf, type ConnectIntent } from '../../functions/attachments/model.js';
 import { runAudit } from '../../functions/audit/audit.js';
 import { db, scanAll } from '../../functions/core/db.js';
 import { clearFaultCalls, clearFaults, crashedCalls } from '../../functions/core/faults.js';
@@ -143,6 +143,24 @@ export async function backendConnections(volume: Pick<Volume, 'backendName'>): P
 export const writesVolume = (input: { TransactItems?: { Update?: { Key?: Record<string, unknown> } }[] }) =>
   (input.TransactItems ?? []).some((item) => String(item.Update?.Key?.pk ?? '').startsWith('VOL#'));
 
+/**
+ * Makes every versioned write of a volume fail with `error` until the returned function is called:
+ * the transactions that write it, and its single versioned UpdateItem (a connect or complete from
+ * a full-state summary: repo-from-volume.ts), not the intents' writes, which leave the version alone.
+ */
+export function failVolumeWrites(error: Error): () => void {
+  db().middlewareStack.add(
+    (next, context) => async (args) => {
+      const input = args.input as Parameters<typeof writesVolume>[0] & { Key?: { pk?: string }; ExpressionAttributeValues?: Record<string, unknown> };
+      if (context.commandName === 'TransactWriteItemsCommand' && writesVolume(input)) throw error;
+      if (context.commandName === 'UpdateItemCommand' && String(input.Key?.pk ?? '').startsWith('VOL#') && input.ExpressionAttributeValues?.[':next'] !== undefined) throw error;
+      return next(args);
+    },
+    { step: 'initialize', name: 'testFailVolumeWrite' },
+  );
+  return () => db().middlewareStack.remove('testFailVolumeWrite');
+}
+
 /** Makes every TransactWriteItems request (that `only` picks) fail with `error` until the returned function is called. */
 export function failTransactions(error: Error, only: (input: Parameters<typeof writesVolume>[0]) => boolean = () => true): () => void {
   db().middlewareStack.add(
@@ -153,4 +171,19 @@ export function failTransactions(error: Error, only: (input: Parameters<typeof w
     { step: 'initialize', name: 'testFailTransaction' },
   );
   return () => db().middlewareStack.remove('testFailTransaction');
+}
+
+/**
+ * The attachment's records as a Ferry before summaries carried the full state wrote them: the
+ * state on the item (copied from the summary), the summary without `updatedAt` (nor `without`'s
+ * fields); the volume's version moved, as every write of a summary moves it.
+ */
+export async function asWrittenBeforeFullSummaries(volumeId: string, attachmentId: string, without: readonly string[] = []): Promise<void> {
+  const summary = (await readVolume(volumeId)).attachments[attachmentId]!;
+  const item = { instanceUuid: summary.instanceUuid, attachStatus: summary.status, attachedHost: summary.host, connector: summary.connector ?? null, connectionInfo: summary.connectionInfo ?? null, attachTime: summary.attachedAt, mountpoint: summary.mountpoint ?? null, attachMode: summary.mode };
+  const names = Object.fromEntries(Object.keys(item).map((k, i) => [`#f${i}`, k]));
+  const values = Object.fromEntries(Object.values(item).map((v, i) => [`:f${i}`, v]));
+  await db().send(new UpdateCommand({ TableName: tableName('volume'), Key: attachmentKey(attachmentId), UpdateExpression: `SET ${Object.keys(item).map((_, i) => `#f${i} = :f${i}`).join(', ')}`, ExpressionAttributeNames: names, ExpressionAttributeValues: values }));
+  const removes = ['updatedAt', ...without].map((f) => `attachments.#a.${f}`).join(', ');
+  await db().send(new UpdateCommand({ TableName: tableName('volume'), Key: volumeKey(volumeId), UpdateExpression: `REMOVE ${removes} ADD version :one`, ExpressionAttributeNames: { '#a': attachmentId }, ExpressionAttributeValues: { ':one': 1 } }));
 }

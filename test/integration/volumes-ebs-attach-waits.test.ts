@@ -51,8 +51,17 @@ async function waitOnItem(host: string) {
   const item = (await getAttachmentRecord(attId))!;
   const wait = { ...onVolume, execution: `${ATTACH_WAIT_MACHINE}-${attId}-${item.version}` };
   const table = tableName('volume');
-  await db().send(new UpdateCommand({ TableName: table, Key: volumeKey(volumeId), UpdateExpression: 'REMOVE attachWaits.#aid ADD version :one', ExpressionAttributeNames: { '#aid': attId }, ExpressionAttributeValues: { ':one': 1 } }));
-  await db().send(new UpdateCommand({ TableName: table, Key: attachmentKey(attId), UpdateExpression: 'SET attachWait = :w', ExpressionAttributeValues: { ':w': wait } }));
+  // As that Ferry wrote them: the summary without the full state (no updatedAt), the connect's fields on the item.
+  const summary = (await getVolumeRecord(volumeId))!.volume.attachments[attId]!;
+  await db().send(new UpdateCommand({ TableName: table, Key: volumeKey(volumeId), UpdateExpression: 'REMOVE attachWaits.#aid, attachments.#aid.updatedAt ADD version :one', ExpressionAttributeNames: { '#aid': attId }, ExpressionAttributeValues: { ':one': 1 } }));
+  await db().send(
+    new UpdateCommand({
+      TableName: table,
+      Key: attachmentKey(attId),
+      UpdateExpression: 'SET attachWait = :w, attachStatus = :s, attachedHost = :h, connector = :c, connectionInfo = :i, attachTime = :t, mountpoint = :m, attachMode = :mode',
+      ExpressionAttributeValues: { ':w': wait, ':s': summary.status, ':h': summary.host, ':c': summary.connector, ':i': summary.connectionInfo, ':t': summary.attachedAt, ':m': summary.mountpoint, ':mode': summary.mode },
+    }),
+  );
   return { attId, volumeId, wait };
 }
 

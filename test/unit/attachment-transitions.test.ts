@@ -204,7 +204,8 @@ describe('connect (update, or create with connector)', () => {
       attachTime: T1,
       attachMode: 'rw',
       connector: connectorFor('cmp1'),
-      version: r.attachment.version + 1,
+      // The item's version is the item's: the state goes to the volume's summary.
+      version: r.attachment.version,
     });
     expect(c.attachment.connectionInfo).toEqual({
       ...localConnection('cmp1').data,

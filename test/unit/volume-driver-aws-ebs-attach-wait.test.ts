@@ -131,7 +131,7 @@ describe('the wait record (attach-wait.ts)', () => {
     const failed = failAttach(volume, attachment, 'EC2 holds no attachment', '2026-01-01T00:00:09.000Z');
 
     // Assess
-    expect(failed.attachment).toMatchObject({ attachStatus: 'error_attaching', connectionInfo: null, version: attachment.version + 1 });
+    expect(failed.attachment).toMatchObject({ attachStatus: 'error_attaching', connectionInfo: null, version: attachment.version });
     expect(failed.attachment.attachWait).toBeUndefined();
     expect(failed.volume.attachWaits!['att-1']).toMatchObject({ status: 'failed', reason: 'EC2 holds no attachment', detachPending: true });
     expect(failed.volume).toMatchObject({ status: 'available', attachStatus: 'detached', connections: {}, version: volume.version + 1 });
