@@ -10,11 +10,13 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, test } from 'vitest';
 import { attachmentKey } from '../../functions/attachments/model.js';
 import { getAttachmentRecord, getVolumeRecord } from '../../functions/attachments/repo.js';
+import { recoverPendingConnects } from '../../functions/attachments/recovery.js';
 import { completeAttachment, createAttachment, deleteAttachment, updateAttachment } from '../../functions/attachments/service.js';
+import { eventually } from '../support/poll.js';
 import { db, dynamoRequests, resetDynamoRequests } from '../../functions/core/db.js';
 import { tableName } from '../../functions/core/tables.js';
 import { volumeKey } from '../../functions/volumes/model.js';
-import { asWrittenBeforeFullSummaries, backendConnections, connector, DEMO_AUTH, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
+import { asWrittenBeforeFullSummaries, backendConnections, connectIntentsOn, connector, DEMO_AUTH, putVolume, readVolume, useAttachmentEnv } from './attachments-support.js';
 
 useAttachmentEnv();
 
@@ -110,5 +112,38 @@ describe('connect and complete write the volume alone', () => {
     expect(complete.TransactWriteItemsCommand).toBe(1);
     expect((await readVolume(volume.id)).attachments[att.id]).toMatchObject({ status: 'attached', updatedAt: expect.any(String), connectionInfo: connected.connectionInfo });
     await deleteAttachment({ auth, attachmentId: att.id });
+  });
+
+  test("a crash right after the connect's write of the volume: nothing leaks, recovery leaves the connection the summary records, and the delete removes it", async () => {
+    // Prepare: a process that dies once the connect's versioned UpdateItem of the volume is stored (the call never answers)
+    const volume = await putVolume();
+    const warm = await createAttachment({ auth, volumeId: volume.id, instanceUuid: null, connector: connector('warm') });
+    await deleteAttachment({ auth, attachmentId: warm.id });
+    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+    let written = false;
+    db().middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as { Key?: { pk?: string }; ExpressionAttributeValues?: Record<string, unknown> };
+        const connectWrite = context.commandName === 'UpdateItemCommand' && input.Key?.pk === `VOL#${volume.id}` && input.ExpressionAttributeValues?.[':next'] !== undefined;
+        const out = await next(args);
+        if (!connectWrite || written) return out;
+        written = true;
+        return new Promise<never>(() => undefined);
+      },
+      { step: 'initialize', name: 'testCrashAfterVolumeWrite' },
+    );
+    // Act
+    void updateAttachment({ auth, attachmentId: att.id, connector: connector('cmp1') });
+    await eventually(async () => written || undefined, "the connect's write of the volume");
+    db().middlewareStack.remove('testCrashAfterVolumeWrite');
+    const repairs = await recoverPendingConnects({ before: new Date(Date.now() + 3_600_000) });
+    // Assess: the write that recorded the connection ended its intent: recovery has nothing to undo
+    expect(repairs.filter((r) => r.resource.includes(att.id))).toEqual([]);
+    expect(await connectIntentsOn(volume.id)).toEqual({});
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+    expect(await getAttachmentRecord(att.id)).toMatchObject({ attachStatus: 'attaching', attachedHost: 'cmp1', connectionInfo: expect.objectContaining({ attachment_id: att.id }) });
+    await deleteAttachment({ auth, attachmentId: att.id });
+    expect(await backendConnections(volume)).toEqual([]);
+    expect(await readVolume(volume.id)).toMatchObject({ status: 'available', attachments: {}, connections: {} });
   });
 });
