@@ -57,9 +57,17 @@ const IN_USE_READS = 3;
 export async function readVolumeForRemoval(auth: AuthContext, item: Attachment): Promise<LoadedVolume | undefined> {
   // Whether it is connected is its volume's summary's to say (attachmentOf): read the in-use
   // records whenever the question may be asked (the same one request), answer it on the merge.
-  if (auth.roles.includes('service') || !item.instanceUuid) return getVolumeRecord(item.volumeId);
+  if (auth.roles.includes('service')) return getVolumeRecord(item.volumeId);
+  let instanceUuid = item.instanceUuid;
+  if (!instanceUuid) {
+    // An instance an os-attach gave it after its create is in the summary alone: read, then ask (one read more).
+    const loaded = await getVolumeRecord(item.volumeId);
+    const attachment = attachmentOf(item, loaded?.volume.attachments[item.id]);
+    if (!asksInUse(auth, attachment)) return loaded;
+    instanceUuid = attachment.instanceUuid;
+  }
   const users = getAttachmentUsers();
-  const reads = users.notInUseReads(item.instanceUuid);
+  const reads = users.notInUseReads(instanceUuid);
   for (let n = 1; ; n++) {
     const { loaded, others } = await getVolumeRecordWith(item.volumeId, reads);
     const attachment = attachmentOf(item, loaded?.volume.attachments[item.id]);

@@ -251,4 +251,30 @@ describe('the in-use check of a delete by id, whose terminate comes before its t
     expect(await getAttachmentRecord(attachment.id)).toMatchObject({ attachStatus: 'attaching', pendingDisconnect: {} });
     expect(await readVolume(volume.id)).toMatchObject({ connections: { cmp1: [attachment.id] }, attachments: { [attachment.id]: expect.anything() } });
   });
+
+  test("an instance the attachment's summary alone names (os-attach gave it after the create): the delete by id still reads the server first and refuses before cutting anything", async () => {
+    // Prepare: reserved with no instance, connected on cmp1; the instance then recorded as os-attach records it (on the volume alone)
+    const server = randomUUID();
+    await putInstance(server, { attachmentsInUse: {} });
+    const volume = await putVolume();
+    const attachment = await createAttachment({ auth: DEMO_AUTH, volumeId: volume.id, instanceUuid: null, connector: connector('cmp1') });
+    await db().send(
+      new UpdateCommand({
+        TableName: tableName('volume'),
+        Key: { pk: `VOL#${volume.id}`, sk: 'VOL' },
+        UpdateExpression: 'SET attachments.#a.instanceUuid = :i, instances.#i = :one ADD version :one',
+        ExpressionAttributeNames: { '#a': attachment.id, '#i': server },
+        ExpressionAttributeValues: { ':i': server, ':one': 1 },
+      }),
+    );
+    await serverAttaches(server, bdmOf(server, volume.id, attachment.id));
+    forgetAttachment(attachment.id);
+    clearFaultCalls();
+    // Act
+    const refused = deleteAttachment({ auth: DEMO_AUTH, attachmentId: attachment.id });
+    // Assess: the 409 from the reads, with no terminate (and so no restore) of cmp1's connection
+    await expect(refused).rejects.toThrow(IN_USE(server));
+    expect(faultCalls().map((c) => c.method).filter((m) => m.endsWith('Connection'))).toEqual([]);
+    expect(await backendConnections(volume)).toEqual(['cmp1']);
+  });
 });
