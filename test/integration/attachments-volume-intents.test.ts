@@ -30,6 +30,16 @@ useAttachmentEnv({ audit: false });
 
 const auth = DEMO_AUTH;
 
+/** A volume (counted in its type, as a created one is) whose attachment is gone, left holding a dead connect's intent on cmp1. */
+async function volumeWithDeadIntent() {
+  const volume = await putVolume();
+  await db().send(new UpdateCommand({ TableName: tableName('volume'), Key: volumeTypeKey(volume.volumeTypeId), UpdateExpression: 'ADD volumeCount :one', ExpressionAttributeValues: { ':one': 1 } }));
+  const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
+  expect(await writeConnectIntent(att, newConnectIntent(att.id, connector('cmp1'), new Date().toISOString(), 'dead'))).toBeDefined();
+  await deleteAttachment({ auth, attachmentId: att.id });
+  return volume;
+}
+
 describe('connect intents on the volume item', () => {
   test('a crash between the intent and the connect: the intent is on the volume (not the item); recovery terminates the export and clears it, also once the attachment is deleted', async () => {
     // Prepare: a PUT from the remembered volume dies right after initializeConnection
@@ -80,11 +90,7 @@ describe('connect intents on the volume item', () => {
 
   test("a volume's record is not removed while it holds a connect intent (VolumeConnectsPending); once recovery undid it, it is", async () => {
     // Prepare: a dead connect's intent left on a volume whose attachment is gone
-    const volume = await putVolume();
-    await db().send(new UpdateCommand({ TableName: tableName('volume'), Key: volumeTypeKey(volume.volumeTypeId), UpdateExpression: 'ADD volumeCount :one', ExpressionAttributeValues: { ':one': 1 } }));
-    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
-    expect(await writeConnectIntent(att, newConnectIntent(att.id, connector('cmp1'), new Date().toISOString(), 'dead'))).toBeDefined();
-    await deleteAttachment({ auth, attachmentId: att.id });
+    const volume = await volumeWithDeadIntent();
     const before = (await getVolumeRecord(volume.id))!.volume;
     // Act + Assess: refused, typed, nothing removed
     await expect(removeVolumeRecord(before)).rejects.toThrow(VolumeConnectsPending);
@@ -99,11 +105,7 @@ describe('connect intents on the volume item', () => {
 
   test("the delete machine's FinishDelete waits (BackendNotReady, which its Retry waits out) while the volume holds a dead connect's intent, and removes the record once recovery undid it", async () => {
     // Prepare: a volume being deleted (its backend object gone) that still holds a dead connect's intent
-    const volume = await putVolume();
-    await db().send(new UpdateCommand({ TableName: tableName('volume'), Key: volumeTypeKey(volume.volumeTypeId), UpdateExpression: 'ADD volumeCount :one', ExpressionAttributeValues: { ':one': 1 } }));
-    const att = await createAttachment({ auth, volumeId: volume.id, instanceUuid: randomUUID(), connector: null });
-    expect(await writeConnectIntent(att, newConnectIntent(att.id, connector('cmp1'), new Date().toISOString(), 'dead'))).toBeDefined();
-    await deleteAttachment({ auth, attachmentId: att.id });
+    const volume = await volumeWithDeadIntent();
     await db().send(new UpdateCommand({ TableName: tableName('volume'), Key: volumeKey(volume.id), UpdateExpression: 'SET #s = :deleting ADD version :one', ExpressionAttributeNames: { '#s': 'status' }, ExpressionAttributeValues: { ':deleting': 'deleting', ':one': 1 } }));
     await (await driverForHost(volume.host!)).deleteVolume(volume.backendName);
     // Act + Assess: the step waits, typed as the machine's Retry expects, and removes nothing
