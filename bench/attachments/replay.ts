@@ -11,14 +11,14 @@
  * a cycle takes. Every request keeps its condition, so a replay that drifted from what the API did
  * fails at once rather than measure something else.
  *
- * The shape replayed is `as-is`: exactly what the API sent. Since an attachment's state lives in
+ * The requests are replayed exactly as the API sent them. Since an attachment's state lives in
  * its volume item (docs/attachments-in-volume.md), that is the `in-volume` shape replayed before
  * the change, as measured then: the intent, the connect and the complete one UpdateItem of the
  * volume each, two transactions (the create and the delete, each changing the attachment item
  * and its volume together), the fence after the terminate. (The `minimum` shape before it, the
  * update's intent written alone, became the API's own when connect intents moved to the volume.)
- * The API over `as-is` is then Ferry's own cost (HTTP, handlers, SDK, drivers); `as-is` over the
- * ceiling is what the cycle's writes cost against the ceiling's.
+ * The API over its replay is then Ferry's own cost (HTTP, handlers, SDK, drivers); the replay over
+ * the ceiling is what the cycle's writes cost against the ceiling's.
  */
 import { GetCommand, PutCommand, TransactWriteCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { db } from '../../functions/core/db.js';
@@ -40,8 +40,6 @@ export interface RecordedCycle {
   /** The ids of the recorded cycle, replaced in each copy. */
   ids: { volume: string; attachment: string; instance: string; host: string };
 }
-
-export type ReplayShape = 'as-is';
 
 const SENDABLE = new Set(['TransactWriteItemsCommand', 'UpdateItemCommand', 'PutItemCommand', 'GetItemCommand']);
 const MIDDLEWARE = 'benchRecordRequests';
@@ -72,12 +70,6 @@ export async function recordCycle(ids: Omit<RecordedCycle['ids'], 'attachment'>,
   return { requests, volumeItem, versionStep: Number(after.version) - Number(volumeItem.version), ids: { ...ids, attachment } };
 }
 
-/** The requests of `shape` (see the module's comment), and the volume versions one cycle of them takes. */
-export function shapeOf(cycle: RecordedCycle, shape: ReplayShape): { requests: RecordedRequest[]; versionStep: number; volumeItem: Record<string, any> } {
-  const { versionStep, volumeItem } = cycle;
-  return { requests: cycle.requests, versionStep, volumeItem };
-}
-
 /**
  * `value` with the recorded cycle's ids replaced by copy `copy`'s (cycle `n` of it: its own
  * attachment) and the volume's version conditions (`:version`, `:next`) moved on by `n` cycles.
@@ -98,11 +90,11 @@ export function forCopy<T>(value: T, cycle: RecordedCycle, versionStep: number, 
 }
 
 /**
- * `cycles` cycles of `shape` by each of `clients` loops at once, each on its own copy of the volume
+ * `cycles` cycles of the recorded requests by each of `clients` loops at once, each on its own copy of the volume
  * (copies `firstCopy` on, made before the clock starts): API calls a second, 4 calls a cycle.
  */
-export async function replay(cycle: RecordedCycle, shape: ReplayShape, clients: number, cycles: number, firstCopy: number): Promise<number> {
-  const { requests, versionStep, volumeItem } = shapeOf(cycle, shape);
+export async function replay(cycle: RecordedCycle, clients: number, cycles: number, firstCopy: number): Promise<number> {
+  const { requests, versionStep, volumeItem } = cycle;
   const copies = Array.from({ length: clients }, (_, c) => firstCopy + c);
   await Promise.all(copies.map((copy) => db().send(new PutCommand({ TableName: tableName('volume'), Item: forCopy(volumeItem, cycle, versionStep, copy, 0) }))));
   const t0 = performance.now();

@@ -41,7 +41,7 @@ import { Recorder, fmt, percentile } from '../support/stats.js';
 import { runBench } from '../support/run-bench.js';
 import { benchClientKind, jsonClient } from './client.js';
 import { childJvmPids, cpuNow, cpuSince, SpanProfiler, type CpuSnapshot } from './cpu.js';
-import { recordCycle, replay, type RecordedCycle, type ReplayShape } from './replay.js';
+import { recordCycle, replay, type RecordedCycle } from './replay.js';
 
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 50);
 const ROUNDS = Math.max(1, Math.min(CYCLES, Number(process.env.BENCH_ROUNDS ?? 4)));
@@ -188,9 +188,6 @@ function median(values: number[]): number {
   return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
-/** The shapes replayed after each 32-client round (replay.ts). */
-const REPLAY_SHAPES: readonly ReplayShape[] = ['as-is'];
-
 /** One API cycle on the spare volume, recorded for the replays (its requests, in order). */
 async function recordApiCycle(base: string, volumeId: string): Promise<RecordedCycle> {
   const instance = '00000000-0000-4000-8000-0000000000cc';
@@ -207,11 +204,11 @@ const loadText = () => loadavg().map((l) => l.toFixed(1)).join(' ');
  * clients, each round doing about the same number of calls in both (CYCLES/ROUNDS cycles of 4
  * calls per client). Each round's ratio compares two measurements a few seconds apart.
  */
-async function interleaved(base: string, volumes: string[], clients: number, profiler?: SpanProfiler, recorded?: RecordedCycle): Promise<{ api: ApiRun; ratios: number[]; replays: Map<ReplayShape, number[]> }> {
+async function interleaved(base: string, volumes: string[], clients: number, profiler?: SpanProfiler, recorded?: RecordedCycle): Promise<{ api: ApiRun; ratios: number[]; replays: number[] }> {
   const rec = new Recorder();
   const api: ApiRun = { rec, seconds: 0, requests: 0, cpu: { api: [], ceiling: [] } };
   const ratios: number[] = [];
-  const replays = new Map<ReplayShape, number[]>();
+  const replays: number[] = [];
   // Each replay runs on fresh copies of the recorded volume (replay.ts).
   let copiesUsed = 0;
   const jvm = childJvmPids();
@@ -243,14 +240,10 @@ async function interleaved(base: string, volumes: string[], clients: number, pro
         `cores busy ${cores(ceiling, ceilingCpu)} / ${cores(throughput, apiCpu)} (load ${loadText()})`,
     );
     if (!recorded) continue;
-    const shown: string[] = [];
-    for (const shape of REPLAY_SHAPES) {
-      const perSecond = await replay(recorded, shape, clients, cycles, copiesUsed);
-      copiesUsed += clients;
-      replays.set(shape, [...(replays.get(shape) ?? []), perSecond / ceiling]);
-      shown.push(`${shape} ${(perSecond / ceiling).toFixed(2)}x`);
-    }
-    console.log(`    the API's requests replayed straight to DynamoDB / ceiling: ${shown.join(', ')}`);
+    const replayed = (await replay(recorded, clients, cycles, copiesUsed)) / ceiling;
+    copiesUsed += clients;
+    replays.push(replayed);
+    console.log(`    the API's requests replayed straight to DynamoDB / ceiling: ${replayed.toFixed(2)}x`);
   }
   return { api, ratios, replays };
 }
@@ -289,11 +282,9 @@ async function main(): Promise<void> {
       const med = (xs: CpuSnapshot[], k: keyof CpuSnapshot) => median(xs.map((x) => x[k])).toFixed(2);
       console.log(`  CPU ms per call, median of rounds: node ${med(ceilingCpu, 'nodeMs')} (ceiling) / ${med(apiCpu, 'nodeMs')} (API), JVM ${med(ceilingCpu, 'jvmMs')} / ${med(apiCpu, 'jvmMs')}`);
     }
-    for (const [shape, ratios] of many.replays) {
-      console.log(`The API's requests replayed straight to DynamoDB (${shape}) / ceiling, ${CLIENTS} clients: median ${median(ratios).toFixed(2)}x (rounds ${ratios.map((x) => x.toFixed(2)).join(', ')})`);
-    }
-    const asIs = many.replays.get('as-is')!;
-    console.log(`  the API / its own requests replayed (Ferry's own cost, per round): median ${median(many.ratios.map((r, i) => r / asIs[i]!)).toFixed(2)}x`);
+    const replays = many.replays;
+    console.log(`The API's requests replayed straight to DynamoDB / ceiling, ${CLIENTS} clients: median ${median(replays).toFixed(2)}x (rounds ${replays.map((x) => x.toFixed(2)).join(', ')})`);
+    console.log(`  the API / its own requests replayed (Ferry's own cost, per round): median ${median(many.ratios.map((r, i) => r / replays[i]!)).toFixed(2)}x`);
     profiler.finish();
     console.log(`load average at the end: ${loadText()}`);
   } finally {

@@ -94,7 +94,6 @@ async function reserveRoute(req: ApiRequest, v: Volume): Promise<ApiResponse> {
     const volume = loaded.volume;
     const expected = volume.multiattach ? ['available', 'in-use'] : ['available'];
     if (!expected.includes(volume.status)) throw new InvalidVolume(`Volume status must be ${expected.join(' or ')} to reserve, but the status is ${volume.status}.`);
-    // An empty intents map, as every reserve of the service writes: a later connect adds its intent to it in one update.
     const result = reserve(volume, { attachmentId: randomUUID(), instanceUuid: null, now: now() });
     // One versioned write of the volume read (its version is the condition): upstream shows `attaching`.
     await writeReserve({ volume, hasMaps: false }, { ...result, volume: { ...result.volume, status: 'attaching' } });
