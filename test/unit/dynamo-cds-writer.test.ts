@@ -81,12 +81,28 @@ async function noTimerLeft(): Promise<void> {
   await eventually((note) => note(timers()).length === 0, 'no deadline timer left', { timeoutMs: 250, intervalMs: 5 });
 }
 
+/** The parent of `pid` (`/proc/<pid>/stat`: the field after the command's closing parenthesis and the state). */
+function parentOf(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw e;
+  }
+}
+
 /**
  * The live stand-ins writing `f.partial` (its `sh -c STAND_IN stand-in <partial>`), found by their
  * arguments: its pid file cannot say, since a stand-in stopped between creating the file and writing
- * its pid leaves it empty (a CI run read that as pid 0).
+ * its pid leaves it empty (a CI run read that as pid 0). A stand-in's loop forks a child for each
+ * `sleep`, which shows the stand-in's own arguments until it execs (a CI run found one beside the
+ * stand-in): a match whose parent is a match is such a child, not another stand-in.
  */
-const standIns = (f: ArchiveFiles): number[] => processesWhere((argv) => argv[3] === 'stand-in' && argv[4] === f.partial);
+function standIns(f: ArchiveFiles): number[] {
+  const matched = processesWhere((argv) => argv[3] === 'stand-in' && argv[4] === f.partial);
+  return matched.filter((pid) => !matched.includes(parentOf(pid) ?? -1));
+}
 
 const exitOf = (c: ChildProcess) => new Promise<void>((resolve) => (c.exitCode !== null || c.signalCode !== null ? resolve() : c.once('exit', () => resolve())));
 
